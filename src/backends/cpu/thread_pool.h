@@ -1,0 +1,36 @@
+// A fixed team of worker threads that run parallel loops with little wake-up overhead.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <thread>
+#include <vector>
+
+namespace prism {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads);  // the calling thread counts as one member of the team
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+  int size() const { return (int)workers_.size() + 1; }
+  // Runs fn(task) for every task in [0, n); returns when all have finished.
+  void ParallelFor(int n, const std::function<void(int)>& fn);
+
+ private:
+  void WorkerLoop();
+  void Drain();
+  std::vector<std::thread> workers_;
+  std::atomic<const std::function<void(int)>*> job_{nullptr};
+  std::atomic<int> job_size_{0};
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> next_{0};
+  std::atomic<int> done_{0};
+  std::atomic<bool> stop_{false};
+};
+
+// Threads to use by default: $PRISM_THREADS, else the number of online CPUs.
+int DefaultThreadCount();
+
+}  // namespace prism

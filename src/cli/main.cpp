@@ -1,0 +1,2 @@
+// Entry point of the `prism` command line.
+int main() { return 0; }

@@ -1,0 +1,15 @@
+// Renders a kernel program as C++ source for the CPU backend.
+#pragma once
+
+#include <string>
+
+#include "compiler/kernel_ir.h"
+
+namespace prism {
+
+// One translation unit; each kernel is `extern "C" void <kernel.name>(void* const* bufs,
+// const int64_t* syms, int64_t begin, int64_t end)` computing output elements [begin, end) of
+// its flattened loop nest. bufs follows KernelProgram::buffers, syms KernelProgram::symbols.
+std::string RenderCpp(const KernelProgram& p);
+
+}  // namespace prism

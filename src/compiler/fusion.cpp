@@ -1,0 +1,78 @@
+// Fusion: decides which graph nodes get their own buffer; everything else is fused into consumers.
+#include "compiler/fusion.h"
+
+#include <algorithm>
+
+namespace prism {
+
+namespace {
+
+// Relative cost of recomputing a node inside a consumer (transcendentals cost more).
+int OwnCost(Op op) {
+  switch (op) {
+    case Op::Exp2: case Op::Log2: case Op::Sin: case Op::Sqrt: case Op::Recip: return 4;
+    case Op::Add: case Op::Mul: case Op::Mod: case Op::LessThan: case Op::Max: case Op::Where: case Op::Cast:
+    case Op::Gather: return 1;
+    default: return 0;
+  }
+}
+
+bool IsLeafBuffer(Op op) { return op == Op::Input || op == Op::Weight || op == Op::State; }
+
+}  // namespace
+
+std::vector<bool> ChooseRealized(const Graph& g, const FusionOptions& opts, const std::set<NodeId>& forced) {
+  const int32_t n = g.size();
+  std::vector<std::vector<NodeId>> consumers(n);
+  for (NodeId i = 0; i < n; ++i)
+    for (NodeId x : g.node(i).inputs) consumers[x].push_back(i);
+  std::vector<bool> is_output(n, false);
+  for (NodeId o : g.outputs()) is_output[o] = true;
+
+  // Reads seen through chains of views, and whether any of those views broadcasts.
+  std::vector<int> uses(n, 0);
+  std::vector<bool> broadcast(n, false);
+  for (NodeId i = n; i-- > 0;) {
+    if (is_output[i]) uses[i]++;
+    for (NodeId c : consumers[i]) {
+      const Node& cn = g.node(c);
+      if (IsMovement(cn.op) && !is_output[c]) {
+        uses[i] += uses[c];
+        bool widens = false;
+        if (cn.op == Op::Expand)
+          for (size_t a = 0; a < cn.shape.size(); ++a) widens = widens || g.node(i).shape[a] != cn.shape[a];
+        broadcast[i] = broadcast[i] || broadcast[c] || widens;
+      } else {
+        uses[i] += 1;
+      }
+    }
+  }
+
+  std::vector<bool> realized(n, false);
+  std::vector<int> cost(n, 0);
+  for (NodeId i = 0; i < n; ++i) {
+    const Node& nd = g.node(i);
+    int c = OwnCost(nd.op);
+    for (NodeId x : nd.inputs)
+      if (!realized[x]) c += cost[x];
+    bool r = false;
+    if (IsLeafBuffer(nd.op) || nd.op == Op::StateWrite || is_output[i] || forced.count(i)) {
+      r = true;
+    } else if (nd.op == Op::Constant || nd.op == Op::Iota || IsMovement(nd.op)) {
+      r = false;
+    } else if (!opts.fuse) {
+      r = true;
+    } else if (IsReduce(nd.op)) {
+      // Fused as a consumer's epilogue only when read once; lowering checks it is not broadcast.
+      r = uses[i] != 1;
+      c += 1000;  // never recompute a reduction
+    } else {
+      r = (uses[i] >= 2 && c >= 8) || (broadcast[i] && c >= 4) || c > 256;
+    }
+    realized[i] = r;
+    cost[i] = r ? 0 : c;
+  }
+  return realized;
+}
+
+}  // namespace prism

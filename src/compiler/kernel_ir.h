@@ -1,0 +1,80 @@
+// Kernel IR: a graph cut into kernels, each a loop nest over its output computing one value tree.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace prism {
+
+enum class BufferKind : uint8_t { Input, Weight, State, Intermediate, Output };
+
+struct KBuffer {
+  std::string name;
+  BufferKind kind;
+  DType dtype;
+  std::vector<Expr> shape;
+  NodeId node;  // the graph node whose values it holds
+};
+
+struct KValue;
+using KValuePtr = std::shared_ptr<const KValue>;
+
+// A symbol in a load index bound to a data value (Gather): sym = clamp(value, 0, limit - 1).
+struct GatherBinding {
+  std::string sym;
+  KValuePtr value;
+  Expr limit;
+};
+
+// The value computed for one output element. Index expressions use the kernel's loop variables
+// (i0, i1, ... over the output, r0, r1, ... over reductions) and the graph's size symbols.
+struct KValue {
+  enum class Kind : uint8_t { Load, Const, Index, Op, Guard, Reduce };
+  Kind kind = Kind::Const;
+  DType dtype = DType::F32;
+  Op op = Op::Add;                    // Kind::Op: the primitive (unary, binary, Where, Cast); Reduce: Sum/Max
+  int buffer = -1;                    // Load
+  Expr index;                         // Load: element index; Index: the value; Guard: validity (0/1)
+  std::vector<GatherBinding> gathers; // Load
+  double constant = 0;                // Const
+  std::vector<KValuePtr> args;        // Op operands; Guard/Reduce: args[0] is the body
+  std::vector<std::string> rvars;     // Reduce loop variables and their extents
+  std::vector<Expr> rextents;
+};
+
+struct Kernel {
+  std::string name;
+  int out_buffer;
+  std::vector<std::string> vars;  // output loop variables, outermost first
+  std::vector<Expr> extents;
+  Expr out_index;                 // where the value is stored (linear element index)
+  KValuePtr value;
+  NodeId root;                    // the graph node this kernel realizes
+  std::vector<NodeId> fused;      // graph nodes computed inside this kernel (for reports)
+  // Arithmetic intensity inputs for the runtime's threading choice and reports.
+  Expr reduce_size;               // product of reduction extents per output element
+};
+
+struct KernelProgram {
+  std::vector<KBuffer> buffers;
+  std::vector<Kernel> kernels;
+  std::vector<std::string> symbols;   // size symbols, in the order kernels receive them
+  std::vector<int> output_buffers;    // one per graph output
+  std::vector<NodeId> realized;       // nodes with their own buffer
+  int graph_nodes = 0;
+};
+
+struct FusionOptions {
+  bool fuse = true;  // false: every non-view node is its own kernel (a baseline for comparisons)
+};
+
+// Decides which nodes get buffers, cuts the graph into kernels and lowers each to the kernel IR.
+KernelProgram BuildKernelProgram(const Graph& g, const FusionOptions& opts = {});
+
+// Text listing of kernels and their value trees (for `prism graph`).
+std::string KernelProgramToText(const Graph& g, const KernelProgram& p);
+
+}  // namespace prism

@@ -1,0 +1,334 @@
+// Lowering: cuts the graph into kernels and turns each into a loop nest with a value tree.
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+#include "compiler/fusion.h"
+#include "compiler/kernel_ir.h"
+#include "ir/error.h"
+#include "ir/movement.h"
+
+namespace prism {
+namespace {
+
+KValuePtr Make(KValue v) { return std::make_shared<const KValue>(std::move(v)); }
+
+KValue NewValue(KValue::Kind kind, DType dtype) {
+  KValue v;
+  v.kind = kind;
+  v.dtype = dtype;
+  return v;
+}
+
+class KernelLowerer {
+ public:
+  KernelLowerer(const Graph& g, const std::vector<int>& buffer_of, const std::vector<KBuffer>& buffers)
+      : g_(g), buffer_of_(buffer_of), buffers_(buffers) {}
+
+  std::set<NodeId> broadcast_reduces;  // fused reductions found to be recomputed per element
+
+  Kernel Build(NodeId root, int out_buffer) {
+    const Node& rn = g_.node(root);
+    Kernel k;
+    k.root = root;
+    k.out_buffer = out_buffer;
+    k.reduce_size = Expr(1);
+    ranges_.clear();
+    fused_.clear();
+    active_.clear();
+    rcount_ = 0;
+    gcount_ = 0;
+    const bool state_write = rn.op == Op::StateWrite;
+    const std::vector<Expr>& loop_shape = state_write ? g_.node(rn.inputs[1]).shape : rn.shape;
+    std::vector<Expr> idx;
+    for (size_t a = 0; a < loop_shape.size(); ++a) {
+      std::string v = "i" + std::to_string(a);
+      k.vars.push_back(v);
+      k.extents.push_back(loop_shape[a]);
+      AddRange(v, loop_shape[a]);
+      idx.push_back(Expr::Sym(v));
+    }
+    for (size_t a = 0; a < loop_shape.size(); ++a)
+      if (!loop_shape[a].IsConst(1)) active_.push_back(k.vars[a]);
+    if (state_write) {
+      std::vector<Expr> dst = idx;
+      dst[rn.axes[0]] = dst[rn.axes[0]] + rn.args[0];
+      k.out_index = Simplify(LinearIndex(rn.shape, dst), ranges_);
+      k.value = Lower(rn.inputs[1], idx);
+    } else {
+      k.out_index = Simplify(LinearIndex(rn.shape, idx), ranges_);
+      k.value = LowerCompute(root, idx);
+    }
+    k.reduce_size = reduce_size_;
+    reduce_size_ = Expr(1);
+    k.fused.assign(fused_.begin(), fused_.end());
+    return k;
+  }
+
+  // A copy kernel for an output that is a leaf or a state buffer.
+  Kernel BuildCopy(NodeId node, int out_buffer) {
+    Kernel k;
+    k.root = node;
+    k.out_buffer = out_buffer;
+    k.reduce_size = Expr(1);
+    ranges_.clear();
+    std::vector<Expr> idx;
+    const auto& shape = g_.node(node).shape;
+    for (size_t a = 0; a < shape.size(); ++a) {
+      k.vars.push_back("i" + std::to_string(a));
+      k.extents.push_back(shape[a]);
+      AddRange(k.vars.back(), shape[a]);
+      idx.push_back(Expr::Sym(k.vars.back()));
+    }
+    k.out_index = Simplify(LinearIndex(shape, idx), ranges_);
+    k.value = LoadBuffer(node, idx);
+    return k;
+  }
+
+ private:
+  void AddRange(const std::string& v, const Expr& extent) {
+    SymRange r;
+    if (extent.IsConst()) r.hi = std::max<int64_t>(extent.value() - 1, 0);
+    else r.upper_excl = extent.str();
+    ranges_[v] = r;
+  }
+
+  KValuePtr LoadBuffer(NodeId n, const std::vector<Expr>& idx) {
+    int b = buffer_of_[n];
+    KValue v = NewValue(KValue::Kind::Load, buffers_[b].dtype);
+    v.buffer = b;
+    v.index = Simplify(LinearIndex(buffers_[b].shape, idx), ranges_);
+    std::vector<std::string> syms;
+    v.index.CollectSymbols(&syms);
+    for (const GatherBinding& gb : gathers_)
+      if (std::find(syms.begin(), syms.end(), gb.sym) != syms.end()) v.gathers.push_back(gb);
+    return Make(std::move(v));
+  }
+
+  KValuePtr Lower(NodeId n, const std::vector<Expr>& idx) {
+    if (buffer_of_[n] >= 0) return LoadBuffer(n, idx);
+    return LowerCompute(n, idx);
+  }
+
+  KValuePtr LowerCompute(NodeId n, const std::vector<Expr>& idx) {
+    const Node& nd = g_.node(n);
+    fused_.insert(n);
+    switch (nd.op) {
+      case Op::Constant: {
+        KValue v = NewValue(KValue::Kind::Const, nd.dtype);
+        v.constant = nd.scalar;
+        return Make(std::move(v));
+      }
+      case Op::Iota: {
+        KValue v = NewValue(KValue::Kind::Index, nd.dtype);
+        v.index = idx[nd.axes[0]];
+        return Make(std::move(v));
+      }
+      case Op::Reshape: case Op::Permute: case Op::Expand: case Op::Slice: case Op::Pad: {
+        const auto& in_shape = g_.node(nd.inputs[0]).shape;
+        SourceIndex si = MapThroughMovement(nd, in_shape, idx);
+        for (Expr& e : si.index) e = Simplify(e, ranges_);
+        Expr valid = Simplify(si.valid, ranges_);
+        KValuePtr inner = Lower(nd.inputs[0], si.index);
+        if (valid.IsConst(1)) return inner;
+        KValue v = NewValue(KValue::Kind::Guard, nd.dtype);
+        v.index = valid;
+        v.args = {inner};
+        return Make(std::move(v));
+      }
+      case Op::Gather: {
+        KValuePtr iv = Lower(nd.inputs[1], idx);
+        const auto& src_shape = g_.node(nd.inputs[0]).shape;
+        std::string sym = "g" + std::to_string(gcount_++);
+        Expr limit = src_shape[nd.axes[0]];
+        SymRange r;
+        if (limit.IsConst()) r.hi = std::max<int64_t>(limit.value() - 1, 0);
+        else r.upper_excl = limit.str();
+        ranges_[sym] = r;
+        gathers_.push_back({sym, iv, limit});
+        std::vector<Expr> src_idx = idx;
+        src_idx[nd.axes[0]] = Expr::Sym(sym);
+        KValuePtr out = Lower(nd.inputs[0], src_idx);
+        gathers_.pop_back();
+        return out;
+      }
+      case Op::SumReduce: case Op::MaxReduce: {
+        if (!IsInjective(nd, idx)) broadcast_reduces.insert(n);
+        const auto& in_shape = g_.node(nd.inputs[0]).shape;
+        KValue v = NewValue(KValue::Kind::Reduce, nd.dtype);
+        v.op = nd.op;
+        std::vector<Expr> inner = idx;
+        for (int64_t a : nd.axes) {
+          std::string rv = "r" + std::to_string(rcount_++);
+          v.rvars.push_back(rv);
+          v.rextents.push_back(in_shape[a]);
+          AddRange(rv, in_shape[a]);
+          inner[a] = Expr::Sym(rv);
+          reduce_size_ = reduce_size_ * in_shape[a];
+        }
+        size_t saved = active_.size();
+        for (size_t r = 0; r < v.rvars.size(); ++r)
+          if (!v.rextents[r].IsConst(1)) active_.push_back(v.rvars[r]);
+        v.args = {Lower(nd.inputs[0], inner)};
+        active_.resize(saved);
+        return Make(std::move(v));
+      }
+      case Op::StateWrite:
+        throw Error("internal: StateWrite " + g_.Describe(n) + " must be realized");
+      case Op::Input: case Op::Weight: case Op::State:
+        return LoadBuffer(n, idx);
+      default: {  // elementwise
+        KValue v = NewValue(KValue::Kind::Op, nd.dtype);
+        v.op = nd.op;
+        for (NodeId x : nd.inputs) v.args.push_back(Lower(x, idx));
+        return Make(std::move(v));
+      }
+    }
+  }
+
+  // A fused reduction is computed once per point of the loops around it only if its output
+  // index is a one-to-one image of those loop variables.
+  bool IsInjective(const Node& nd, const std::vector<Expr>& idx) {
+    std::vector<std::string> used;
+    for (size_t a = 0; a < idx.size(); ++a) {
+      if (nd.shape[a].IsConst(1)) continue;
+      if (idx[a].kind() != Expr::Kind::Sym) return false;
+      if (std::find(used.begin(), used.end(), idx[a].name()) != used.end()) return false;
+      used.push_back(idx[a].name());
+    }
+    for (const std::string& v : active_)
+      if (std::find(used.begin(), used.end(), v) == used.end()) return false;
+    return used.size() == active_.size();
+  }
+
+  const Graph& g_;
+  const std::vector<int>& buffer_of_;
+  const std::vector<KBuffer>& buffers_;
+  RangeMap ranges_;
+  std::set<NodeId> fused_;
+  std::vector<GatherBinding> gathers_;
+  std::vector<std::string> active_;
+  Expr reduce_size_{1};
+  int rcount_ = 0, gcount_ = 0;
+};
+
+BufferKind LeafKind(Op op) {
+  return op == Op::Input ? BufferKind::Input : op == Op::Weight ? BufferKind::Weight : BufferKind::State;
+}
+
+}  // namespace
+
+KernelProgram BuildKernelProgram(const Graph& g, const FusionOptions& opts) {
+  std::set<NodeId> forced;
+  for (int attempt = 0;; ++attempt) {
+    std::vector<bool> realized = ChooseRealized(g, opts, forced);
+    KernelProgram p;
+    p.graph_nodes = g.size();
+    p.symbols = g.Symbols();
+    std::vector<int> buffer_of(g.size(), -1);
+    std::vector<bool> is_output(g.size(), false);
+    for (NodeId o : g.outputs()) is_output[o] = true;
+    for (NodeId i = 0; i < g.size(); ++i) {
+      const Node& nd = g.node(i);
+      if (!realized[i]) continue;
+      p.realized.push_back(i);
+      if (nd.op == Op::StateWrite) {
+        buffer_of[i] = buffer_of[nd.inputs[0]];
+        continue;
+      }
+      bool leaf = nd.op == Op::Input || nd.op == Op::Weight || nd.op == Op::State;
+      BufferKind kind = leaf ? LeafKind(nd.op) : is_output[i] ? BufferKind::Output : BufferKind::Intermediate;
+      std::string name = leaf ? nd.name : "t" + std::to_string(i);
+      buffer_of[i] = (int)p.buffers.size();
+      p.buffers.push_back({name, kind, nd.dtype, nd.shape, i});
+    }
+    KernelLowerer lw(g, buffer_of, p.buffers);
+    for (NodeId i : p.realized) {
+      Op op = g.node(i).op;
+      if (op == Op::Input || op == Op::Weight || op == Op::State) continue;
+      Kernel k = lw.Build(i, buffer_of[i]);
+      k.name = "k" + std::to_string(p.kernels.size()) + "_" + std::string(OpName(op));
+      p.kernels.push_back(std::move(k));
+    }
+    // Outputs: a computed node's own buffer, else a copy into a fresh output buffer.
+    std::set<int> claimed;
+    for (size_t k = 0; k < g.outputs().size(); ++k) {
+      NodeId o = g.outputs()[k];
+      int b = buffer_of[o];
+      if (p.buffers[b].kind == BufferKind::Output && !claimed.count(b)) {
+        p.buffers[b].name = g.output_names()[k];
+        claimed.insert(b);
+        p.output_buffers.push_back(b);
+        continue;
+      }
+      int nb = (int)p.buffers.size();
+      p.buffers.push_back({g.output_names()[k], BufferKind::Output, g.node(o).dtype, g.node(o).shape, o});
+      claimed.insert(nb);
+      Kernel c = lw.BuildCopy(o, nb);
+      c.name = "k" + std::to_string(p.kernels.size()) + "_Copy";
+      p.kernels.push_back(std::move(c));
+      p.output_buffers.push_back(nb);
+    }
+    if (lw.broadcast_reduces.empty()) return p;
+    size_t before = forced.size();
+    forced.insert(lw.broadcast_reduces.begin(), lw.broadcast_reduces.end());
+    if (forced.size() == before || attempt > g.size())
+      throw Error("internal: fusion did not converge on a kernel plan");
+  }
+}
+
+namespace {
+
+void ValueText(const KernelProgram& p, const KValuePtr& v, std::ostringstream& os) {
+  switch (v->kind) {
+    case KValue::Kind::Load:
+      os << p.buffers[v->buffer].name << "[" << v->index.str();
+      for (const auto& gb : v->gathers) {
+        os << " | " << gb.sym << "=";
+        ValueText(p, gb.value, os);
+      }
+      os << "]";
+      break;
+    case KValue::Kind::Const: os << v->constant; break;
+    case KValue::Kind::Index: os << "idx(" << v->index.str() << ")"; break;
+    case KValue::Kind::Guard:
+      os << "(" << v->index.str() << " ? ";
+      ValueText(p, v->args[0], os);
+      os << " : 0)";
+      break;
+    case KValue::Kind::Reduce:
+      os << (v->op == Op::SumReduce ? "sum" : "max") << "(";
+      for (size_t r = 0; r < v->rvars.size(); ++r) os << v->rvars[r] << "<" << v->rextents[r].str() << ", ";
+      ValueText(p, v->args[0], os);
+      os << ")";
+      break;
+    case KValue::Kind::Op:
+      os << OpName(v->op) << "(";
+      for (size_t a = 0; a < v->args.size(); ++a) {
+        if (a) os << ", ";
+        ValueText(p, v->args[a], os);
+      }
+      if (v->op == Op::Cast) os << " -> " << DTypeName(v->dtype);
+      os << ")";
+      break;
+  }
+}
+
+}  // namespace
+
+std::string KernelProgramToText(const Graph& g, const KernelProgram& p) {
+  std::ostringstream os;
+  os << p.kernels.size() << " kernels for " << g.size() << " graph nodes\n";
+  for (const Kernel& k : p.kernels) {
+    os << k.name << ": for (";
+    for (size_t a = 0; a < k.vars.size(); ++a) os << (a ? ", " : "") << k.vars[a] << "<" << k.extents[a].str();
+    os << ") " << p.buffers[k.out_buffer].name << "[" << k.out_index.str() << "] = ";
+    ValueText(p, k.value, os);
+    os << "\n    fuses nodes:";
+    for (NodeId n : k.fused) os << " %" << n;
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace prism

@@ -1,0 +1,200 @@
+// High-level neural-network ops, each a composition of primitives (no new IR ops).
+#include "frontend/nn.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "ir/error.h"
+
+namespace prism {
+
+Tensor Matmul(const Tensor& a, const Tensor& b) {
+  if (a.rank() < 2 || b.rank() < 2)
+    throw Error("matmul: both operands need at least 2 axes, got " + a.graph()->Describe(a.id()) + " and " +
+                b.graph()->Describe(b.id()));
+  if (a.dim(-1) != b.dim(-2))
+    throw Error("matmul: inner sizes differ, " + a.graph()->Describe(a.id()) + " x " + b.graph()->Describe(b.id()));
+  // a [..., M, 1, K] * b^T [..., 1, N, K], summed over K: the reduction runs along contiguous K.
+  Tensor bt = b.transpose(-1, -2);
+  Tensor prod = a.unsqueeze(-2) * bt.unsqueeze(-3);
+  return prod.sum({-1}, false);
+}
+
+Tensor Linear(const Tensor& x, const Tensor& weight) {
+  if (weight.rank() != 2 || x.dim(-1) != weight.dim(1))
+    throw Error("linear: input " + x.graph()->Describe(x.id()) + " does not match weight " +
+                weight.graph()->Describe(weight.id()));
+  Tensor prod = x.unsqueeze(-2) * weight;  // [..., 1, K] * [N, K] -> [..., N, K]
+  return prod.sum({-1}, false);
+}
+
+Tensor Linear(const Tensor& x, const Tensor& weight, const Tensor& bias) { return Linear(x, weight) + bias; }
+
+Tensor Softmax(const Tensor& x, int64_t axis) {
+  Tensor e = (x - x.max({axis})).exp();
+  return e / e.sum({axis});
+}
+
+Tensor LogSoftmax(const Tensor& x, int64_t axis) {
+  Tensor shifted = x - x.max({axis});
+  return shifted - shifted.exp().sum({axis}).log();
+}
+
+Tensor RmsNorm(const Tensor& x, const Tensor& weight, double eps) {
+  Tensor xf = x.cast(DType::F32);
+  Tensor y = xf * (xf.square().mean({-1}) + eps).rsqrt();
+  return (y * weight).cast(x.dtype());
+}
+
+Tensor LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  Tensor xf = x.cast(DType::F32);
+  Tensor d = xf - xf.mean({-1});
+  Tensor y = d * (d.square().mean({-1}) + eps).rsqrt();
+  return (y * weight + bias).cast(x.dtype());
+}
+
+Tensor Silu(const Tensor& x) { return x * x.sigmoid(); }
+
+Tensor GeluTanh(const Tensor& x) {
+  const double k = std::sqrt(2.0 / std::numbers::pi);
+  return 0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh());
+}
+
+Tensor Erf(const Tensor& x) {
+  // erf(x) = sign(x) (1 - poly(t) exp(-x^2)), t = 1 / (1 + p|x|)
+  const double p = 0.3275911, a1 = 0.254829592, a2 = -0.284496736, a3 = 1.421413741, a4 = -1.453152027,
+               a5 = 1.061405429;
+  Tensor ax = x.abs();
+  Tensor t = (1.0 + p * ax).recip();
+  Tensor poly = t * (a1 + t * (a2 + t * (a3 + t * (a4 + t * a5))));
+  Tensor y = 1.0 - poly * (-(ax * ax)).exp();
+  Tensor sign = Where(Less(x, Full(x.graph(), 0.0, x.shape(), x.dtype())), Full(x.graph(), -1.0, x.shape(), x.dtype()),
+                      Full(x.graph(), 1.0, x.shape(), x.dtype()));
+  return sign * y;
+}
+
+Tensor GeluErf(const Tensor& x) { return 0.5 * x * (1.0 + Erf(x * (1.0 / std::numbers::sqrt2))); }
+
+Tensor Concat(const std::vector<Tensor>& xs, int64_t axis) {
+  if (xs.empty()) throw Error("concat: no tensors");
+  axis = xs[0].NormAxis(axis);
+  Expr total(0);
+  for (const Tensor& x : xs) {
+    if (x.rank() != xs[0].rank()) throw Error("concat: rank mismatch with " + x.graph()->Describe(x.id()));
+    for (int64_t i = 0; i < x.rank(); ++i)
+      if (i != axis && x.shape()[i] != xs[0].shape()[i])
+        throw Error("concat: " + x.graph()->Describe(x.id()) + " differs from " +
+                    xs[0].graph()->Describe(xs[0].id()) + " on axis " + std::to_string(i));
+    total = total + x.shape()[axis];
+  }
+  // Each piece is zero-padded to the full extent at its place; the sum is the concatenation.
+  Expr before(0);
+  Tensor out;
+  for (const Tensor& x : xs) {
+    Tensor p = x.pad(axis, before, total - before - x.shape()[axis]);
+    out = out.graph() ? out + p : p;
+    before = before + x.shape()[axis];
+  }
+  return out;
+}
+
+Tensor Argmax(const Tensor& x, int64_t axis, bool keepdim) {
+  axis = x.NormAxis(axis);
+  Graph* g = x.graph();
+  Expr n = x.shape()[axis];
+  Tensor m = x.max({axis});
+  Tensor idx{g, g->Iota(x.shape(), axis, DType::F32)};
+  // Non-maximal positions get a large index; the smallest remaining index is the first maximum.
+  Tensor big = Full(g, 1e30, x.shape(), DType::F32);
+  Tensor cand = Where(Less(x, BroadcastTo(m, x.shape())), big, idx);
+  Tensor first = -((-cand).max({axis}, keepdim));
+  return first.cast(DType::I32);
+}
+
+Tensor Embedding(const Tensor& table, const Tensor& ids) {
+  if (table.rank() != 2) throw Error("embedding: table must be [vocab, dim], got " + table.graph()->Describe(table.id()));
+  Expr d = table.dim(1);
+  std::vector<Expr> flat_shape = {Product(ids.shape()), d};
+  Tensor idx = ids.reshape({Product(ids.shape()), Expr(1)}).expand(flat_shape);
+  Graph* g = table.graph();
+  Tensor rows{g, g->Gather(table.id(), idx.id(), 0)};
+  std::vector<Expr> out_shape = ids.shape();
+  out_shape.push_back(d);
+  return rows.reshape(out_shape);
+}
+
+Tensor RopeInvFreq(Graph* g, int64_t head_dim, double theta, const RopeScaling& s) {
+  int64_t half = head_dim / 2;
+  Tensor i = Arange(g, Expr(half), DType::F32);
+  Tensor inv = (i * (-2.0 * std::log2(theta) / (double)head_dim)).exp2();
+  if (s.factor <= 0) return inv;
+  // Llama 3.1 scaling: long wavelengths are divided by factor, short ones kept, smooth between.
+  double low_wavelen = s.original_max_position / s.low_freq_factor;
+  double high_wavelen = s.original_max_position / s.high_freq_factor;
+  Tensor wavelen = inv.recip() * (2.0 * std::numbers::pi);
+  Tensor smooth = (s.original_max_position * inv / (2.0 * std::numbers::pi) - s.low_freq_factor) *
+                  (1.0 / (s.high_freq_factor - s.low_freq_factor));
+  Tensor mid = (1.0 - smooth) * inv / s.factor + smooth * inv;
+  Tensor shape_like = Full(g, 0.0, {Expr(half)});
+  Tensor longw = Less(shape_like + high_wavelen, wavelen);  // wavelen > high_wavelen
+  Tensor very_long = Less(shape_like + low_wavelen, wavelen);
+  return Where(very_long, inv / s.factor, Where(longw, mid, inv));
+}
+
+Tensor Rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, RopeStyle style) {
+  if (x.rank() != 3) throw Error("rope: expected [seq, heads, head_dim], got " + x.graph()->Describe(x.id()));
+  Expr seq = x.dim(0), heads = x.dim(1), d = x.dim(2);
+  if (!d.IsConst() || d.value() % 2) throw Error("rope: head_dim must be a constant even size");
+  Expr half(d.value() / 2);
+  // angle[s, 1, i] = pos[s] * inv_freq[i]
+  Tensor angle = positions.cast(DType::F32).reshape({seq, Expr(1), Expr(1)}) * inv_freq.reshape({Expr(1), Expr(1), half});
+  Tensor cos = angle.cos(), sin = angle.sin();
+  Tensor xf = x.cast(DType::F32);
+  Tensor a, b;
+  if (style == RopeStyle::HalfSplit) {
+    a = xf.slice(2, 0, half);
+    b = xf.slice(2, half, half);
+  } else {
+    a = xf.slice(2, 0, half, 2);
+    b = xf.slice(2, 1, half, 2);
+  }
+  Tensor ra = a * cos - b * sin, rb = b * cos + a * sin;
+  Tensor out;
+  if (style == RopeStyle::HalfSplit) {
+    out = Concat({ra, rb}, 2);
+  } else {
+    out = Concat({ra.unsqueeze(3), rb.unsqueeze(3)}, 3).reshape({seq, heads, d});
+  }
+  return out.cast(x.dtype());
+}
+
+Tensor CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                       const Tensor& v_cache, const Expr& past, double scale) {
+  Graph* g = q.graph();
+  Expr seq = q.dim(0), hq = q.dim(1), d = q.dim(2), hkv = k.dim(1);
+  if (!hq.IsConst() || !hkv.IsConst() || hq.value() % hkv.value())
+    throw Error("attention: query heads " + hq.str() + " must be a multiple of key/value heads " + hkv.str());
+  int64_t group = hq.value() / hkv.value();
+  Tensor kc{g, g->StateWrite(k_cache.id(), k.cast(k_cache.dtype()).id(), 0, past)};
+  Tensor vc{g, g->StateWrite(v_cache.id(), v.cast(v_cache.dtype()).id(), 0, past)};
+  Expr total = past + seq;
+  Tensor keys = kc.slice(0, 0, total).cast(DType::F32);   // [T, Hkv, D]
+  Tensor vals = vc.slice(0, 0, total).cast(DType::F32);
+  // Queries grouped by their key/value head: [Hkv, group, seq, D]
+  Tensor qg = q.cast(DType::F32).reshape({seq, hkv, Expr(group), d}).permute({1, 2, 0, 3});
+  Tensor kt = keys.permute({1, 0, 2}).unsqueeze(1);  // [Hkv, 1, T, D]
+  Tensor scores = Matmul(qg, kt.transpose(-1, -2)) * scale;  // [Hkv, group, seq, T]
+  // Query s sits at absolute position past + s and sees keys t <= past + s.
+  std::vector<Expr> sshape = {hkv, Expr(group), seq, total};
+  Tensor t_idx{g, g->Iota(sshape, 3, DType::I32)};
+  Tensor s_idx{g, g->Iota(sshape, 2, DType::I32)};
+  Tensor limit = s_idx + BroadcastTo(ExprValue(g, past + Expr(1), DType::I32), sshape);
+  Tensor visible = Less(t_idx, limit);
+  Tensor masked = Where(visible, scores, Full(g, -INFINITY, sshape));
+  Tensor p = Softmax(masked, -1);
+  Tensor vt = vals.permute({1, 0, 2}).unsqueeze(1);  // [Hkv, 1, T, D]
+  Tensor out = Matmul(p, vt);                          // [Hkv, group, seq, D]
+  return out.permute({2, 0, 1, 3}).reshape({seq, hq * d}).cast(q.dtype());
+}
+
+}  // namespace prism

@@ -1,0 +1,46 @@
+// High-level neural-network ops, each a composition of primitives (no new IR ops).
+#pragma once
+
+#include <vector>
+
+#include "frontend/tensor.h"
+
+namespace prism {
+
+// Batched broadcasting matmul: a [..., M, K] x b [..., K, N] -> [..., M, N].
+Tensor Matmul(const Tensor& a, const Tensor& b);
+// x [..., K] times a weight stored [N, K] (Hugging Face Linear layout) -> [..., N], plus bias [N].
+Tensor Linear(const Tensor& x, const Tensor& weight);
+Tensor Linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+Tensor Softmax(const Tensor& x, int64_t axis = -1);
+Tensor LogSoftmax(const Tensor& x, int64_t axis = -1);
+Tensor RmsNorm(const Tensor& x, const Tensor& weight, double eps);  // over the last axis
+Tensor LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+Tensor Silu(const Tensor& x);
+Tensor GeluTanh(const Tensor& x);
+Tensor GeluErf(const Tensor& x);
+Tensor Erf(const Tensor& x);  // Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7)
+Tensor Concat(const std::vector<Tensor>& xs, int64_t axis);
+Tensor Argmax(const Tensor& x, int64_t axis, bool keepdim = false);  // first maximal index, i32
+Tensor Embedding(const Tensor& table, const Tensor& ids);           // table [V, D], ids [...] -> [..., D]
+
+enum class RopeStyle { HalfSplit, Interleaved };
+// Rotary position embedding for x [seq, heads, head_dim] at positions [seq] (i32);
+// inv_freq [head_dim/2] f32 holds the per-pair frequencies (see RopeInvFreq).
+Tensor Rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, RopeStyle style);
+// theta^(-2i/d) for i < d/2, computed in the graph; optional llama3 frequency scaling.
+struct RopeScaling {
+  double factor = 0;  // 0 = none
+  double low_freq_factor = 1, high_freq_factor = 4;
+  double original_max_position = 8192;
+};
+Tensor RopeInvFreq(Graph* g, int64_t head_dim, double theta, const RopeScaling& scaling = {});
+
+// Causal grouped-query attention over a KV cache held in state buffers.
+// q [seq, Hq, D]; k, v [seq, Hkv, D]; k_cache, v_cache are State tensors [max_ctx, Hkv, D].
+// The new keys and values are written at [past, past + seq); queries attend to [0, past + seq)
+// causally. Returns [seq, Hq * D].
+Tensor CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                       const Tensor& v_cache, const Expr& past, double scale);
+
+}  // namespace prism

@@ -1,0 +1,115 @@
+// A tensor in host memory (owned or borrowed) and symbol binding from concrete input shapes.
+#include "ir/host_tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "ir/error.h"
+
+namespace prism {
+
+static int64_t Numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+HostTensor HostTensor::Zeros(DType dtype, std::vector<int64_t> shape) {
+  HostTensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  size_t bytes = (size_t)std::max<int64_t>(t.nbytes(), 1);
+  // 64-byte alignment so generated kernels may use aligned vector loads.
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!p) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes for " + t.ShapeString());
+  std::memset(p, 0, bytes);
+  t.owner = std::shared_ptr<void>(p, std::free);
+  t.data = p;
+  return t;
+}
+
+HostTensor HostTensor::FromFloats(std::vector<int64_t> shape, const std::vector<float>& values, DType dtype) {
+  HostTensor t = Zeros(dtype, std::move(shape));
+  if ((int64_t)values.size() != t.numel())
+    throw Error("FromFloats: " + std::to_string(values.size()) + " values for shape " + t.ShapeString());
+  if (IsQuantized(dtype)) {
+    if (dtype == DType::Q8_0) QuantizeQ8_0(values.data(), static_cast<BlockQ8_0*>(t.data), t.numel());
+    else QuantizeQ4_0(values.data(), static_cast<BlockQ4_0*>(t.data), t.numel());
+  } else {
+    for (int64_t i = 0; i < t.numel(); ++i) StoreFromDouble(t.data, dtype, i, values[i]);
+  }
+  return t;
+}
+
+HostTensor HostTensor::FromInts(std::vector<int64_t> shape, const std::vector<int32_t>& values) {
+  HostTensor t = Zeros(DType::I32, std::move(shape));
+  if ((int64_t)values.size() != t.numel())
+    throw Error("FromInts: " + std::to_string(values.size()) + " values for shape " + t.ShapeString());
+  std::memcpy(t.data, values.data(), values.size() * 4);
+  return t;
+}
+
+HostTensor HostTensor::Borrow(DType dtype, std::vector<int64_t> shape, const void* data) {
+  HostTensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.data = const_cast<void*>(data);
+  return t;
+}
+
+int64_t HostTensor::numel() const { return Numel(shape); }
+
+std::vector<float> HostTensor::ToFloats() const {
+  std::vector<float> v(numel());
+  for (int64_t i = 0; i < numel(); ++i) v[i] = (float)At(i);
+  return v;
+}
+
+std::string HostTensor::ShapeString() const {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::vector<int64_t> EvalShape(const std::vector<Expr>& shape, const SymbolBindings& b) {
+  std::vector<int64_t> out;
+  for (const Expr& d : shape) out.push_back(d.Eval(b));
+  return out;
+}
+
+SymbolBindings BindSymbols(const Graph& g, const std::map<std::string, HostTensor>& inputs,
+                           const SymbolBindings& explicit_bindings) {
+  SymbolBindings b = explicit_bindings;
+  std::vector<const Node*> graph_inputs;
+  for (const Node& n : g.nodes()) {
+    if (n.op != Op::Input) continue;
+    graph_inputs.push_back(&n);
+    auto it = inputs.find(n.name);
+    if (it == inputs.end()) throw Error("missing input '" + n.name + "' of shape " + ShapeStr(n.shape));
+    const HostTensor& t = it->second;
+    if (t.shape.size() != n.shape.size())
+      throw Error("input '" + n.name + "': rank " + std::to_string(t.shape.size()) + " given, graph expects " +
+                  ShapeStr(n.shape));
+    for (size_t i = 0; i < n.shape.size(); ++i)
+      if (n.shape[i].kind() == Expr::Kind::Sym && !b.count(n.shape[i].name())) b[n.shape[i].name()] = t.shape[i];
+  }
+  for (const std::string& s : g.Symbols())
+    if (!b.count(s)) throw Error("unbound symbol '" + s + "': give it a value or an input whose shape binds it");
+  for (const Node* n : graph_inputs) {
+    const HostTensor& t = inputs.at(n->name);
+    if (t.dtype != n->dtype)
+      throw Error("input '" + n->name + "': dtype " + std::string(DTypeName(t.dtype)) + " given, graph expects " +
+                  std::string(DTypeName(n->dtype)));
+    for (size_t i = 0; i < n->shape.size(); ++i) {
+      int64_t want = n->shape[i].Eval(b);
+      if (want != t.shape[i])
+        throw Error("input '" + n->name + "' axis " + std::to_string(i) + ": size " + std::to_string(t.shape[i]) +
+                    " given, graph expects " + n->shape[i].str() + " = " + std::to_string(want));
+    }
+  }
+  for (const auto& [name, v] : b)
+    if (v < 0) throw Error("symbol '" + name + "' bound to negative value " + std::to_string(v));
+  return b;
+}
+
+}  // namespace prism

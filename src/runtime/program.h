@@ -1,0 +1,64 @@
+// A compiled program: the graph's kernels built for the CPU, with buffers, weights and state.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/jit.h"
+#include "backends/cpu/thread_pool.h"
+#include "compiler/kernel_ir.h"
+#include "ir/graph.h"
+#include "ir/host_tensor.h"
+
+namespace prism {
+
+struct CompileOptions {
+  FusionOptions fusion;
+  int threads = 0;  // 0: DefaultThreadCount()
+};
+
+struct CompileStats {
+  int graph_nodes = 0;
+  int kernels = 0;
+  double plan_seconds = 0;     // fusion + lowering + rendering
+  double compile_seconds = 0;  // system compiler (or cache lookup) + load
+  bool cache_hit = false;
+  std::string so_path;
+};
+
+using KernelFn = void (*)(void* const* bufs, const int64_t* syms, int64_t begin, int64_t end);
+
+class Program {
+ public:
+  static std::unique_ptr<Program> Compile(const Graph& g, const CompileOptions& opts = {});
+
+  // Weights are bound once (borrowed: the caller keeps the memory alive, e.g. an mmap).
+  void BindWeight(const std::string& name, HostTensor t);
+  // Runs one step. Symbols bind from input shapes or explicitly; outputs come back as f32
+  // (integer outputs as i32), in the graph's output order.
+  std::vector<HostTensor> Run(const std::map<std::string, HostTensor>& inputs, const SymbolBindings& syms = {});
+  void ResetState();
+
+  const Graph& graph() const { return graph_; }
+  const KernelProgram& kernels() const { return kp_; }
+  const std::string& source() const { return source_; }
+  const CompileStats& stats() const { return stats_; }
+  int threads() const { return pool_->size(); }
+
+ private:
+  Program(const Graph& g, KernelProgram kp, std::string source, JitLibrary lib, int threads);
+  void Launch(size_t k, void* const* bufs, const int64_t* syms, const SymbolBindings& b);
+
+  Graph graph_;
+  KernelProgram kp_;
+  std::string source_;
+  JitLibrary lib_;
+  std::vector<KernelFn> fns_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::vector<HostTensor> storage_;  // per buffer: weights, state and scratch; inputs are borrowed per run
+  CompileStats stats_;
+};
+
+}  // namespace prism

@@ -1,0 +1,51 @@
+// Tests of dtype conversions and GGUF block quantization round trips.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "ir/dtype.h"
+#include "ir/error.h"
+#include "test_util.h"
+
+namespace prism {
+
+TEST(DType, HalfRoundTripsEveryFiniteValue) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if (((h >> 10) & 0x1f) == 0x1f) continue;  // inf / nan
+    float f = HalfToFloat((uint16_t)h);
+    EXPECT_EQ(FloatToHalf(f), (uint16_t)h) << h;
+  }
+  EXPECT_EQ(HalfToFloat(FloatToHalf(1.0f / 3)), 0.333251953125f);
+  EXPECT_TRUE(std::isinf(HalfToFloat(FloatToHalf(1e6f))));
+}
+
+TEST(DType, BF16RoundsToNearestEven) {
+  EXPECT_EQ(BF16ToFloat(FloatToBF16(1.0f)), 1.0f);
+  EXPECT_EQ(BF16ToFloat(FloatToBF16(1.00390625f)), 1.0f);  // exactly halfway, rounds to even
+  EXPECT_EQ(BF16ToFloat(FloatToBF16(1.01171875f)), 1.015625f);
+}
+
+TEST(DType, QuantizedBlocksRoundTripWithinHalfAStep) {
+  auto x = testing::RandomFloats(4 * kQuantBlock, 7, -3, 3);
+  std::vector<BlockQ8_0> q8(4);
+  std::vector<BlockQ4_0> q4(4);
+  QuantizeQ8_0(x.data(), q8.data(), (int64_t)x.size());
+  QuantizeQ4_0(x.data(), q4.data(), (int64_t)x.size());
+  for (int b = 0; b < 4; ++b) {
+    float d8 = HalfToFloat(q8[b].d), d4 = std::fabs(HalfToFloat(q4[b].d));
+    for (int j = 0; j < kQuantBlock; ++j) {
+      int64_t i = b * kQuantBlock + j;
+      EXPECT_NEAR(DequantQ8_0(q8.data(), i), x[i], d8 * 0.5 + 1e-3);
+      EXPECT_NEAR(DequantQ4_0(q4.data(), i), x[i], d4 + 2e-3);  // ggml clamps the side opposite max at 7|d|
+    }
+  }
+  EXPECT_EQ(StorageBytes(DType::Q4_0, 64), 36);
+  EXPECT_EQ(StorageBytes(DType::Q8_0, 32), 34);
+}
+
+TEST(DType, UnknownNameIsAClearError) {
+  EXPECT_EQ(ParseDType("bf16"), DType::BF16);
+  EXPECT_THROW(ParseDType("f64"), Error);
+}
+
+}  // namespace prism
