@@ -4,7 +4,7 @@ set -euo pipefail
 
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config clang-format
-  nlohmann-json3-dev libfmt-dev libcli11-dev libcpp-httplib-dev
+  nlohmann-json3-dev libfmt-dev libcli11-dev libcpp-httplib-dev libpcre2-dev libicu-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
 )

@@ -1,2 +1,33 @@
-// Entry point of the `prism` command line.
-int main() { return 0; }
+// Entry point of the `prism` command line: dispatches to subcommands, turns errors into one line.
+#include <cstdio>
+#include <vector>
+
+#include "cli/commands.h"
+#include "ir/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Prism: a search-based compiler and inference engine for neural networks"};
+  app.require_subcommand(1);
+  std::vector<std::pair<CLI::App*, prism::cli::Runner>> commands;
+  auto add = [&](const char* name, prism::cli::Runner r) { commands.emplace_back(app.get_subcommand(name), std::move(r)); };
+  add("run", prism::cli::AddRunCommand(app));
+  add("chat", prism::cli::AddChatCommand(app));
+  add("perplexity", prism::cli::AddPerplexityCommand(app));
+  add("graph", prism::cli::AddGraphCommand(app));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (auto& [sub, run] : commands)
+      if (sub->parsed()) return run();
+  } catch (const prism::Error& e) {
+    std::fprintf(stderr, "prism: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "prism: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

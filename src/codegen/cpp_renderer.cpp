@@ -168,10 +168,10 @@ class KernelRenderer {
       case KValue::Kind::Const:
         return IsFloat(v.dtype) ? FloatLiteral(v.constant) : "((int32_t)" + std::to_string((int64_t)v.constant) + ")";
       case KValue::Kind::Index:
-        return std::string("((") + ComputeCType(v.dtype) + ")(" + v.index.Render(SymFn()) + "))";
+        return std::string("((") + ComputeCType(v.dtype) + ")(" + v.index.Render(SymFn(&v.gathers)) + "))";
       case KValue::Kind::Guard: {
         std::string inner = Value(v.args[0], stmts, ind);
-        return "((" + v.index.Render(SymFn()) + ") ? (" + inner + ") : (" + ComputeCType(v.dtype) + ")0)";
+        return "((" + v.index.Render(SymFn(&v.gathers)) + ") ? (" + inner + ") : (" + ComputeCType(v.dtype) + ")0)";
       }
       case KValue::Kind::Reduce: return Reduce(v, stmts, ind);
       case KValue::Kind::Op: return OpValue(v, stmts, ind);

@@ -38,7 +38,7 @@ struct KValue {
   Op op = Op::Add;                    // Kind::Op: the primitive (unary, binary, Where, Cast); Reduce: Sum/Max
   int buffer = -1;                    // Load
   Expr index;                         // Load: element index; Index: the value; Guard: validity (0/1)
-  std::vector<GatherBinding> gathers; // Load
+  std::vector<GatherBinding> gathers; // Load, Index, Guard: gather symbols their index uses
   double constant = 0;                // Const
   std::vector<KValuePtr> args;        // Op operands; Guard/Reduce: args[0] is the body
   std::vector<std::string> rvars;     // Reduce loop variables and their extents

@@ -98,11 +98,16 @@ class KernelLowerer {
     KValue v = NewValue(KValue::Kind::Load, buffers_[b].dtype);
     v.buffer = b;
     v.index = Simplify(LinearIndex(buffers_[b].shape, idx), ranges_);
-    std::vector<std::string> syms;
-    v.index.CollectSymbols(&syms);
-    for (const GatherBinding& gb : gathers_)
-      if (std::find(syms.begin(), syms.end(), gb.sym) != syms.end()) v.gathers.push_back(gb);
+    AttachGathers(&v);
     return Make(std::move(v));
+  }
+
+  // Index expressions under a Gather mention its data-dependent symbol: bind it where used.
+  void AttachGathers(KValue* v) const {
+    std::vector<std::string> syms;
+    v->index.CollectSymbols(&syms);
+    for (const GatherBinding& gb : gathers_)
+      if (std::find(syms.begin(), syms.end(), gb.sym) != syms.end()) v->gathers.push_back(gb);
   }
 
   KValuePtr Lower(NodeId n, const std::vector<Expr>& idx) {
@@ -122,6 +127,7 @@ class KernelLowerer {
       case Op::Iota: {
         KValue v = NewValue(KValue::Kind::Index, nd.dtype);
         v.index = idx[nd.axes[0]];
+        AttachGathers(&v);
         return Make(std::move(v));
       }
       case Op::Reshape: case Op::Permute: case Op::Expand: case Op::Slice: case Op::Pad: {
@@ -133,6 +139,7 @@ class KernelLowerer {
         if (valid.IsConst(1)) return inner;
         KValue v = NewValue(KValue::Kind::Guard, nd.dtype);
         v.index = valid;
+        AttachGathers(&v);
         v.args = {inner};
         return Make(std::move(v));
       }

@@ -1,0 +1,21 @@
+// The `prism` subcommands: each registers its options on the app and runs when chosen.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+
+namespace prism::cli {
+
+// A registered subcommand: run() is called when it was chosen on the command line.
+using Runner = std::function<int()>;
+
+Runner AddRunCommand(CLI::App& app);
+Runner AddChatCommand(CLI::App& app);
+Runner AddPerplexityCommand(CLI::App& app);
+Runner AddGraphCommand(CLI::App& app);
+
+// The model `prism run` uses when none is named: the stories260K checkpoint shipped in models/.
+std::string DefaultModelPath();
+
+}  // namespace prism::cli

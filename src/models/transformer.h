@@ -1,0 +1,40 @@
+// Decoder-only transformer families (Llama, Mistral, Qwen2, Qwen3, GPT-2) as one graph builder.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/model_config.h"
+#include "ir/graph.h"
+
+namespace prism {
+
+// What the builder needs to know of a stored weight: its dtype and shape as stored.
+struct WeightSpec {
+  DType dtype;
+  std::vector<int64_t> shape;
+};
+// Returns the spec of a weight by its Hugging Face name, or nullopt when the file lacks it.
+using WeightLookup = std::function<std::optional<WeightSpec>(const std::string& name)>;
+
+struct LmGraphOptions {
+  int64_t max_context = 2048;  // KV-cache capacity in tokens
+  bool all_logits = false;     // logits for every position (perplexity) or only the last (generation)
+  // GPT-2 Conv1D weights are [in, out] in Hugging Face files and [out, in] in GGUF files.
+  bool conv1d_transposed = false;
+};
+
+// The graph of one step: input "tokens" [seq] (i32), symbol "past" = tokens already in the
+// KV cache; output "logits" [1 or seq, vocab] (f32). KV caches are state "k_cache.L"/"v_cache.L".
+// Throws prism::Error for an unsupported architecture (listing the supported ones) or a
+// weight whose shape disagrees with the config (naming the weight, both shapes).
+Graph BuildCausalLM(const ModelConfig& cfg, const WeightLookup& weights, const LmGraphOptions& opts);
+
+// Specs for a model with every weight present in dtype t (demo graphs, synthetic benchmarks).
+WeightLookup SyntheticWeights(const ModelConfig& cfg, DType t);
+
+const std::vector<std::string>& SupportedArchitectures();
+
+}  // namespace prism

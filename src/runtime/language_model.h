@@ -1,0 +1,70 @@
+// A language model ready to run: weights, config and tokenizer loaded, its step graph compiled.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/chat_template.h"
+#include "io/model_config.h"
+#include "io/tokenizer.h"
+#include "io/weights.h"
+#include "models/transformer.h"
+#include "runtime/program.h"
+
+namespace prism {
+
+struct LoadOptions {
+  std::string tokenizer_path;  // llama2.c checkpoints: defaults to a tok*.bin / tokenizer.bin beside the model
+  int64_t max_context = 0;     // 0: the model's maximum, capped at 4096
+  int threads = 0;             // 0: all cores
+};
+
+// The files of a model, opened (weights memory-mapped) but not compiled.
+struct ModelFiles {
+  ModelConfig config;
+  std::shared_ptr<const WeightStore> weights;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::shared_ptr<const ChatTemplate> chat_template;  // null when the model ships none
+  nlohmann::json chat_variables;   // bos_token, eos_token, ... for the template
+  bool conv1d_transposed = false;  // GPT-2 weights from GGUF are [out, in]
+  WeightLookup Lookup() const;
+};
+ModelFiles OpenModelFiles(const std::string& path, const std::string& tokenizer_path = "");
+
+class LanguageModel {
+ public:
+  // MODEL is a Hugging Face folder (config.json + safetensors + tokenizer.json), a .gguf file,
+  // or a llama2.c checkpoint. Throws prism::Error naming the path and the problem.
+  static std::unique_ptr<LanguageModel> Load(const std::string& path, const LoadOptions& opts = {});
+
+  const ModelConfig& config() const { return files_.config; }
+  const Tokenizer& tokenizer() const { return *files_.tokenizer; }
+  const ChatTemplate* chat_template() const { return files_.chat_template.get(); }
+  const nlohmann::json& chat_variables() const { return files_.chat_variables; }
+  int64_t max_context() const { return max_context_; }
+  int64_t position() const { return past_; }  // tokens in the KV cache
+  const Program& program() const { return *step_; }
+
+  // Appends tokens to the KV cache; returns the logits of the last one ([vocab]).
+  std::vector<float> Forward(const std::vector<int32_t>& tokens);
+  void Reset();
+  // Logits of every position of a fresh sequence ([n * vocab]); for perplexity. Compiled on first use.
+  std::vector<float> ForwardAll(const std::vector<int32_t>& tokens);
+
+ private:
+  LanguageModel() = default;
+  std::unique_ptr<Program> CompileStep(bool all_logits) const;
+  void CheckTokens(const std::vector<int32_t>& tokens, int64_t past) const;
+
+  ModelFiles files_;
+  int64_t max_context_ = 0;
+  int threads_ = 0;
+  std::unique_ptr<Program> step_, all_;
+  int64_t past_ = 0;
+};
+
+// Finds the tokenizer of a llama2.c checkpoint: tokenizer.bin or tok*.bin in its folder.
+std::string FindLlama2cTokenizer(const std::string& model_path);
+
+}  // namespace prism
