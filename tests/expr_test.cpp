@@ -29,19 +29,26 @@ TEST(Expr, DivModOfMultiplesSimplify) {
   EXPECT_EQ(((i * 8 + 16) / 8).str(), (i + 2).str());
   EXPECT_TRUE(((i * n) % n).IsConst(0));
   EXPECT_EQ(((i * n + j) / n).str(), (i + j / n).str());
-  RangeMap r{{"j", {0, kUnbounded, "n"}}, {"i", {0, 9, ""}}};
+  RangeMap r{{"j", {0, kUnbounded, Expr::Sym("n")}}, {"i", {0, 9, {}}}};
   EXPECT_EQ(Simplify((i * n + j) / n, r).str(), "i");
   EXPECT_EQ(Simplify((i * n + j) % n, r).str(), "j");
   EXPECT_EQ(Simplify(i % 10, r).str(), "i");
   EXPECT_TRUE(Simplify(i / 10, r).IsConst(0));
   EXPECT_TRUE(Simplify(Lt(i, Expr(10)), r).IsConst(1));
+  // Bounds through symbolic extents: 8*j + 7 < 8*n when j < n.
+  RangeMap r2{{"j", {0, kUnbounded, n}}, {"k", {0, 7, {}}}, {"n", {0, kUnbounded, {}}}};
+  Expr k = Expr::Sym("k");
+  EXPECT_TRUE(Simplify((j * 8 + k) / (n * 8), r2).IsConst(0));
+  EXPECT_EQ(Simplify((j * 8 + k) % (n * 8), r2), j * 8 + k);
+  EXPECT_EQ(((j % n) % n).str(), (j % n).str());
+  EXPECT_EQ(((i * (n * 8 + 8) + j) / (n * 8 + 8)).str(), (i + j / (n * 8 + 8)).str());
 }
 
 TEST(Expr, ReshapeRoundTripIsIdentityAfterSimplification) {
   Expr s = Expr::Sym("seq");
   std::vector<Expr> shape{s, Expr(8), Expr(4)};
   std::vector<Expr> idx{Expr::Sym("i0"), Expr::Sym("i1"), Expr::Sym("i2")};
-  RangeMap r{{"i0", {0, kUnbounded, "seq"}}, {"i1", {0, 7, ""}}, {"i2", {0, 3, ""}}};
+  RangeMap r{{"i0", {0, kUnbounded, Expr::Sym("seq")}}, {"i1", {0, 7, {}}}, {"i2", {0, 3, {}}}};
   auto back = UnravelIndex(shape, LinearIndex(shape, idx));
   for (int a = 0; a < 3; ++a) EXPECT_EQ(Simplify(back[a], r), idx[a]) << back[a].str();
 }

@@ -14,6 +14,7 @@ Runner AddRunCommand(CLI::App& app);
 Runner AddChatCommand(CLI::App& app);
 Runner AddPerplexityCommand(CLI::App& app);
 Runner AddGraphCommand(CLI::App& app);
+Runner AddLogitsCommand(CLI::App& app);
 
 // The model `prism run` uses when none is named: the stories260K checkpoint shipped in models/.
 std::string DefaultModelPath();

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   add("chat", prism::cli::AddChatCommand(app));
   add("perplexity", prism::cli::AddPerplexityCommand(app));
   add("graph", prism::cli::AddGraphCommand(app));
+  add("logits", prism::cli::AddLogitsCommand(app));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

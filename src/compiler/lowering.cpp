@@ -33,7 +33,7 @@ class KernelLowerer {
     k.root = root;
     k.out_buffer = out_buffer;
     k.reduce_size = Expr(1);
-    ranges_.clear();
+    ResetRanges();
     fused_.clear();
     active_.clear();
     rcount_ = 0;
@@ -46,7 +46,7 @@ class KernelLowerer {
       k.vars.push_back(v);
       k.extents.push_back(loop_shape[a]);
       AddRange(v, loop_shape[a]);
-      idx.push_back(Expr::Sym(v));
+      idx.push_back(loop_shape[a].IsConst(1) ? Expr(0) : Expr::Sym(v));  // a size-1 loop is index 0
     }
     for (size_t a = 0; a < loop_shape.size(); ++a)
       if (!loop_shape[a].IsConst(1)) active_.push_back(k.vars[a]);
@@ -71,14 +71,14 @@ class KernelLowerer {
     k.root = node;
     k.out_buffer = out_buffer;
     k.reduce_size = Expr(1);
-    ranges_.clear();
+    ResetRanges();
     std::vector<Expr> idx;
     const auto& shape = g_.node(node).shape;
     for (size_t a = 0; a < shape.size(); ++a) {
       k.vars.push_back("i" + std::to_string(a));
       k.extents.push_back(shape[a]);
       AddRange(k.vars.back(), shape[a]);
-      idx.push_back(Expr::Sym(k.vars.back()));
+      idx.push_back(shape[a].IsConst(1) ? Expr(0) : Expr::Sym(k.vars.back()));
     }
     k.out_index = Simplify(LinearIndex(shape, idx), ranges_);
     k.value = LoadBuffer(node, idx);
@@ -86,10 +86,16 @@ class KernelLowerer {
   }
 
  private:
+  // Sizes are never negative: lets bounds reasoning cancel terms like seq - 1 - i.
+  void ResetRanges() {
+    ranges_.clear();
+    for (const std::string& s : g_.Symbols()) ranges_[s] = SymRange{};
+  }
+
   void AddRange(const std::string& v, const Expr& extent) {
     SymRange r;
     if (extent.IsConst()) r.hi = std::max<int64_t>(extent.value() - 1, 0);
-    else r.upper_excl = extent.str();
+    else r.upper_excl = extent;
     ranges_[v] = r;
   }
 
@@ -150,7 +156,7 @@ class KernelLowerer {
         Expr limit = src_shape[nd.axes[0]];
         SymRange r;
         if (limit.IsConst()) r.hi = std::max<int64_t>(limit.value() - 1, 0);
-        else r.upper_excl = limit.str();
+        else r.upper_excl = limit;
         ranges_[sym] = r;
         gathers_.push_back({sym, iv, limit});
         std::vector<Expr> src_idx = idx;
@@ -170,7 +176,7 @@ class KernelLowerer {
           v.rvars.push_back(rv);
           v.rextents.push_back(in_shape[a]);
           AddRange(rv, in_shape[a]);
-          inner[a] = Expr::Sym(rv);
+          inner[a] = in_shape[a].IsConst(1) ? Expr(0) : Expr::Sym(rv);
           reduce_size_ = reduce_size_ * in_shape[a];
         }
         size_t saved = active_.size();

@@ -2,6 +2,8 @@
 #include "ir/expr.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <numeric>
 
 #include "ir/error.h"
 
@@ -142,6 +144,21 @@ bool DivideExactly(const Expr& e, const Expr& d, Expr* q) {
   int64_t ec = 1, dc = 1;
   Factors(e, &ef, &ec);
   Factors(d, &df, &dc);
+  // A sum with a common factor (8*p + 8*s) divides as 8 * (p + s): match the reduced sum.
+  for (auto* fs : {&ef, &df}) {
+    int64_t* coef = fs == &ef ? &ec : &dc;
+    for (Expr& f : *fs) {
+      if (f.kind() != Expr::Kind::Add) continue;
+      Linear lin = ToLinear(f);
+      int64_t g = std::llabs(lin.constant);
+      for (const auto& [k, tc] : lin.terms) g = std::gcd(g, std::llabs(tc.second));
+      if (g <= 1) continue;
+      for (auto& [k, tc] : lin.terms) tc.second /= g;
+      lin.constant /= g;
+      f = FromLinear(lin);
+      *coef *= g;
+    }
+  }
   if (dc == 0 || ec % dc != 0) return false;
   for (const Expr& f : df) {
     auto it = std::find(ef.begin(), ef.end(), f);
@@ -218,6 +235,7 @@ Expr operator/(const Expr& a, const Expr& b) {
 Expr operator%(const Expr& a, const Expr& b) {
   if (b.IsConst(0)) throw Error("symbolic modulo by zero: " + a.str() + " % 0");
   if (b.IsConst(1)) return Expr(0);
+  if (a.kind() == Expr::Kind::Mod && a.args()[1] == b) return a;  // (x % m) % m
   if (a.IsConst() && b.IsConst()) return Expr(FloorMod(a.value(), b.value()));
   Expr q;
   if (DivideExactly(a, b, &q)) return Expr(0);
@@ -417,6 +435,28 @@ Bounds BoundsOf(const Expr& e, const RangeMap& ranges) {
 }
 
 // True if 0 <= e < d is known, from constant bounds or a loop variable's symbolic extent.
+// Replaces loop variables of symbolic extent by (extent - 1) where their coefficient is positive
+// and by 0 where negative: the largest value e can take. Size symbols stay as they are.
+static Expr MaxOverLoops(const Expr& e, const RangeMap& ranges, const std::map<std::string, Expr>& extents) {
+  Linear lin = ToLinear(e);
+  Expr m(lin.constant);
+  for (const auto& [key, tc] : lin.terms) {
+    const auto& [x, c] = tc;
+    Bounds b = BoundsOf(x, ranges);
+    if (x.kind() == Expr::Kind::Sym && extents.count(x.name())) {
+      if (c > 0) m = m + Expr(c) * (extents.at(x.name()) - Expr(1));
+    } else if (b.hi < kUnbounded && b.lo > -kUnbounded && x.kind() != Expr::Kind::Sym) {
+      m = m + Expr(c > 0 ? c * b.hi : c * b.lo);
+    } else if (x.kind() == Expr::Kind::Sym && b.hi < kUnbounded) {
+      m = m + Expr(c > 0 ? c * b.hi : c * b.lo);
+    } else {
+      m = m + Expr(c) * x;
+    }
+  }
+  return m;
+}
+
+// True if 0 <= e < d is known, from constant bounds or loop variables' symbolic extents.
 static bool KnownBelow(const Expr& e, const Expr& d, const RangeMap& ranges) {
   Bounds eb = BoundsOf(e, ranges);
   if (eb.lo < 0) return false;
@@ -425,9 +465,15 @@ static bool KnownBelow(const Expr& e, const Expr& d, const RangeMap& ranges) {
   if (eb.hi < db.lo) return true;
   if (e.kind() == Expr::Kind::Sym) {
     auto it = ranges.find(e.name());
-    return it != ranges.end() && it->second.upper_excl == d.str();
+    if (it != ranges.end() && it->second.upper_excl && *it->second.upper_excl == d) return true;
   }
-  return false;
+  // d - max(e) >= 1 with every remaining symbol non-negative proves it.
+  std::map<std::string, Expr> extents;
+  for (const auto& [name, r] : ranges)
+    if (r.upper_excl) extents[name] = *r.upper_excl;
+  Expr gap = d - MaxOverLoops(e, ranges, extents);
+  Bounds gb = BoundsOf(gap, ranges);
+  return gb.lo >= 1;
 }
 
 Expr Simplify(const Expr& e, const RangeMap& ranges) {

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,7 +65,7 @@ Expr And(const Expr& a, const Expr& b);       // of 0/1 expressions
 constexpr int64_t kUnbounded = INT64_MAX / 4;
 struct SymRange {
   int64_t lo = 0, hi = kUnbounded;
-  std::string upper_excl;  // str() of an Expr the symbol is known to be below, or empty
+  std::optional<Expr> upper_excl;  // a symbolic extent the symbol is known to be below
 };
 using RangeMap = std::map<std::string, SymRange>;
 

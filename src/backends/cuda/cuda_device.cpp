@@ -1,0 +1,327 @@
+// The CUDA driver API through dlopen. The ABI pieces used are declared here (handles are opaque
+// pointers, results ints), so building needs no CUDA toolkit and running needs no GPU.
+//
+// UNEXERCISED beyond the "not found" paths: see cuda_device.h.
+#include "backends/cuda/cuda_device.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include "backends/cuda/nvrtc_compiler.h"
+#include "ir/error.h"
+
+namespace prism {
+namespace {
+
+using CUresult = int;
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;
+using CUcontext = struct CUctxOpaque*;
+using CUmodule = struct CUmodOpaque*;
+using CUfunction = struct CUfuncOpaque*;
+using CUstream = struct CUstreamOpaque*;
+using CUevent = struct CUeventOpaque*;
+using CUgraph = struct CUgraphOpaque*;
+using CUgraphExec = struct CUgraphExecOpaque*;
+
+constexpr int kAttrMaxThreadsPerBlock = 1;
+constexpr int kAttrComputeMajor = 75;
+constexpr int kAttrComputeMinor = 76;
+constexpr int kCaptureModeThreadLocal = 1;
+
+struct CuApi {
+  CUresult (*cuInit)(unsigned) = nullptr;
+  CUresult (*cuGetErrorName)(CUresult, const char**) = nullptr;
+  CUresult (*cuDeviceGetCount)(int*) = nullptr;
+  CUresult (*cuDeviceGet)(CUdevice*, int) = nullptr;
+  CUresult (*cuDeviceGetName)(char*, int, CUdevice) = nullptr;
+  CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice) = nullptr;
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice) = nullptr;
+  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice) = nullptr;  // _v2
+  CUresult (*cuCtxSetCurrent)(CUcontext) = nullptr;
+  CUresult (*cuStreamCreate)(CUstream*, unsigned) = nullptr;
+  CUresult (*cuStreamDestroy)(CUstream) = nullptr;  // _v2
+  CUresult (*cuStreamSynchronize)(CUstream) = nullptr;
+  CUresult (*cuMemAlloc)(CUdeviceptr*, size_t) = nullptr;                 // _v2
+  CUresult (*cuMemFree)(CUdeviceptr) = nullptr;                           // _v2
+  CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t) = nullptr;   // _v2
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t) = nullptr;   // _v2
+  CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t) = nullptr;         // _v2
+  CUresult (*cuModuleLoadData)(CUmodule*, const void*) = nullptr;
+  CUresult (*cuModuleUnload)(CUmodule) = nullptr;
+  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             CUstream, void**, void**) = nullptr;
+  CUresult (*cuEventCreate)(CUevent*, unsigned) = nullptr;
+  CUresult (*cuEventDestroy)(CUevent) = nullptr;  // _v2
+  CUresult (*cuEventRecord)(CUevent, CUstream) = nullptr;
+  CUresult (*cuEventSynchronize)(CUevent) = nullptr;
+  CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent) = nullptr;  // _v2 where present
+  CUresult (*cuStreamBeginCapture)(CUstream, int) = nullptr;           // _v2
+  CUresult (*cuStreamEndCapture)(CUstream, CUgraph*) = nullptr;
+  CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec*, CUgraph, unsigned long long) = nullptr;
+  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream) = nullptr;
+  CUresult (*cuGraphExecDestroy)(CUgraphExec) = nullptr;
+  CUresult (*cuGraphDestroy)(CUgraph) = nullptr;
+};
+
+struct LoadedCu {
+  CuApi api;
+  std::string error;
+};
+
+const LoadedCu& LoadCu() {
+  static std::once_flag once;
+  static LoadedCu l;
+  std::call_once(once, [] {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      const char* e = dlerror();
+      l.error = std::string("cannot load libcuda.so.1 (") + (e ? e : "not found") + ")";
+      return;
+    }
+    auto sym = [&](const char* a, const char* b = nullptr) -> void* {
+      void* p = dlsym(lib, a);
+      if (!p && b) p = dlsym(lib, b);
+      if (!p && l.error.empty()) l.error = std::string("libcuda.so.1 lacks ") + a;
+      return p;
+    };
+    CuApi& c = l.api;
+#define PRISM_CU(field, ...) c.field = reinterpret_cast<decltype(c.field)>(sym(__VA_ARGS__));
+    PRISM_CU(cuInit, "cuInit")
+    PRISM_CU(cuGetErrorName, "cuGetErrorName")
+    PRISM_CU(cuDeviceGetCount, "cuDeviceGetCount")
+    PRISM_CU(cuDeviceGet, "cuDeviceGet")
+    PRISM_CU(cuDeviceGetName, "cuDeviceGetName")
+    PRISM_CU(cuDeviceGetAttribute, "cuDeviceGetAttribute")
+    PRISM_CU(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")
+    PRISM_CU(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease")
+    PRISM_CU(cuCtxSetCurrent, "cuCtxSetCurrent")
+    PRISM_CU(cuStreamCreate, "cuStreamCreate")
+    PRISM_CU(cuStreamDestroy, "cuStreamDestroy_v2", "cuStreamDestroy")
+    PRISM_CU(cuStreamSynchronize, "cuStreamSynchronize")
+    PRISM_CU(cuMemAlloc, "cuMemAlloc_v2")
+    PRISM_CU(cuMemFree, "cuMemFree_v2")
+    PRISM_CU(cuMemsetD8, "cuMemsetD8_v2")
+    PRISM_CU(cuMemcpyHtoD, "cuMemcpyHtoD_v2")
+    PRISM_CU(cuMemcpyDtoH, "cuMemcpyDtoH_v2")
+    PRISM_CU(cuModuleLoadData, "cuModuleLoadData")
+    PRISM_CU(cuModuleUnload, "cuModuleUnload")
+    PRISM_CU(cuModuleGetFunction, "cuModuleGetFunction")
+    PRISM_CU(cuLaunchKernel, "cuLaunchKernel")
+    PRISM_CU(cuEventCreate, "cuEventCreate")
+    PRISM_CU(cuEventDestroy, "cuEventDestroy_v2", "cuEventDestroy")
+    PRISM_CU(cuEventRecord, "cuEventRecord")
+    PRISM_CU(cuEventSynchronize, "cuEventSynchronize")
+    PRISM_CU(cuEventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime")
+    PRISM_CU(cuStreamBeginCapture, "cuStreamBeginCapture_v2")
+    PRISM_CU(cuStreamEndCapture, "cuStreamEndCapture")
+    PRISM_CU(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags")
+    PRISM_CU(cuGraphLaunch, "cuGraphLaunch")
+    PRISM_CU(cuGraphExecDestroy, "cuGraphExecDestroy")
+    PRISM_CU(cuGraphDestroy, "cuGraphDestroy")
+#undef PRISM_CU
+  });
+  return l;
+}
+
+std::string ErrName(const CuApi& c, CUresult r) {
+  const char* s = nullptr;
+  if (c.cuGetErrorName && c.cuGetErrorName(r, &s) == 0 && s) return s;
+  return "CUDA error " + std::to_string(r);
+}
+
+struct CuModule : GpuModule {
+  const CuApi* cu = nullptr;
+  CUmodule module = nullptr;
+  std::vector<CUfunction> functions;
+  ~CuModule() override {
+    if (module) cu->cuModuleUnload(module);
+  }
+};
+
+}  // namespace
+
+struct CudaDevice::Impl {
+  const CuApi* cu = nullptr;
+  CUdevice device = 0;
+  CUcontext context = nullptr;
+  CUstream stream = nullptr;
+  std::string name;
+  int major = 0, minor = 0, max_threads = 1024;
+
+  void Check(CUresult r, const std::string& what) const {
+    if (r != 0) throw Error("cuda: " + what + " failed: " + ErrName(*cu, r));
+  }
+};
+
+// The device, or nullptr with *why set; the context is not created here.
+static std::unique_ptr<CudaDevice::Impl> ProbeCuda(int ordinal, std::string* why) {
+  const LoadedCu& l = LoadCu();
+  if (!l.error.empty()) {
+    *why = l.error;
+    return nullptr;
+  }
+  const CuApi& c = l.api;
+  if (CUresult r = c.cuInit(0); r != 0) {
+    *why = "cuInit: " + ErrName(c, r);
+    return nullptr;
+  }
+  int count = 0;
+  if (CUresult r = c.cuDeviceGetCount(&count); r != 0 || count <= ordinal) {
+    *why = r ? "cuDeviceGetCount: " + ErrName(c, r) : std::to_string(count) + " device(s), wanted #" + std::to_string(ordinal);
+    return nullptr;
+  }
+  auto impl = std::make_unique<CudaDevice::Impl>();
+  impl->cu = &c;
+  impl->Check(c.cuDeviceGet(&impl->device, ordinal), "cuDeviceGet");
+  char name[256] = {};
+  c.cuDeviceGetName(name, sizeof(name) - 1, impl->device);
+  impl->name = name;
+  c.cuDeviceGetAttribute(&impl->major, kAttrComputeMajor, impl->device);
+  c.cuDeviceGetAttribute(&impl->minor, kAttrComputeMinor, impl->device);
+  c.cuDeviceGetAttribute(&impl->max_threads, kAttrMaxThreadsPerBlock, impl->device);
+  return impl;
+}
+
+bool CudaDevice::Available(std::string* why) {
+  std::string reason;
+  bool ok = ProbeCuda(0, &reason) != nullptr;
+  if (why) *why = ok ? "" : "no CUDA driver/GPU found: " + reason;
+  return ok;
+}
+
+std::shared_ptr<CudaDevice> CudaDevice::Open(int ordinal) {
+  std::string why;
+  std::unique_ptr<Impl> impl = ProbeCuda(ordinal, &why);
+  if (!impl) throw Error("no CUDA driver/GPU found: " + why);
+  const CuApi& c = *impl->cu;
+  impl->Check(c.cuDevicePrimaryCtxRetain(&impl->context, impl->device), "cuDevicePrimaryCtxRetain");
+  impl->Check(c.cuCtxSetCurrent(impl->context), "cuCtxSetCurrent");
+  impl->Check(c.cuStreamCreate(&impl->stream, 0), "cuStreamCreate");
+  return std::shared_ptr<CudaDevice>(new CudaDevice(std::move(impl)));
+}
+
+CudaDevice::CudaDevice(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+CudaDevice::~CudaDevice() {
+  const CuApi& c = *impl_->cu;
+  c.cuStreamSynchronize(impl_->stream);
+  c.cuStreamDestroy(impl_->stream);
+  c.cuDevicePrimaryCtxRelease(impl_->device);
+}
+
+std::string CudaDevice::name() const { return impl_->name; }
+int CudaDevice::max_threads_per_group() const { return impl_->max_threads; }
+std::string CudaDevice::arch() const { return "sm_" + std::to_string(impl_->major) + std::to_string(impl_->minor); }
+
+GpuMem CudaDevice::Alloc(size_t bytes) {
+  CUdeviceptr p = 0;
+  size_t size = std::max<size_t>(bytes, 4);
+  impl_->Check(impl_->cu->cuMemAlloc(&p, size), "cuMemAlloc of " + std::to_string(size) + " bytes");
+  impl_->Check(impl_->cu->cuMemsetD8(p, 0, size), "cuMemsetD8");
+  return p;
+}
+
+void CudaDevice::Free(GpuMem m) {
+  if (m) impl_->cu->cuMemFree(m);
+}
+
+void CudaDevice::Upload(GpuMem dst, const void* src, size_t bytes) {
+  if (bytes) impl_->Check(impl_->cu->cuMemcpyHtoD(dst, src, bytes), "cuMemcpyHtoD");
+}
+
+void CudaDevice::Download(void* dst, GpuMem src, size_t bytes) {
+  if (bytes) impl_->Check(impl_->cu->cuMemcpyDtoH(dst, src, bytes), "cuMemcpyDtoH");
+}
+
+std::unique_ptr<GpuModule> CudaDevice::Compile(const std::string& source, const std::vector<std::string>& functions) {
+  NvrtcOutput out = NvrtcCompiler::Open().Compile(source, arch());
+  auto m = std::make_unique<CuModule>();
+  m->cu = impl_->cu;
+  impl_->Check(impl_->cu->cuModuleLoadData(&m->module, out.image.data()), "cuModuleLoadData");
+  for (const std::string& f : functions) {
+    CUfunction fn = nullptr;
+    impl_->Check(impl_->cu->cuModuleGetFunction(&fn, m->module, f.c_str()), "cuModuleGetFunction '" + f + "'");
+    m->functions.push_back(fn);
+  }
+  return m;
+}
+
+void CudaDevice::Launch(GpuModule& module, int function, const std::vector<GpuArg>& args, int64_t groups,
+                        int threads) {
+  CUfunction fn = static_cast<CuModule&>(module).functions.at(function);
+  // Every argument is 8 bytes: a device pointer or an int64 symbol value.
+  std::vector<unsigned long long> values(args.size());
+  std::vector<void*> params(args.size());
+  for (size_t a = 0; a < args.size(); ++a) {
+    values[a] = args[a].is_buffer ? args[a].mem : (unsigned long long)args[a].value;
+    params[a] = &values[a];
+  }
+  if (groups > 0x7fffffff) throw Error("cuda: grid of " + std::to_string(groups) + " blocks is too large");
+  impl_->Check(impl_->cu->cuLaunchKernel(fn, (unsigned)groups, 1, 1, (unsigned)threads, 1, 1, 0, impl_->stream,
+                                         params.data(), nullptr),
+               "cuLaunchKernel");
+}
+
+void CudaDevice::Finish() { impl_->Check(impl_->cu->cuStreamSynchronize(impl_->stream), "cuStreamSynchronize"); }
+
+double CudaDevice::TimeMs(const std::function<void()>& work) {
+  const CuApi& c = *impl_->cu;
+  CUevent start = nullptr, stop = nullptr;
+  impl_->Check(c.cuEventCreate(&start, 0), "cuEventCreate");
+  impl_->Check(c.cuEventCreate(&stop, 0), "cuEventCreate");
+  float ms = 0;
+  try {
+    impl_->Check(c.cuEventRecord(start, impl_->stream), "cuEventRecord");
+    work();
+    impl_->Check(c.cuEventRecord(stop, impl_->stream), "cuEventRecord");
+    impl_->Check(c.cuEventSynchronize(stop), "cuEventSynchronize");
+    impl_->Check(c.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
+  } catch (...) {
+    c.cuEventDestroy(start);
+    c.cuEventDestroy(stop);
+    throw;
+  }
+  c.cuEventDestroy(start);
+  c.cuEventDestroy(stop);
+  return ms;
+}
+
+std::unique_ptr<CudaDevice::CapturedGraph> CudaDevice::Capture(const std::function<void()>& work) {
+  const CuApi& c = *impl_->cu;
+  impl_->Check(c.cuStreamBeginCapture(impl_->stream, kCaptureModeThreadLocal), "cuStreamBeginCapture");
+  CUgraph graph = nullptr;
+  try {
+    work();
+  } catch (...) {
+    c.cuStreamEndCapture(impl_->stream, &graph);
+    if (graph) c.cuGraphDestroy(graph);
+    throw;
+  }
+  impl_->Check(c.cuStreamEndCapture(impl_->stream, &graph), "cuStreamEndCapture");
+  auto g = std::unique_ptr<CapturedGraph>(new CapturedGraph());
+  g->dev_ = this;
+  g->graph_ = graph;
+  CUgraphExec exec = nullptr;
+  impl_->Check(c.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiate");
+  g->exec_ = exec;
+  return g;
+}
+
+CudaDevice::CapturedGraph::~CapturedGraph() {
+  if (!dev_) return;
+  const CuApi& c = *dev_->impl_->cu;
+  if (exec_) c.cuGraphExecDestroy(static_cast<CUgraphExec>(exec_));
+  if (graph_) c.cuGraphDestroy(static_cast<CUgraph>(graph_));
+}
+
+void CudaDevice::CapturedGraph::Replay() {
+  dev_->impl_->Check(dev_->impl_->cu->cuGraphLaunch(static_cast<CUgraphExec>(exec_), dev_->impl_->stream),
+                     "cuGraphLaunch");
+}
+
+}  // namespace prism

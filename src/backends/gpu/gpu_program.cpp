@@ -1,0 +1,157 @@
+// Runs a kernel program on a GpuDevice: plans and renders once, then per step binds symbols,
+// places buffers, launches every kernel in order and reads the outputs back.
+#include "backends/gpu/gpu_program.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "ir/error.h"
+
+namespace prism {
+
+using Clock = std::chrono::steady_clock;
+
+static double Seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::unique_ptr<GpuProgram> GpuProgram::Compile(const Graph& g, std::shared_ptr<GpuDevice> device,
+                                                const GpuCompileOptions& opts) {
+  if (!device) throw Error("gpu compile: no device");
+  if (g.outputs().empty()) throw Error("compile: the graph has no outputs");
+  auto t0 = Clock::now();
+  std::unique_ptr<GpuProgram> p(new GpuProgram(g, std::move(device)));
+  p->kp_ = BuildKernelProgram(g, opts.fusion);
+  std::vector<GpuSchedule> schedules =
+      opts.per_kernel.empty() ? std::vector<GpuSchedule>(p->kp_.kernels.size(), opts.schedule) : opts.per_kernel;
+  for (GpuSchedule& s : schedules) s.threads = std::min(s.threads, p->device_->max_threads_per_group());
+  p->src_ = GpuRenderer(p->device_->dialect()).Render(p->kp_, schedules);
+  p->stats_.plan_seconds = Seconds(t0);
+  auto t1 = Clock::now();
+  p->module_ = p->device_->Compile(p->src_.source, p->src_.functions);
+  p->stats_.compile_seconds = Seconds(t1);
+  for (const GpuKernelPlan& kp : p->src_.kernels) {
+    auto it = std::find(p->src_.functions.begin(), p->src_.functions.end(), kp.function);
+    p->function_of_.push_back((int)(it - p->src_.functions.begin()));
+    p->stats_.cooperative += kp.cooperative;
+  }
+  p->stats_.graph_nodes = g.size();
+  p->stats_.kernels = (int)p->kp_.kernels.size();
+  p->stats_.functions = (int)p->src_.functions.size();
+  p->slots_.resize(p->kp_.buffers.size());
+  return p;
+}
+
+GpuProgram::~GpuProgram() {
+  for (size_t b = 0; b < slots_.size(); ++b) {
+    try {
+      Release(b);
+    } catch (...) {  // a failing device at teardown must not terminate the process
+    }
+  }
+}
+
+void GpuProgram::Release(size_t b) {
+  Slot& s = slots_[b];
+  if (s.allocated) device_->Free(s.mem);
+  s = Slot();
+}
+
+void GpuProgram::Place(size_t b, const std::vector<int64_t>& shape) {
+  Release(b);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  slots_[b].mem = device_->Alloc((size_t)StorageBytes(kp_.buffers[b].dtype, n));
+  slots_[b].allocated = true;
+  slots_[b].shape = shape;
+}
+
+void GpuProgram::BindWeight(const std::string& name, const HostTensor& t) {
+  for (size_t b = 0; b < kp_.buffers.size(); ++b) {
+    const KBuffer& kb = kp_.buffers[b];
+    if (kb.kind != BufferKind::Weight || kb.name != name) continue;
+    if (t.dtype != kb.dtype)
+      throw Error("weight '" + name + "': dtype " + std::string(DTypeName(t.dtype)) + " given, graph expects " +
+                  std::string(DTypeName(kb.dtype)));
+    Place(b, t.shape);
+    device_->Upload(slots_[b].mem, t.data, (size_t)t.nbytes());
+    return;
+  }
+  for (const Node& n : graph_.nodes())
+    if (n.op == Op::Weight && n.name == name) return;  // fused away: not an error
+  throw Error("weight '" + name + "' is not used by this graph");
+}
+
+void GpuProgram::ResetState() {
+  for (size_t b = 0; b < kp_.buffers.size(); ++b)
+    if (kp_.buffers[b].kind == BufferKind::State) Release(b);
+}
+
+std::vector<HostTensor> GpuProgram::Run(const std::map<std::string, HostTensor>& inputs, const SymbolBindings& syms) {
+  SymbolBindings b = BindSymbols(graph_, inputs, syms);
+  // State writes must stay inside the state buffer; checked before anything is launched.
+  for (const Kernel& k : kp_.kernels) {
+    const Node& root = graph_.node(k.root);
+    if (root.op != Op::StateWrite) continue;
+    int64_t off = root.args[0].Eval(b), axis = root.axes[0];
+    int64_t len = graph_.node(root.inputs[1]).shape[axis].Eval(b), cap = root.shape[axis].Eval(b);
+    if (off < 0 || off + len > cap)
+      throw Error("state '" + root.name + "': writing positions [" + std::to_string(off) + ", " +
+                  std::to_string(off + len) + ") past its size " + std::to_string(cap));
+  }
+  for (size_t i = 0; i < kp_.buffers.size(); ++i) {
+    const KBuffer& kb = kp_.buffers[i];
+    std::vector<int64_t> shape = EvalShape(kb.shape, b);
+    switch (kb.kind) {
+      case BufferKind::Input: {
+        const HostTensor& t = inputs.at(kb.name);
+        if (t.dtype != kb.dtype)
+          throw Error("input '" + kb.name + "': dtype " + std::string(DTypeName(t.dtype)) + " given, graph expects " +
+                      std::string(DTypeName(kb.dtype)));
+        if (!slots_[i].allocated || slots_[i].shape != shape) Place(i, shape);
+        device_->Upload(slots_[i].mem, t.data, (size_t)t.nbytes());
+        break;
+      }
+      case BufferKind::Weight:
+        if (!slots_[i].allocated) throw Error("weight '" + kb.name + "' was not bound");
+        if (slots_[i].shape != shape) {
+          HostTensor probe;
+          probe.shape = slots_[i].shape;
+          throw Error("weight '" + kb.name + "': bound shape " + probe.ShapeString() + ", graph expects " +
+                      ShapeStr(kb.shape));
+        }
+        break;
+      case BufferKind::State:
+      case BufferKind::Intermediate:
+      case BufferKind::Output:
+        if (!slots_[i].allocated || slots_[i].shape != shape) Place(i, shape);
+        break;
+    }
+  }
+  std::vector<GpuArg> args;
+  for (size_t k = 0; k < kp_.kernels.size(); ++k) {
+    const GpuKernelPlan& plan = src_.kernels[k];
+    GpuLaunchDims dims = GpuLaunch(kp_.kernels[k], plan, b);
+    if (dims.elements == 0) continue;
+    args.clear();
+    for (int buf : plan.buffers) args.push_back(GpuArg::Buffer(slots_[buf].mem));
+    for (const std::string& s : kp_.symbols) args.push_back(GpuArg::Int(b.at(s)));
+    device_->Launch(*module_, function_of_[k], args, dims.groups, dims.threads);
+  }
+  device_->Finish();
+  std::vector<HostTensor> outs;
+  for (int ob : kp_.output_buffers) {
+    HostTensor raw = HostTensor::Zeros(kp_.buffers[ob].dtype, slots_[ob].shape);
+    device_->Download(raw.data, slots_[ob].mem, (size_t)raw.nbytes());
+    DType t = IsFloat(raw.dtype) ? DType::F32 : DType::I32;
+    if (raw.dtype == t) {
+      outs.push_back(std::move(raw));
+      continue;
+    }
+    HostTensor r = HostTensor::Zeros(t, raw.shape);
+    for (int64_t i = 0; i < r.numel(); ++i) StoreFromDouble(r.data, t, i, raw.At(i));
+    outs.push_back(std::move(r));
+  }
+  return outs;
+}
+
+}  // namespace prism

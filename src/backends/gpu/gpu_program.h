@@ -1,0 +1,72 @@
+// A graph compiled for a GPU-style device: kernels rendered in its dialect, buffers on the device.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/gpu/gpu_device.h"
+#include "compiler/kernel_ir.h"
+#include "ir/graph.h"
+#include "ir/host_tensor.h"
+
+namespace prism {
+
+struct GpuCompileOptions {
+  FusionOptions fusion;
+  GpuSchedule schedule;                 // for every kernel ...
+  std::vector<GpuSchedule> per_kernel;  // ... unless one per kernel is given (a schedule search)
+};
+
+struct GpuCompileStats {
+  int graph_nodes = 0;
+  int kernels = 0;
+  int functions = 0;           // distinct entry points after deduplication
+  int cooperative = 0;         // kernels rendered as work-group reductions
+  double plan_seconds = 0;     // fusion + lowering + rendering
+  double compile_seconds = 0;  // the device compiler
+};
+
+// The GPU counterpart of runtime/Program: same graph, same kernel IR, same Run contract
+// (symbols bind from input shapes; outputs come back as f32, or i32 for integer outputs).
+// Weights and state live on the device; state persists across runs until ResetState.
+class GpuProgram {
+ public:
+  static std::unique_ptr<GpuProgram> Compile(const Graph& g, std::shared_ptr<GpuDevice> device,
+                                             const GpuCompileOptions& opts = {});
+  ~GpuProgram();
+  GpuProgram(const GpuProgram&) = delete;
+  GpuProgram& operator=(const GpuProgram&) = delete;
+
+  void BindWeight(const std::string& name, const HostTensor& t);  // copies to the device
+  std::vector<HostTensor> Run(const std::map<std::string, HostTensor>& inputs, const SymbolBindings& syms = {});
+  void ResetState();
+
+  const Graph& graph() const { return graph_; }
+  const KernelProgram& kernels() const { return kp_; }
+  const GpuSource& source() const { return src_; }
+  const GpuCompileStats& stats() const { return stats_; }
+  GpuDevice& device() const { return *device_; }
+
+ private:
+  struct Slot {
+    GpuMem mem = 0;
+    bool allocated = false;
+    std::vector<int64_t> shape;
+  };
+  GpuProgram(const Graph& g, std::shared_ptr<GpuDevice> device) : graph_(g), device_(std::move(device)) {}
+  void Place(size_t b, const std::vector<int64_t>& shape);  // (re)allocates zero-filled storage
+  void Release(size_t b);
+
+  Graph graph_;
+  std::shared_ptr<GpuDevice> device_;
+  KernelProgram kp_;
+  GpuSource src_;
+  std::unique_ptr<GpuModule> module_;
+  std::vector<int> function_of_;  // kernel -> index into src_.functions
+  std::vector<Slot> slots_;       // per buffer
+  GpuCompileStats stats_;
+};
+
+}  // namespace prism

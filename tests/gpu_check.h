@@ -1,0 +1,51 @@
+// Test helper: runs a graph on a GPU-style device (OpenCL, CUDA) and against the interpreter.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/gpu/gpu_program.h"
+#include "graph_check.h"
+
+namespace prism::testing {
+
+struct GpuCheckStats {
+  int kernels = 0;
+  int cooperative = 0;
+  int runs = 0;
+};
+
+// Compiles g for the device with opts and compares every binding with the interpreter, using
+// the same random data as CheckGraph. stateful: bindings are successive steps of one program.
+inline GpuCheckStats CheckGpuGraph(const Graph& g, const std::vector<SymbolBindings>& bindings,
+                                   const std::shared_ptr<GpuDevice>& device, const GpuCompileOptions& opts,
+                                   double atol, double rtol, uint64_t seed, bool stateful, const std::string& what) {
+  GpuCheckStats st;
+  auto prog = GpuProgram::Compile(g, device, opts);
+  st.kernels = prog->stats().kernels;
+  st.cooperative = prog->stats().cooperative;
+  Interpreter interp(g);
+  for (size_t i = 0; i < bindings.size(); ++i) {
+    const SymbolBindings& b = bindings[i];
+    if (!stateful) {
+      interp.ResetState();
+      prog->ResetState();
+    }
+    auto weights = RandomTensors(g, Op::Weight, b, seed + 1000);
+    for (auto& [name, t] : weights) {
+      interp.BindWeight(name, t);
+      prog->BindWeight(name, t);
+    }
+    auto inputs = RandomTensors(g, Op::Input, b, stateful ? seed + 7 * i : seed);
+    auto want = interp.Run(inputs, b);
+    auto got = prog->Run(inputs, b);
+    std::string desc = what;
+    for (auto& [k, v] : b) desc += " " + k + "=" + std::to_string(v);
+    ExpectClose(want, got, atol, rtol, desc);
+    ++st.runs;
+  }
+  return st;
+}
+
+}  // namespace prism::testing

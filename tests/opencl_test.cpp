@@ -1,0 +1,223 @@
+// The OpenCL backend (on PoCL here and in CI) against the reference interpreter: every op graph
+// under each reduction schedule, fuzzed random graphs, state across steps, and rendering checks.
+// PRISM_GPU_FUZZ_COUNT sets how many random graphs (default 200); PRISM_FUZZ_SEED=S replays one.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <iostream>
+
+#include "backends/opencl/opencl_device.h"
+#include "codegen/gpu_renderer.h"
+#include "gpu_check.h"
+#include "op_graphs.h"
+#include "random_graph.h"
+
+namespace prism {
+namespace {
+
+// One device for the whole binary; null with the reason when there is no OpenCL platform.
+std::shared_ptr<GpuDevice> TestDevice(std::string* why) {
+  static std::shared_ptr<GpuDevice> dev;
+  static std::string reason;
+  static bool tried = false;
+  if (!tried) {
+    tried = true;
+    try {
+      dev = OpenClDevice::Open();
+      std::cout << "OpenCL device: " << dev->name() << "\n";
+    } catch (const Error& e) {
+      reason = e.what();
+    }
+  }
+  *why = reason;
+  return dev;
+}
+
+#define PRISM_REQUIRE_OPENCL(dev)              \
+  std::string why_;                            \
+  std::shared_ptr<GpuDevice> dev = TestDevice(&why_); \
+  if (!dev) GTEST_SKIP() << why_
+
+struct NamedSchedule {
+  const char* name;
+  GpuSchedule schedule;
+};
+
+std::vector<NamedSchedule> Schedules() {
+  GpuSchedule coop, per_thread, tiny_groups;
+  coop.reduce = GpuSchedule::Reduce::Cooperative;
+  coop.threads = 64;
+  per_thread.reduce = GpuSchedule::Reduce::PerThread;
+  per_thread.threads = 32;
+  tiny_groups.reduce = GpuSchedule::Reduce::Cooperative;  // 2 threads, 3 groups: grid-stride loops
+  tiny_groups.threads = 2;
+  tiny_groups.max_groups = 3;
+  return {{"auto", GpuSchedule{}}, {"cooperative", coop}, {"per_thread", per_thread}, {"tiny_groups", tiny_groups}};
+}
+
+int EnvInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+// Totals over the whole binary, printed at the end as the test's evidence.
+struct Totals {
+  int graphs = 0, kernels = 0, cooperative = 0, runs = 0;
+  ~Totals() {
+    if (graphs)
+      std::cout << "OpenCL verified: " << graphs << " compiled graphs, " << kernels << " kernels (" << cooperative
+                << " cooperative), " << runs << " runs against the interpreter\n";
+  }
+  void Add(const testing::GpuCheckStats& s) {
+    ++graphs;
+    kernels += s.kernels;
+    cooperative += s.cooperative;
+    runs += s.runs;
+  }
+} totals;
+
+class OpenClOps : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OpenClOps, MatchesInterpreterUnderEverySchedule) {
+  PRISM_REQUIRE_OPENCL(dev);
+  for (const testing::OpGraphCase& c : testing::OpGraphCases()) {
+    if (c.name != GetParam()) continue;
+    Graph g;
+    c.build(g);
+    int coop = 0, kernels = 0;
+    for (const NamedSchedule& s : Schedules()) {
+      SCOPED_TRACE(std::string("schedule ") + s.name);
+      GpuCompileOptions opts;
+      opts.schedule = s.schedule;
+      auto st = testing::CheckGpuGraph(g, c.bindings, dev, opts, c.atol, c.rtol, 1, c.stateful, c.name);
+      totals.Add(st);
+      coop += st.cooperative;
+      kernels += st.kernels;
+      if (s.schedule.reduce == GpuSchedule::Reduce::PerThread) EXPECT_EQ(st.cooperative, 0);
+    }
+    std::cout << c.name << ": " << kernels << " kernels over " << Schedules().size() << " schedules, " << coop
+              << " cooperative\n";
+    return;
+  }
+  FAIL() << "no case " << GetParam();
+}
+
+std::vector<std::string> CaseNames() {
+  std::vector<std::string> names;
+  for (const auto& c : testing::OpGraphCases()) names.push_back(c.name);
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Graphs, OpenClOps, ::testing::ValuesIn(CaseNames()),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+TEST(OpenCl, StateWritePastItsSizeIsAnErrorBeforeAnyLaunch) {
+  PRISM_REQUIRE_OPENCL(dev);
+  Graph g;
+  NodeId cache = g.State("cache", DType::F32, {Expr(4), Expr(2)});
+  NodeId v = g.Input("v", DType::F32, {Expr::Sym("n"), Expr(2)});
+  g.MarkOutput(g.StateWrite(cache, v, 0, Expr::Sym("past")), "cache_out");
+  auto prog = GpuProgram::Compile(g, dev);
+  SymbolBindings b{{"n", 3}, {"past", 2}};
+  auto in = testing::RandomTensors(g, Op::Input, b, 1);
+  EXPECT_THROW(prog->Run(in, b), Error);
+  EXPECT_THROW(prog->BindWeight("nope", HostTensor::Zeros(DType::F32, {1})), Error);
+}
+
+TEST(OpenCl, BuildErrorsCarryTheCompilerLog) {
+  PRISM_REQUIRE_OPENCL(dev);
+  try {
+    dev->Compile("__kernel void broken(__global float* a) { a[0] = undefined_name; }", {"broken"});
+    FAIL() << "expected a build error";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("clBuildProgram"), std::string::npos) << m;
+    EXPECT_NE(m.find("undefined_name"), std::string::npos) << m;
+  }
+}
+
+TEST(OpenCl, RandomGraphsMatchInterpreter) {
+  PRISM_REQUIRE_OPENCL(dev);
+  int count = EnvInt("PRISM_GPU_FUZZ_COUNT", 200);
+  int only = EnvInt("PRISM_FUZZ_SEED", -1);
+  int failures = 0, coop = 0, per_thread = 0;
+  for (int seed = 0; seed < count; ++seed) {
+    if (only >= 0 && seed != only) continue;
+    SCOPED_TRACE("fuzz seed " + std::to_string(seed) + " (replay: PRISM_FUZZ_SEED=" + std::to_string(seed) + ")");
+    Graph g;
+    testing::RandomGraphBuilder(seed).Build(&g);
+    // Rotate through the schedules; group sizes vary so partial groups and odd sizes appear.
+    GpuCompileOptions opts;
+    static const int kThreads[] = {1, 2, 7, 32, 64, 128};
+    opts.schedule.threads = kThreads[seed % 6];
+    opts.schedule.reduce = seed % 3 == 0   ? GpuSchedule::Reduce::Auto
+                           : seed % 3 == 1 ? GpuSchedule::Reduce::Cooperative
+                                           : GpuSchedule::Reduce::PerThread;
+    opts.schedule.cooperative_min = 4;
+    if (seed % 5 == 4) opts.schedule.max_groups = 2;
+    int before = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
+    try {
+      auto st = testing::CheckGpuGraph(g, {{{"n", 1}}, {{"n", 4}}}, dev, opts, 1e-3, 1e-3, seed, false, "fuzz graph");
+      totals.Add(st);
+      coop += st.cooperative;
+      per_thread += st.kernels - st.cooperative;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "exception: " << e.what() << "\n" << g.ToText();
+    }
+    int after = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
+    if (after != before) {
+      std::cerr << "failing fuzz graph, seed " << seed << ":\n" << g.ToText();
+      if (++failures >= 5) break;
+    }
+  }
+  if (only < 0) {
+    EXPECT_GT(coop, 0);
+    EXPECT_GT(per_thread, 0);
+  }
+  std::cout << "fuzzed " << (only >= 0 ? 1 : count) << " random graphs on OpenCL: " << coop
+            << " cooperative and " << per_thread << " per-thread kernels\n";
+}
+
+// Rendering properties that need no device.
+TEST(GpuRenderer, SchedulesAndDialectsAreExplicit) {
+  Graph g;
+  Tensor x{&g, g.Input("x", DType::F32, {Expr::Sym("n"), Expr(4096)})};
+  g.MarkOutput(x.sum({1}).id(), "wide");  // 4096-element reduction per output
+  g.MarkOutput(x.slice(1, 0, 8).sum({1}).id(), "narrow");
+  KernelProgram kp = BuildKernelProgram(g);
+  ASSERT_EQ(kp.kernels.size(), 2u);
+  GpuSource cl = GpuRenderer(GpuDialect::OpenCL).Render(kp);
+  EXPECT_TRUE(cl.kernels[0].cooperative);
+  EXPECT_FALSE(cl.kernels[1].cooperative);
+  EXPECT_NE(cl.source.find("__kernel"), std::string::npos);
+  EXPECT_NE(cl.source.find("barrier(CLK_LOCAL_MEM_FENCE)"), std::string::npos);
+  EXPECT_NE(cl.source.find("__local float prism_redf[256]"), std::string::npos);
+  GpuSchedule per_thread;
+  per_thread.reduce = GpuSchedule::Reduce::PerThread;
+  GpuSource cu = GpuRenderer(GpuDialect::Cuda).Render(kp, per_thread);
+  EXPECT_FALSE(cu.kernels[0].cooperative);
+  EXPECT_EQ(cu.source.find("__syncthreads"), std::string::npos);
+  EXPECT_NE(cu.source.find("extern \"C\" __global__ void __launch_bounds__(256)"), std::string::npos);
+  GpuSchedule odd;
+  odd.reduce = GpuSchedule::Reduce::Cooperative;
+  odd.threads = 100;  // a tree reduction needs a power of two
+  EXPECT_EQ(GpuRenderer(GpuDialect::Cuda).Render(kp, odd).kernels[0].threads, 64);
+  EXPECT_THROW(GpuRenderer(GpuDialect::Cuda).Render(kp, std::vector<GpuSchedule>(1)), Error);
+}
+
+TEST(GpuRenderer, IdenticalKernelsShareOneFunction) {
+  Graph g;
+  Expr n = Expr::Sym("n");
+  Tensor a{&g, g.Input("a", DType::F32, {n})}, b{&g, g.Input("b", DType::F32, {n})};
+  g.MarkOutput(a.sin().id(), "sa");
+  g.MarkOutput(b.sin().id(), "sb");  // same body over a different buffer
+  g.MarkOutput(b.sqrt().id(), "qb");
+  GpuSource s = GpuRenderer(GpuDialect::OpenCL).Render(BuildKernelProgram(g));
+  ASSERT_EQ(s.kernels.size(), 3u);
+  EXPECT_EQ(s.functions.size(), 2u);
+  EXPECT_EQ(s.kernels[0].function, s.kernels[1].function);
+  EXPECT_NE(s.kernels[1].buffers, s.kernels[0].buffers);
+}
+
+}  // namespace
+}  // namespace prism
