@@ -41,6 +41,7 @@ TEST(Expr, DivModOfMultiplesSimplify) {
   EXPECT_TRUE(Simplify((j * 8 + k) / (n * 8), r2).IsConst(0));
   EXPECT_EQ(Simplify((j * 8 + k) % (n * 8), r2), j * 8 + k);
   EXPECT_EQ(((j % n) % n).str(), (j % n).str());
+  EXPECT_EQ((k % 2 + (k / 2) * 2 + 5).str(), (k + 5).str());  // a split index recombines
   EXPECT_EQ(((i * (n * 8 + 8) + j) / (n * 8 + 8)).str(), (i + j / (n * 8 + 8)).str());
 }
 

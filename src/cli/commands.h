@@ -15,6 +15,7 @@ Runner AddChatCommand(CLI::App& app);
 Runner AddPerplexityCommand(CLI::App& app);
 Runner AddGraphCommand(CLI::App& app);
 Runner AddLogitsCommand(CLI::App& app);
+Runner AddBenchCommand(CLI::App& app);
 
 // The model `prism run` uses when none is named: the stories260K checkpoint shipped in models/.
 std::string DefaultModelPath();

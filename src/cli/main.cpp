@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   add("perplexity", prism::cli::AddPerplexityCommand(app));
   add("graph", prism::cli::AddGraphCommand(app));
   add("logits", prism::cli::AddLogitsCommand(app));
+  add("bench", prism::cli::AddBenchCommand(app));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -257,7 +257,8 @@ std::string RenderCpp(const KernelProgram& p) {
   std::ostringstream os;
   os << kPrelude;
   KernelRenderer r(p);
-  for (const Kernel& k : p.kernels) os << "\n" << r.Render(k);
+  for (const Kernel& k : p.kernels)
+    if (!k.gemm) os << "\n" << r.Render(k);  // template kernels run the runtime's micro-kernels
   return os.str();
 }
 

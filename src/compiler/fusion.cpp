@@ -19,7 +19,43 @@ int OwnCost(Op op) {
 
 bool IsLeafBuffer(Op op) { return op == Op::Input || op == Op::Weight || op == Op::State; }
 
+// Follows views (and a dtype cast) down to their source.
+NodeId Through(const Graph& g, NodeId n, bool allow_cast) {
+  while (true) {
+    const Node& nd = g.node(n);
+    if (nd.op == Op::Reshape || nd.op == Op::Expand || (allow_cast && nd.op == Op::Cast)) n = nd.inputs[0];
+    else return n;
+  }
+}
+
 }  // namespace
+
+std::optional<LinearMatch> MatchLinear(const Graph& g, NodeId reduce) {
+  const Node& r = g.node(reduce);
+  if (r.op != Op::SumReduce || r.axes.size() != 1 || r.axes[0] != (int64_t)r.shape.size() - 1) return std::nullopt;
+  const Node& mul = g.node(r.inputs[0]);
+  if (mul.op != Op::Mul || mul.shape.size() < 2 || r.dtype != DType::F32) return std::nullopt;
+  const Expr& k = mul.shape.back();
+  const Expr& n = mul.shape[mul.shape.size() - 2];
+  if (!k.IsConst() || !n.IsConst()) return std::nullopt;
+  for (int side = 0; side < 2; ++side) {
+    NodeId w = Through(g, mul.inputs[side], true);
+    const Node& wn = g.node(w);
+    if (wn.op != Op::Weight || wn.shape.size() != 2 || wn.shape[0] != n || wn.shape[1] != k) continue;
+    // The activation side: x [..., K] viewed as [..., 1, K] and broadcast over N.
+    NodeId xv = mul.inputs[1 - side];
+    const Node& ex = g.node(xv);
+    if (ex.op != Op::Expand) continue;
+    const Node& rs = g.node(ex.inputs[0]);
+    if (rs.op != Op::Reshape || rs.shape.size() < 2 || !rs.shape[rs.shape.size() - 2].IsConst(1)) continue;
+    NodeId x = rs.inputs[0];
+    const Node& xn = g.node(x);
+    if (xn.dtype != DType::F32 || xn.shape.empty() || xn.shape.back() != k) continue;
+    if (xn.shape.size() + 1 != rs.shape.size()) continue;
+    return LinearMatch{x, w};
+  }
+  return std::nullopt;
+}
 
 std::vector<bool> ChooseRealized(const Graph& g, const FusionOptions& opts, const std::set<NodeId>& forced) {
   const int32_t n = g.size();
@@ -48,6 +84,12 @@ std::vector<bool> ChooseRealized(const Graph& g, const FusionOptions& opts, cons
     }
   }
 
+  // The template GEMM reads its activation from a buffer and writes its own output buffer.
+  std::vector<bool> template_side(n, false);
+  if (opts.templates)
+    for (NodeId i = 0; i < n; ++i)
+      if (auto m = MatchLinear(g, i)) template_side[i] = template_side[m->x] = true;
+
   std::vector<bool> realized(n, false);
   std::vector<int> cost(n, 0);
   for (NodeId i = 0; i < n; ++i) {
@@ -56,7 +98,7 @@ std::vector<bool> ChooseRealized(const Graph& g, const FusionOptions& opts, cons
     for (NodeId x : nd.inputs)
       if (!realized[x]) c += cost[x];
     bool r = false;
-    if (IsLeafBuffer(nd.op) || nd.op == Op::StateWrite || is_output[i] || forced.count(i)) {
+    if (IsLeafBuffer(nd.op) || nd.op == Op::StateWrite || is_output[i] || forced.count(i) || template_side[i]) {
       r = true;
     } else if (nd.op == Op::Constant || nd.op == Op::Iota || IsMovement(nd.op)) {
       r = false;

@@ -1,6 +1,7 @@
 // Fusion: decides which graph nodes get their own buffer; everything else is fused into consumers.
 #pragma once
 
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -12,5 +13,13 @@ namespace prism {
 // computed nodes that are too costly to recompute in every consumer). `forced` nodes are
 // realized regardless (lowering forces reductions it finds would be recomputed per element).
 std::vector<bool> ChooseRealized(const Graph& g, const FusionOptions& opts, const std::set<NodeId>& forced);
+
+// A SumReduce node computing x · Wᵀ over the last axis, with W a [N, K] weight: the operands the
+// template GEMM needs. x must be realized (it is in `ChooseRealized` when templates are on).
+struct LinearMatch {
+  NodeId x;
+  NodeId weight;
+};
+std::optional<LinearMatch> MatchLinear(const Graph& g, NodeId reduce);
 
 }  // namespace prism

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,15 @@ struct KValue {
   std::vector<Expr> rextents;
 };
 
+// A kernel the template tier computes with a hand-written micro-kernel instead of its value tree:
+// out[m, n] = sum_k a[m, k] * w[n, k] (a: an f32 buffer [M, K]; w: a weight [N, K] in any dtype).
+struct GemmTemplate {
+  int a_buffer;
+  int w_buffer;
+  Expr m;
+  int64_t n, k;
+};
+
 struct Kernel {
   std::string name;
   int out_buffer;
@@ -56,6 +66,9 @@ struct Kernel {
   std::vector<NodeId> fused;      // graph nodes computed inside this kernel (for reports)
   // Arithmetic intensity inputs for the runtime's threading choice and reports.
   Expr reduce_size;               // product of reduction extents per output element
+  // Set when the kernel matches a template micro-kernel; the value tree stays valid, so a backend
+  // without the template (or a search comparing tiers) can still use the generated form.
+  std::optional<GemmTemplate> gemm;
 };
 
 struct KernelProgram {
@@ -68,7 +81,8 @@ struct KernelProgram {
 };
 
 struct FusionOptions {
-  bool fuse = true;  // false: every non-view node is its own kernel (a baseline for comparisons)
+  bool fuse = true;       // false: every non-view node is its own kernel (a baseline for comparisons)
+  bool templates = true;  // match x · Wᵀ with weight W to the template GEMM tier
 };
 
 // Decides which nodes get buffers, cuts the graph into kernels and lowers each to the kernel IR.

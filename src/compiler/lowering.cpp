@@ -261,6 +261,14 @@ KernelProgram BuildKernelProgram(const Graph& g, const FusionOptions& opts) {
       if (op == Op::Input || op == Op::Weight || op == Op::State) continue;
       Kernel k = lw.Build(i, buffer_of[i]);
       k.name = "k" + std::to_string(p.kernels.size()) + "_" + std::string(OpName(op));
+      if (opts.templates)
+        if (auto m = MatchLinear(g, i); m && buffer_of[m->x] >= 0) {
+          const auto& xs = g.node(m->x).shape;
+          std::vector<Expr> lead(xs.begin(), xs.end() - 1);
+          const auto& ws = g.node(m->weight).shape;
+          k.gemm = GemmTemplate{buffer_of[m->x], buffer_of[m->weight], Product(lead), ws[0].value(), ws[1].value()};
+          k.name += "_gemm";
+        }
       p.kernels.push_back(std::move(k));
     }
     // Outputs: a computed node's own buffer, else a copy into a fresh output buffer.

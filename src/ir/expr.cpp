@@ -99,7 +99,27 @@ Expr Term(const Expr& x, int64_t c) {
   return MakeExpr(Expr::Kind::Mul, {Expr(c), x}, 0, "");
 }
 
-Expr FromLinear(const Linear& lin) {
+// (x % c) * k + (x / c) * (c * k) == x * k: recombine a split index.
+void Recombine(Linear* lin) {
+  for (auto& [key, tc] : lin->terms) {
+    const Expr& t = tc.first;
+    if (t.kind() != Expr::Kind::Mod || tc.second == 0 || !t.args()[1].IsConst()) continue;
+    const Expr& x = t.args()[0];
+    int64_t c = t.args()[1].value();
+    Expr div = MakeExpr(Expr::Kind::Div, {x, t.args()[1]}, 0, "");
+    auto it = lin->terms.find(div.str());
+    if (it == lin->terms.end() || it->second.second != c * tc.second) continue;
+    int64_t k = tc.second;
+    tc.second = 0;
+    it->second.second = 0;
+    Accumulate(lin, x, k);
+    return Recombine(lin);  // the map changed: start over
+  }
+}
+
+Expr FromLinear(const Linear& in) {
+  Linear lin = in;
+  Recombine(&lin);
   std::vector<Expr> terms;
   for (const auto& [key, tc] : lin.terms)
     if (tc.second != 0) terms.push_back(Term(tc.first, tc.second));

@@ -21,12 +21,44 @@ std::vector<Expr> UnravelIndex(const std::vector<Expr>& shape, const Expr& linea
   return idx;
 }
 
+// Reshape maps groups of adjacent axes whose sizes multiply to the same value independently, so
+// a split or merge costs one division at most and unrelated axes never enter a linear index.
+// Falls back to the whole linear offset when the sizes cannot be grouped symbolically.
+static std::vector<Expr> ReshapeIndex(const std::vector<Expr>& in, const std::vector<Expr>& out,
+                                      const std::vector<Expr>& idx) {
+  std::vector<Expr> src(in.size(), Expr(0));
+  size_t i = 0, j = 0;
+  auto exact = [](const Expr& a, const Expr& b) {  // a / b divides without remainder, symbolically
+    Expr q = a / b;
+    return q.kind() != Expr::Kind::Div && (a % b).IsConst(0);
+  };
+  while (true) {
+    while (i < in.size() && in[i].IsConst(1)) ++i;
+    while (j < out.size() && out[j].IsConst(1)) ++j;
+    if (i == in.size() || j == out.size()) {
+      if (i != in.size() || j != out.size()) return UnravelIndex(in, LinearIndex(out, idx));
+      return src;
+    }
+    size_t i0 = i, j0 = j;
+    Expr pi = in[i++], po = out[j++];
+    while (pi != po) {
+      if (exact(po, pi) && i < in.size()) pi = pi * in[i++];
+      else if (exact(pi, po) && j < out.size()) po = po * out[j++];
+      else return UnravelIndex(in, LinearIndex(out, idx));
+    }
+    std::vector<Expr> og(out.begin() + j0, out.begin() + j), oi(idx.begin() + j0, idx.begin() + j);
+    std::vector<Expr> ig(in.begin() + i0, in.begin() + i);
+    std::vector<Expr> part = UnravelIndex(ig, LinearIndex(og, oi));
+    for (size_t a = 0; a < part.size(); ++a) src[i0 + a] = part[a];
+  }
+}
+
 SourceIndex MapThroughMovement(const Node& n, const std::vector<Expr>& in_shape, const std::vector<Expr>& idx) {
   SourceIndex s{{}, Expr(1)};
   size_t rank = in_shape.size();
   switch (n.op) {
     case Op::Reshape:
-      s.index = UnravelIndex(in_shape, LinearIndex(n.shape, idx));
+      s.index = ReshapeIndex(in_shape, n.shape, idx);
       break;
     case Op::Permute:
       s.index.resize(rank);

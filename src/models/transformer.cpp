@@ -127,13 +127,14 @@ class Builder {
     if (arch == "gpt2") {
       prefix_ = Has("transformer.wte.weight") ? "transformer." : "";
       Tensor wte = W(prefix_ + "wte.weight", {vocab, d});
-      h = Embedding(wte, tokens) + Embedding(W(prefix_ + "wpe.weight", {cfg_.max_position, d}), pos);
+      h = Embedding(wte, tokens).cast(DType::F32) +
+          Embedding(W(prefix_ + "wpe.weight", {cfg_.max_position, d}), pos).cast(DType::F32);
       for (int64_t l = 0; l < cfg_.num_layers; ++l) h = Gpt2Layer(l, h, past);
       h = LayerNorm(LastOrAll(h), W(prefix_ + "ln_f.weight", {d}), W(prefix_ + "ln_f.bias", {d}), cfg_.norm_eps);
       logits = Linear(h, Has("lm_head.weight") ? W("lm_head.weight", {vocab, d}) : wte);
     } else {
       Tensor emb = W("model.embed_tokens.weight", {vocab, d});
-      h = Embedding(emb, tokens);
+      h = Embedding(emb, tokens).cast(DType::F32);  // activations stay f32 whatever the weights' dtype
       RopeScaling rs{cfg_.rope_factor, cfg_.rope_low_freq_factor, cfg_.rope_high_freq_factor,
                      (double)cfg_.rope_original_max_position};
       Tensor inv_freq = RopeInvFreq(g_, cfg_.head_dim, cfg_.rope_theta, rs);

@@ -1,9 +1,13 @@
 // A compiled program: plans kernels, JIT-compiles them, binds buffers and runs steps on a pool.
 #include "runtime/program.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
+#include "backends/cpu/gemm.h"
 #include "codegen/cpp_renderer.h"
 #include "ir/error.h"
 
@@ -35,8 +39,35 @@ std::unique_ptr<Program> Program::Compile(const Graph& g, const CompileOptions& 
 Program::Program(const Graph& g, KernelProgram kp, std::string source, JitLibrary lib, int threads)
     : graph_(g), kp_(std::move(kp)), source_(std::move(source)), lib_(std::move(lib)),
       pool_(std::make_unique<ThreadPool>(threads)) {
-  for (const Kernel& k : kp_.kernels) fns_.push_back(reinterpret_cast<KernelFn>(lib_.Symbol(k.name)));
+  for (const Kernel& k : kp_.kernels)
+    fns_.push_back(k.gemm ? nullptr : reinterpret_cast<KernelFn>(lib_.Symbol(k.name)));
   storage_.resize(kp_.buffers.size());
+  kernel_seconds_.assign(kp_.kernels.size(), 0);
+  kernel_calls_.assign(kp_.kernels.size(), 0);
+  const char* prof = std::getenv("PRISM_PROFILE");
+  profile_ = prof && *prof && std::string(prof) != "0";
+}
+
+Program::~Program() {
+  if (profile_ && std::getenv("PRISM_PROFILE")) std::fputs(ProfileTable().c_str(), stderr);
+}
+
+std::string Program::ProfileTable() const {
+  std::vector<size_t> order(kp_.kernels.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return kernel_seconds_[a] > kernel_seconds_[b]; });
+  double total = 0;
+  for (double s : kernel_seconds_) total += s;
+  std::string out = "kernel profile (" + std::to_string(kp_.kernels.size()) + " kernels, " +
+                    std::to_string(total * 1e3) + " ms total)\n";
+  char line[256];
+  for (size_t i = 0; i < order.size() && i < 25; ++i) {
+    size_t k = order[i];
+    std::snprintf(line, sizeof line, "  %6.2f%%  %10.3f ms  %8lld calls  %s\n", total > 0 ? 100 * kernel_seconds_[k] / total : 0,
+                  kernel_seconds_[k] * 1e3, (long long)kernel_calls_[k], kp_.kernels[k].name.c_str());
+    out += line;
+  }
+  return out;
 }
 
 void Program::BindWeight(const std::string& name, HostTensor t) {
@@ -60,8 +91,27 @@ void Program::ResetState() {
     if (kp_.buffers[b].kind == BufferKind::State) storage_[b] = HostTensor();
 }
 
+void Program::LaunchGemm(const Kernel& kn, void* const* bufs, const SymbolBindings& b) {
+  const GemmTemplate& gm = *kn.gemm;
+  int64_t m = gm.m.Eval(b);
+  if (m <= 0) return;
+  const float* a = static_cast<const float*>(bufs[gm.a_buffer]);
+  const void* w = bufs[gm.w_buffer];
+  float* y = static_cast<float*>(bufs[kn.out_buffer]);
+  DType wt = kp_.buffers[gm.w_buffer].dtype;
+  int threads = pool_->size();
+  if (threads == 1 || m * gm.n * gm.k < 65536) return GemmRows(a, m, gm.k, w, wt, y, gm.n, 0, gm.n);
+  // Threads split the weight rows (in tiles of 4): each weight byte is read by one thread only.
+  int64_t tiles = (gm.n + 3) / 4;
+  pool_->ParallelFor(threads, [&](int t) {
+    int64_t nb = std::min(gm.n, tiles * t / threads * 4), ne = std::min(gm.n, tiles * (t + 1) / threads * 4);
+    GemmRows(a, m, gm.k, w, wt, y, gm.n, nb, ne);
+  });
+}
+
 void Program::Launch(size_t k, void* const* bufs, const int64_t* syms, const SymbolBindings& b) {
   const Kernel& kn = kp_.kernels[k];
+  if (kn.gemm) return LaunchGemm(kn, bufs, b);
   int64_t total = 1;
   for (const Expr& e : kn.extents) total *= e.Eval(b);
   if (total <= 0) return;
@@ -122,7 +172,14 @@ std::vector<HostTensor> Program::Run(const std::map<std::string, HostTensor>& in
         throw Error("state '" + root.name + "': writing positions [" + std::to_string(off) + ", " +
                     std::to_string(off + len) + ") past its size " + std::to_string(cap));
     }
+    if (!profile_) {
+      Launch(k, ptrs.data(), sym_values.data(), b);
+      continue;
+    }
+    auto t0 = std::chrono::steady_clock::now();
     Launch(k, ptrs.data(), sym_values.data(), b);
+    kernel_seconds_[k] += Seconds(t0);
+    kernel_calls_[k]++;
   }
   std::vector<HostTensor> outs;
   for (int ob : kp_.output_buffers) {

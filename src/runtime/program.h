@@ -46,10 +46,16 @@ class Program {
   const std::string& source() const { return source_; }
   const CompileStats& stats() const { return stats_; }
   int threads() const { return pool_->size(); }
+  // Per-kernel wall time accumulated over runs when profiling is on ($PRISM_PROFILE=1 turns it on
+  // for every program and prints the table when the program is destroyed).
+  void EnableProfile(bool on) { profile_ = on; }
+  std::string ProfileTable() const;
+  ~Program();
 
  private:
   Program(const Graph& g, KernelProgram kp, std::string source, JitLibrary lib, int threads);
   void Launch(size_t k, void* const* bufs, const int64_t* syms, const SymbolBindings& b);
+  void LaunchGemm(const Kernel& k, void* const* bufs, const SymbolBindings& b);
 
   Graph graph_;
   KernelProgram kp_;
@@ -59,6 +65,9 @@ class Program {
   std::unique_ptr<ThreadPool> pool_;
   std::vector<HostTensor> storage_;  // per buffer: weights, state and scratch; inputs are borrowed per run
   CompileStats stats_;
+  bool profile_ = false;
+  std::vector<double> kernel_seconds_;
+  std::vector<int64_t> kernel_calls_;
 };
 
 }  // namespace prism

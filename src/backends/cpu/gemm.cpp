@@ -1,0 +1,152 @@
+// Template-tier CPU micro-kernels: Y = A · Wᵀ for an f32 activation A and a weight W in any dtype.
+// AVX-512 register-blocked tiles (4 activation rows x 4 weight rows) with weights converted to f32
+// in registers, chosen at run time by CPU feature detection; a scalar path elsewhere.
+#include "backends/cpu/gemm.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+
+namespace prism {
+namespace {
+
+// Byte offset of weight row n for each storage type.
+int64_t RowBytes(DType t, int64_t k) { return StorageBytes(t, k); }
+
+float LoadScalar(const uint8_t* row, DType t, int64_t kk) {
+  return (float)LoadAsDouble(row, t, kk);
+}
+
+void GemmScalar(const float* a, int64_t m, int64_t k, const void* w, DType wt, float* y, int64_t n_total,
+                int64_t n_begin, int64_t n_end) {
+  const uint8_t* wb = static_cast<const uint8_t*>(w);
+  const int64_t rb = RowBytes(wt, k);
+  for (int64_t n = n_begin; n < n_end; ++n) {
+    const uint8_t* row = wb + n * rb;
+    for (int64_t i = 0; i < m; ++i) {
+      float s = 0;
+      for (int64_t kk = 0; kk < k; ++kk) s += a[i * k + kk] * LoadScalar(row, wt, kk);
+      y[i * n_total + n] = s;
+    }
+  }
+}
+
+#define PRISM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,f16c,fma")))
+
+// 16 weights starting at element kk of a row, as f32 (mask covers a partial tail for plain types;
+// quantized rows are whole 32-element blocks).
+template <DType T>
+PRISM_AVX512 inline __m512 LoadW16(const uint8_t* row, int64_t kk, __mmask16 mask) {
+  if constexpr (T == DType::F32) {
+    return _mm512_maskz_loadu_ps(mask, reinterpret_cast<const float*>(row) + kk);
+  } else if constexpr (T == DType::F16) {
+    __m256i h = _mm256_maskz_loadu_epi16(mask, reinterpret_cast<const uint16_t*>(row) + kk);
+    return _mm512_cvtph_ps(h);
+  } else if constexpr (T == DType::BF16) {
+    __m256i h = _mm256_maskz_loadu_epi16(mask, reinterpret_cast<const uint16_t*>(row) + kk);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  } else if constexpr (T == DType::Q8_0) {
+    const uint8_t* blk = row + (kk / 32) * sizeof(BlockQ8_0);
+    __m512 d = _mm512_set1_ps(_cvtsh_ss(*reinterpret_cast<const uint16_t*>(blk)));
+    __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + (kk % 32)));
+    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+  } else {  // Q4_0: elements 0..15 are low nibbles, 16..31 high nibbles of the 16 bytes
+    const uint8_t* blk = row + (kk / 32) * sizeof(BlockQ4_0);
+    __m512 d = _mm512_set1_ps(_cvtsh_ss(*reinterpret_cast<const uint16_t*>(blk)));
+    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
+    __m512i q = (kk % 32) ? _mm512_srli_epi32(b, 4) : _mm512_and_si512(b, _mm512_set1_epi32(15));
+    q = _mm512_sub_epi32(q, _mm512_set1_epi32(8));
+    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(q));
+  }
+}
+
+// MR activation rows x NR weight rows; acc[i][j] holds 16 partial sums of y[i, j].
+template <DType T, int MR, int NR>
+PRISM_AVX512 void Tile(const float* a, int64_t lda, const uint8_t* w, int64_t row_bytes, int64_t k, float* y,
+                       int64_t ldy) {
+  __m512 acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+  for (int64_t kk = 0; kk < k; kk += 16) {
+    __mmask16 mask = k - kk >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - kk)) - 1);
+    __m512 wv[NR];
+    for (int j = 0; j < NR; ++j) wv[j] = LoadW16<T>(w + j * row_bytes, kk, mask);
+    for (int i = 0; i < MR; ++i) {
+      __m512 av = _mm512_maskz_loadu_ps(mask, a + i * lda + kk);
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_fmadd_ps(av, wv[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) y[i * ldy + j] = _mm512_reduce_add_ps(acc[i][j]);
+}
+
+template <DType T, int NR>
+PRISM_AVX512 void TileRows(int mr, const float* a, int64_t lda, const uint8_t* w, int64_t rb, int64_t k, float* y,
+                           int64_t ldy) {
+  switch (mr) {
+    case 4: return Tile<T, 4, NR>(a, lda, w, rb, k, y, ldy);
+    case 3: return Tile<T, 3, NR>(a, lda, w, rb, k, y, ldy);
+    case 2: return Tile<T, 2, NR>(a, lda, w, rb, k, y, ldy);
+    default: return Tile<T, 1, NR>(a, lda, w, rb, k, y, ldy);
+  }
+}
+
+template <DType T>
+PRISM_AVX512 void GemmAvx512(const float* a, int64_t m, int64_t k, const void* w, float* y, int64_t n_total,
+                             int64_t n_begin, int64_t n_end) {
+  const uint8_t* wb = static_cast<const uint8_t*>(w);
+  const int64_t rb = RowBytes(T, k);
+  constexpr int64_t kMBlock = 64;  // activation rows kept hot in cache while weight tiles stream
+  for (int64_t m0 = 0; m0 < m; m0 += kMBlock) {
+    int64_t m1 = std::min(m, m0 + kMBlock);
+    for (int64_t n = n_begin; n < n_end; n += 4) {
+      int nr = (int)std::min<int64_t>(4, n_end - n);
+      for (int64_t i = m0; i < m1; i += 4) {
+        int mr = (int)std::min<int64_t>(4, m1 - i);
+        const float* ai = a + i * k;
+        const uint8_t* wn = wb + n * rb;
+        float* yi = y + i * n_total + n;
+        switch (nr) {
+          case 4: TileRows<T, 4>(mr, ai, k, wn, rb, k, yi, n_total); break;
+          case 3: TileRows<T, 3>(mr, ai, k, wn, rb, k, yi, n_total); break;
+          case 2: TileRows<T, 2>(mr, ai, k, wn, rb, k, yi, n_total); break;
+          default: TileRows<T, 1>(mr, ai, k, wn, rb, k, yi, n_total); break;
+        }
+      }
+    }
+  }
+}
+
+bool HasAvx512() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  return has;
+}
+
+}  // namespace
+
+const char* GemmIsa() { return HasAvx512() ? "avx512" : "scalar"; }
+
+bool GemmSupports(DType wt, int64_t k) {
+  switch (wt) {
+    case DType::F32: case DType::F16: case DType::BF16: return k > 0;
+    case DType::Q8_0: case DType::Q4_0: return k > 0 && k % kQuantBlock == 0;
+    default: return false;
+  }
+}
+
+void GemmRows(const float* a, int64_t m, int64_t k, const void* w, DType wt, float* y, int64_t n_total,
+              int64_t n_begin, int64_t n_end) {
+  if (n_begin >= n_end || m <= 0) return;
+  if (!HasAvx512()) return GemmScalar(a, m, k, w, wt, y, n_total, n_begin, n_end);
+  switch (wt) {
+    case DType::F32: return GemmAvx512<DType::F32>(a, m, k, w, y, n_total, n_begin, n_end);
+    case DType::F16: return GemmAvx512<DType::F16>(a, m, k, w, y, n_total, n_begin, n_end);
+    case DType::BF16: return GemmAvx512<DType::BF16>(a, m, k, w, y, n_total, n_begin, n_end);
+    case DType::Q8_0: return GemmAvx512<DType::Q8_0>(a, m, k, w, y, n_total, n_begin, n_end);
+    case DType::Q4_0: return GemmAvx512<DType::Q4_0>(a, m, k, w, y, n_total, n_begin, n_end);
+    default: return GemmScalar(a, m, k, w, wt, y, n_total, n_begin, n_end);
+  }
+}
+
+}  // namespace prism

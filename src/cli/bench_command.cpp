@@ -1,0 +1,109 @@
+// `prism bench`: llama-bench style prompt-processing (ppN) and generation (tgN) tokens/s.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "ir/error.h"
+#include "runtime/language_model.h"
+
+namespace prism::cli {
+
+namespace {
+
+std::vector<int> ParseList(const std::string& s) {
+  std::vector<int> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    v.push_back(std::stoi(item));
+  }
+  return v;
+}
+
+struct Stat {
+  double mean, stdev;
+};
+
+Stat MeanStd(const std::vector<double>& xs) {
+  double m = 0, v = 0;
+  for (double x : xs) m += x;
+  m /= xs.size();
+  for (double x : xs) v += (x - m) * (x - m);
+  return {m, xs.size() > 1 ? std::sqrt(v / (xs.size() - 1)) : 0.0};
+}
+
+}  // namespace
+
+Runner AddBenchCommand(CLI::App& app) {
+  auto* cmd = app.add_subcommand("bench", "Prompt-processing and generation speed, llama-bench style");
+  struct Opts {
+    std::string model, prompts = "128,512", threads = "1,2", tokenizer;
+    int gen = 128, reps = 3;
+    bool json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("model", o->model, "model path (default: the shipped stories260K)");
+  cmd->add_option("-p,--n-prompt", o->prompts, "prompt lengths, comma-separated (ppN)")->capture_default_str();
+  cmd->add_option("-n,--n-gen", o->gen, "generated tokens (tgN); 0 skips")->capture_default_str();
+  cmd->add_option("-t,--threads", o->threads, "thread counts, comma-separated")->capture_default_str();
+  cmd->add_option("-r,--repetitions", o->reps, "timed repetitions after one warm-up")->capture_default_str();
+  cmd->add_flag("--json", o->json, "one JSON object per line instead of a table");
+  cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file (llama2.c checkpoints)");
+  return [o]() {
+    std::string path = o->model.empty() ? DefaultModelPath() : o->model;
+    std::vector<int> prompts = ParseList(o->prompts), threads = ParseList(o->threads);
+    int max_prompt = prompts.empty() ? 0 : *std::max_element(prompts.begin(), prompts.end());
+    if (!o->json) std::printf("| model | test | threads | tokens/s |\n| --- | --- | ---: | ---: |\n");
+    for (int t : threads) {
+      LoadOptions lo{o->tokenizer, std::max<int64_t>(max_prompt, o->gen) + 8, t};
+      auto lm = LanguageModel::Load(path, lo);
+      std::mt19937 rng(1234);
+      std::uniform_int_distribution<int32_t> tok(0, (int32_t)lm->config().vocab_size - 1);
+      auto report = [&](const std::string& test, const std::vector<double>& tps) {
+        Stat s = MeanStd(tps);
+        if (o->json) {
+          nlohmann::json j{{"model", path}, {"test", test}, {"threads", t}, {"tokens_per_second", s.mean},
+                           {"stdev", s.stdev}, {"samples", tps}};
+          std::printf("%s\n", j.dump().c_str());
+        } else {
+          std::printf("| %s | %s | %d | %.2f ± %.2f |\n", path.c_str(), test.c_str(), t, s.mean, s.stdev);
+        }
+        std::fflush(stdout);
+      };
+      for (int p : prompts) {
+        std::vector<double> tps;
+        for (int r = 0; r <= o->reps; ++r) {  // repetition 0 is the warm-up
+          std::vector<int32_t> ids(p);
+          for (auto& x : ids) x = tok(rng);
+          lm->Reset();
+          auto t0 = std::chrono::steady_clock::now();
+          lm->Forward(ids);
+          double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          if (r > 0) tps.push_back(p / sec);
+        }
+        report("pp" + std::to_string(p), tps);
+      }
+      if (o->gen > 0) {
+        std::vector<double> tps;
+        for (int r = 0; r <= o->reps; ++r) {
+          lm->Reset();
+          lm->Forward({tok(rng)});  // generation starts after one token, as llama-bench does
+          auto t0 = std::chrono::steady_clock::now();
+          for (int i = 0; i < o->gen; ++i) lm->Forward({tok(rng)});
+          double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          if (r > 0) tps.push_back(o->gen / sec);
+        }
+        report("tg" + std::to_string(o->gen), tps);
+      }
+    }
+    return 0;
+  };
+}
+
+}  // namespace prism::cli
