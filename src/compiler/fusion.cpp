@@ -44,9 +44,8 @@ std::optional<LinearMatch> MatchLinear(const Graph& g, NodeId reduce) {
     if (wn.op != Op::Weight || wn.shape.size() != 2 || wn.shape[0] != n || wn.shape[1] != k) continue;
     // The activation side: x [..., K] viewed as [..., 1, K] and broadcast over N.
     NodeId xv = mul.inputs[1 - side];
-    const Node& ex = g.node(xv);
-    if (ex.op != Op::Expand) continue;
-    const Node& rs = g.node(ex.inputs[0]);
+    if (g.node(xv).op == Op::Expand) xv = g.node(xv).inputs[0];  // no Expand when N == 1
+    const Node& rs = g.node(xv);
     if (rs.op != Op::Reshape || rs.shape.size() < 2 || !rs.shape[rs.shape.size() - 2].IsConst(1)) continue;
     NodeId x = rs.inputs[0];
     const Node& xn = g.node(x);

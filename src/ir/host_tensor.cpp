@@ -77,23 +77,32 @@ std::vector<int64_t> EvalShape(const std::vector<Expr>& shape, const SymbolBindi
   return out;
 }
 
+std::vector<const Node*> InputNodes(const Graph& g) {
+  std::vector<const Node*> v;
+  for (const Node& n : g.nodes())
+    if (n.op == Op::Input) v.push_back(&n);
+  return v;
+}
+
 SymbolBindings BindSymbols(const Graph& g, const std::map<std::string, HostTensor>& inputs,
                            const SymbolBindings& explicit_bindings) {
+  return BindSymbols(InputNodes(g), g.Symbols(), inputs, explicit_bindings);
+}
+
+SymbolBindings BindSymbols(const std::vector<const Node*>& graph_inputs, const std::vector<std::string>& symbols,
+                           const std::map<std::string, HostTensor>& inputs, const SymbolBindings& explicit_bindings) {
   SymbolBindings b = explicit_bindings;
-  std::vector<const Node*> graph_inputs;
-  for (const Node& n : g.nodes()) {
-    if (n.op != Op::Input) continue;
-    graph_inputs.push_back(&n);
-    auto it = inputs.find(n.name);
-    if (it == inputs.end()) throw Error("missing input '" + n.name + "' of shape " + ShapeStr(n.shape));
+  for (const Node* n : graph_inputs) {
+    auto it = inputs.find(n->name);
+    if (it == inputs.end()) throw Error("missing input '" + n->name + "' of shape " + ShapeStr(n->shape));
     const HostTensor& t = it->second;
-    if (t.shape.size() != n.shape.size())
-      throw Error("input '" + n.name + "': rank " + std::to_string(t.shape.size()) + " given, graph expects " +
-                  ShapeStr(n.shape));
-    for (size_t i = 0; i < n.shape.size(); ++i)
-      if (n.shape[i].kind() == Expr::Kind::Sym && !b.count(n.shape[i].name())) b[n.shape[i].name()] = t.shape[i];
+    if (t.shape.size() != n->shape.size())
+      throw Error("input '" + n->name + "': rank " + std::to_string(t.shape.size()) + " given, graph expects " +
+                  ShapeStr(n->shape));
+    for (size_t i = 0; i < n->shape.size(); ++i)
+      if (n->shape[i].kind() == Expr::Kind::Sym && !b.count(n->shape[i].name())) b[n->shape[i].name()] = t.shape[i];
   }
-  for (const std::string& s : g.Symbols())
+  for (const std::string& s : symbols)
     if (!b.count(s)) throw Error("unbound symbol '" + s + "': give it a value or an input whose shape binds it");
   for (const Node* n : graph_inputs) {
     const HostTensor& t = inputs.at(n->name);

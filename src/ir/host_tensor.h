@@ -38,6 +38,10 @@ using SymbolBindings = std::map<std::string, int64_t>;
 // the input, the axis and both values on a mismatch, or the first symbol left unbound.
 SymbolBindings BindSymbols(const Graph& g, const std::map<std::string, HostTensor>& inputs,
                            const SymbolBindings& explicit_bindings);
+// The same with the graph's Input nodes and symbols listed once in advance (per-step hot path).
+SymbolBindings BindSymbols(const std::vector<const Node*>& graph_inputs, const std::vector<std::string>& symbols,
+                           const std::map<std::string, HostTensor>& inputs, const SymbolBindings& explicit_bindings);
+std::vector<const Node*> InputNodes(const Graph& g);
 
 std::vector<int64_t> EvalShape(const std::vector<Expr>& shape, const SymbolBindings& b);
 

@@ -2,6 +2,9 @@
 #include "runtime/program.h"
 
 #include <algorithm>
+#include <functional>
+#include <numeric>
+#include <set>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -42,6 +45,28 @@ Program::Program(const Graph& g, KernelProgram kp, std::string source, JitLibrar
   for (const Kernel& k : kp_.kernels)
     fns_.push_back(k.gemm ? nullptr : reinterpret_cast<KernelFn>(lib_.Symbol(k.name)));
   storage_.resize(kp_.buffers.size());
+  capacity_.assign(kp_.buffers.size(), 0);
+  shapes_.resize(kp_.buffers.size());
+  input_nodes_ = InputNodes(graph_);
+  barrier_ = std::make_unique<SpinBarrier>(pool_->size());
+  if (const char* mk = std::getenv("PRISM_MEGAKERNEL"); mk && std::string(mk) == "0") megakernel_ = false;
+  // Static dependencies between kernels through the buffers they read and write.
+  std::vector<std::set<int>> reads(kp_.kernels.size());
+  std::function<void(const KValuePtr&, std::set<int>*)> collect = [&](const KValuePtr& v, std::set<int>* out) {
+    if (v->kind == KValue::Kind::Load) out->insert(v->buffer);
+    for (const auto& gb : v->gathers) collect(gb.value, out);
+    for (const auto& a : v->args) collect(a, out);
+  };
+  for (size_t k = 0; k < kp_.kernels.size(); ++k) {
+    collect(kp_.kernels[k].value, &reads[k]);
+    if (kp_.kernels[k].gemm) reads[k].insert({kp_.kernels[k].gemm->a_buffer, kp_.kernels[k].gemm->w_buffer});
+  }
+  deps_.resize(kp_.kernels.size());
+  for (size_t k = 0; k < kp_.kernels.size(); ++k)
+    for (size_t j = 0; j < k; ++j) {
+      int wj = kp_.kernels[j].out_buffer, wk = kp_.kernels[k].out_buffer;
+      if (reads[k].count(wj) || reads[j].count(wk) || wj == wk) deps_[k].push_back((int)j);
+    }
   kernel_seconds_.assign(kp_.kernels.size(), 0);
   kernel_calls_.assign(kp_.kernels.size(), 0);
   const char* prof = std::getenv("PRISM_PROFILE");
@@ -91,60 +116,99 @@ void Program::ResetState() {
     if (kp_.buffers[b].kind == BufferKind::State) storage_[b] = HostTensor();
 }
 
-void Program::LaunchGemm(const Kernel& kn, void* const* bufs, const SymbolBindings& b) {
-  const GemmTemplate& gm = *kn.gemm;
-  int64_t m = gm.m.Eval(b);
-  if (m <= 0) return;
-  const float* a = static_cast<const float*>(bufs[gm.a_buffer]);
-  const void* w = bufs[gm.w_buffer];
-  float* y = static_cast<float*>(bufs[kn.out_buffer]);
-  DType wt = kp_.buffers[gm.w_buffer].dtype;
-  int threads = pool_->size();
-  if (threads == 1 || m * gm.n * gm.k < 65536) return GemmRows(a, m, gm.k, w, wt, y, gm.n, 0, gm.n);
-  // Threads split the weight rows (in tiles of 4): each weight byte is read by one thread only.
-  int64_t tiles = (gm.n + 3) / 4;
+void Program::PlanSteps(const SymbolBindings& b) {
+  steps_.resize(kp_.kernels.size());
+  const int threads = pool_->size();
+  std::vector<int> epoch(kp_.kernels.size(), -1);  // barrier interval in which a kernel ran
+  int current = 0;
+  for (size_t k = 0; k < kp_.kernels.size(); ++k) {
+    const Kernel& kn = kp_.kernels[k];
+    Step& st = steps_[k];
+    st.total = 1;
+    for (const Expr& e : kn.extents) st.total *= e.Eval(b);
+    st.inner = kn.extents.empty() ? 1 : std::max<int64_t>(kn.extents.back().Eval(b), 1);
+    int64_t work;
+    if (kn.gemm) {
+      st.m = kn.gemm->m.Eval(b);
+      work = st.m * kn.gemm->n * kn.gemm->k;
+    } else {
+      work = st.total * std::max<int64_t>(kn.reduce_size.Eval(b), 1);
+    }
+    // Small kernels run on one thread: splitting them costs more in cache traffic than it saves.
+    st.parallel = threads > 1 && work >= (kn.gemm ? 65536 : 32768);
+    st.barrier_before = false;
+    for (int j : deps_[k])
+      if (epoch[j] == current && (st.parallel || steps_[j].parallel)) st.barrier_before = true;
+    if (st.barrier_before) current++;
+    epoch[k] = current;
+  }
+}
+
+void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const int64_t* syms) {
+  const Kernel& kn = kp_.kernels[k];
+  const Step& st = steps_[k];
+  if (st.total <= 0) return;
+  if (kn.gemm) {
+    const GemmTemplate& gm = *kn.gemm;
+    if (st.m <= 0) return;
+    int64_t nb = 0, ne = gm.n;
+    if (st.parallel) {  // threads split the weight rows in tiles of 4: each weight byte is read once
+      int64_t tiles = (gm.n + 3) / 4;
+      nb = std::min(gm.n, tiles * t / threads * 4);
+      ne = std::min(gm.n, tiles * (t + 1) / threads * 4);
+    }
+    GemmRows(static_cast<const float*>(bufs[gm.a_buffer]), st.m, gm.k, bufs[gm.w_buffer],
+             kp_.buffers[gm.w_buffer].dtype, static_cast<float*>(bufs[kn.out_buffer]), gm.n, nb, ne);
+    return;
+  }
+  int64_t begin = 0, end = st.total;
+  if (st.parallel) {
+    int64_t rows = st.total / st.inner;
+    if (rows >= threads) {  // whole rows per thread keep the inner loop long
+      begin = rows * t / threads * st.inner;
+      end = rows * (t + 1) / threads * st.inner;
+    } else {
+      begin = st.total * t / threads;
+      end = st.total * (t + 1) / threads;
+    }
+  }
+  if (begin < end) fns_[k](bufs, syms, begin, end);
+}
+
+void Program::RunMegakernel(void* const* bufs, const int64_t* syms) {
+  const int threads = pool_->size();
+  // One parallel region for the whole step: every thread walks the kernel list, takes its share of
+  // parallel kernels, leaves serial ones to thread 0, and meets the others only where data depends.
   pool_->ParallelFor(threads, [&](int t) {
-    int64_t nb = std::min(gm.n, tiles * t / threads * 4), ne = std::min(gm.n, tiles * (t + 1) / threads * 4);
-    GemmRows(a, m, gm.k, w, wt, y, gm.n, nb, ne);
+    for (size_t k = 0; k < steps_.size(); ++k) {
+      if (steps_[k].barrier_before) barrier_->Wait();
+      if (steps_[k].parallel || t == 0) RunChunk(k, t, threads, bufs, syms);
+    }
   });
 }
 
-void Program::Launch(size_t k, void* const* bufs, const int64_t* syms, const SymbolBindings& b) {
-  const Kernel& kn = kp_.kernels[k];
-  if (kn.gemm) return LaunchGemm(kn, bufs, b);
-  int64_t total = 1;
-  for (const Expr& e : kn.extents) total *= e.Eval(b);
-  if (total <= 0) return;
-  int64_t inner = kn.extents.empty() ? 1 : kn.extents.back().Eval(b);
-  int64_t work = total * std::max<int64_t>(kn.reduce_size.Eval(b), 1);
-  KernelFn fn = fns_[k];
-  int threads = pool_->size();
-  if (threads == 1 || work < 32768) {
-    fn(bufs, syms, 0, total);
-    return;
-  }
-  int64_t rows = total / inner;
-  pool_->ParallelFor(threads, [&](int t) {
-    int64_t begin, end;
-    if (rows >= threads) {  // whole rows per thread keep the inner loop long
-      begin = rows * t / threads * inner;
-      end = rows * (t + 1) / threads * inner;
-    } else {
-      begin = total * t / threads;
-      end = total * (t + 1) / threads;
+void Program::RunPerKernel(void* const* bufs, const int64_t* syms) {
+  const int threads = pool_->size();
+  for (size_t k = 0; k < steps_.size(); ++k) {
+    auto t0 = Clock::now();
+    if (steps_[k].parallel) pool_->ParallelFor(threads, [&](int t) { RunChunk(k, t, threads, bufs, syms); });
+    else RunChunk(k, 0, threads, bufs, syms);
+    if (profile_) {
+      kernel_seconds_[k] += Seconds(t0);
+      kernel_calls_[k]++;
     }
-    if (begin < end) fn(bufs, syms, begin, end);
-  });
+  }
 }
 
 std::vector<HostTensor> Program::Run(const std::map<std::string, HostTensor>& inputs, const SymbolBindings& syms) {
-  SymbolBindings b = BindSymbols(graph_, inputs, syms);
+  SymbolBindings b = BindSymbols(input_nodes_, kp_.symbols, inputs, syms);
   std::vector<int64_t> sym_values;
   for (const std::string& s : kp_.symbols) sym_values.push_back(b.at(s));
   std::vector<void*> ptrs(kp_.buffers.size(), nullptr);
   for (size_t i = 0; i < kp_.buffers.size(); ++i) {
     const KBuffer& kb = kp_.buffers[i];
-    std::vector<int64_t> shape = EvalShape(kb.shape, b);
+    std::vector<int64_t>& shape = shapes_[i];
+    shape = EvalShape(kb.shape, b);
     switch (kb.kind) {
       case BufferKind::Input: ptrs[i] = inputs.at(kb.name).data; break;
       case BufferKind::Weight:
@@ -154,45 +218,44 @@ std::vector<HostTensor> Program::Run(const std::map<std::string, HostTensor>& in
                       ShapeStr(kb.shape));
         ptrs[i] = storage_[i].data;
         break;
-      case BufferKind::State:
-      case BufferKind::Intermediate:
-      case BufferKind::Output:
+      case BufferKind::State:  // persistent: a new shape starts from zeros
         if (!storage_[i].data || storage_[i].shape != shape) storage_[i] = HostTensor::Zeros(kb.dtype, shape);
         ptrs[i] = storage_[i].data;
         break;
+      case BufferKind::Intermediate:
+      case BufferKind::Output: {
+        // Scratch is reused across steps and grows geometrically: decode steps change `past` each time.
+        int64_t bytes = StorageBytes(kb.dtype, std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>()));
+        if (!storage_[i].data || bytes > capacity_[i]) {
+          int64_t cap = std::max<int64_t>(bytes, capacity_[i] + capacity_[i] / 2);
+          storage_[i] = HostTensor::Zeros(DType::U8, {cap});
+          capacity_[i] = cap;
+        }
+        ptrs[i] = storage_[i].data;
+        break;
+      }
     }
   }
-  for (size_t k = 0; k < kp_.kernels.size(); ++k) {
-    // State writes must stay inside the state buffer; checked here, not in the kernel.
-    const Node& root = graph_.node(kp_.kernels[k].root);
-    if (root.op == Op::StateWrite) {
-      int64_t off = root.args[0].Eval(b), axis = root.axes[0];
-      int64_t len = graph_.node(root.inputs[1]).shape[axis].Eval(b), cap = root.shape[axis].Eval(b);
-      if (off < 0 || off + len > cap)
-        throw Error("state '" + root.name + "': writing positions [" + std::to_string(off) + ", " +
-                    std::to_string(off + len) + ") past its size " + std::to_string(cap));
-    }
-    if (!profile_) {
-      Launch(k, ptrs.data(), sym_values.data(), b);
-      continue;
-    }
-    auto t0 = std::chrono::steady_clock::now();
-    Launch(k, ptrs.data(), sym_values.data(), b);
-    kernel_seconds_[k] += Seconds(t0);
-    kernel_calls_[k]++;
+  // State writes must stay inside the state buffer; checked here, not in the kernel.
+  for (const Kernel& kn : kp_.kernels) {
+    const Node& root = graph_.node(kn.root);
+    if (root.op != Op::StateWrite) continue;
+    int64_t off = root.args[0].Eval(b), axis = root.axes[0];
+    int64_t len = graph_.node(root.inputs[1]).shape[axis].Eval(b), cap = root.shape[axis].Eval(b);
+    if (off < 0 || off + len > cap)
+      throw Error("state '" + root.name + "': writing positions [" + std::to_string(off) + ", " +
+                  std::to_string(off + len) + ") past its size " + std::to_string(cap));
   }
+  PlanSteps(b);
+  if (megakernel_ && !profile_) RunMegakernel(ptrs.data(), sym_values.data());
+  else RunPerKernel(ptrs.data(), sym_values.data());
   std::vector<HostTensor> outs;
   for (int ob : kp_.output_buffers) {
-    const HostTensor& src = storage_[ob];
-    DType t = IsFloat(src.dtype) ? DType::F32 : DType::I32;
-    if (src.dtype == t) {
-      HostTensor copy = HostTensor::Zeros(t, src.shape);
-      std::memcpy(copy.data, src.data, src.nbytes());
-      outs.push_back(std::move(copy));
-      continue;
-    }
-    HostTensor r = HostTensor::Zeros(t, src.shape);
-    for (int64_t i = 0; i < r.numel(); ++i) StoreFromDouble(r.data, t, i, src.At(i));
+    DType src_t = kp_.buffers[ob].dtype, t = IsFloat(src_t) ? DType::F32 : DType::I32;
+    HostTensor r = HostTensor::Zeros(t, shapes_[ob]);
+    if (src_t == t) std::memcpy(r.data, ptrs[ob], r.nbytes());
+    else
+      for (int64_t i = 0; i < r.numel(); ++i) StoreFromDouble(r.data, t, i, LoadAsDouble(ptrs[ob], src_t, i));
     outs.push_back(std::move(r));
   }
   return outs;

@@ -49,13 +49,23 @@ class Program {
   // Per-kernel wall time accumulated over runs when profiling is on ($PRISM_PROFILE=1 turns it on
   // for every program and prints the table when the program is destroyed).
   void EnableProfile(bool on) { profile_ = on; }
+  // One persistent parallel walk over all kernels per step (default), or one dispatch per kernel.
+  void SetMegakernel(bool on) { megakernel_ = on; }
   std::string ProfileTable() const;
   ~Program();
 
  private:
   Program(const Graph& g, KernelProgram kp, std::string source, JitLibrary lib, int threads);
-  void Launch(size_t k, void* const* bufs, const int64_t* syms, const SymbolBindings& b);
-  void LaunchGemm(const Kernel& k, void* const* bufs, const SymbolBindings& b);
+  // How one kernel runs this step: its size, and whether the team splits it or thread 0 runs it.
+  struct Step {
+    int64_t total = 0, inner = 1, m = 0;
+    bool parallel = false;
+    bool barrier_before = false;
+  };
+  void PlanSteps(const SymbolBindings& b);
+  void RunChunk(size_t k, int thread, int threads, void* const* bufs, const int64_t* syms);
+  void RunMegakernel(void* const* bufs, const int64_t* syms);
+  void RunPerKernel(void* const* bufs, const int64_t* syms);
 
   Graph graph_;
   KernelProgram kp_;
@@ -64,6 +74,13 @@ class Program {
   std::vector<KernelFn> fns_;
   std::unique_ptr<ThreadPool> pool_;
   std::vector<HostTensor> storage_;  // per buffer: weights, state and scratch; inputs are borrowed per run
+  std::vector<int64_t> capacity_;    // bytes allocated per scratch buffer (reused while big enough)
+  std::vector<std::vector<int64_t>> shapes_;  // per buffer, this step's shape
+  std::vector<const Node*> input_nodes_;
+  std::vector<std::vector<int>> deps_;  // per kernel: earlier kernels it must wait for (RAW, WAR, WAW)
+  std::vector<Step> steps_;
+  std::unique_ptr<SpinBarrier> barrier_;
+  bool megakernel_ = true;
   CompileStats stats_;
   bool profile_ = false;
   std::vector<double> kernel_seconds_;

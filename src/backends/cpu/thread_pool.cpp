@@ -5,6 +5,22 @@
 
 namespace prism {
 
+void SpinBarrier::Wait() {
+  if (n_ <= 1) return;
+  int g = generation_.load(std::memory_order_acquire);
+  if (count_.fetch_add(1, std::memory_order_acq_rel) == n_ - 1) {
+    count_.store(0, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
+    return;
+  }
+  // Spin first (the wait is usually microseconds), then yield so that an oversubscribed machine
+  // does not starve the thread being waited for.
+  for (int spin = 0; generation_.load(std::memory_order_acquire) == g; ++spin) {
+    if (spin < 4000) __builtin_ia32_pause();
+    else std::this_thread::yield();
+  }
+}
+
 int DefaultThreadCount() {
   if (const char* s = std::getenv("PRISM_THREADS"); s && std::atoi(s) > 0) return std::atoi(s);
   unsigned n = std::thread::hardware_concurrency();
@@ -60,8 +76,8 @@ void ThreadPool::ParallelFor(int n, const std::function<void(int)>& fn) {
   generation_.fetch_add(1, std::memory_order_release);
   generation_.notify_all();
   Drain();
-  while (done_.load(std::memory_order_acquire) < n) {
-  }
+  for (int spin = 0; done_.load(std::memory_order_acquire) < n; ++spin)
+    if (spin > 4000) std::this_thread::yield();
 }
 
 }  // namespace prism

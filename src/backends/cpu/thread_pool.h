@@ -30,6 +30,18 @@ class ThreadPool {
   std::atomic<bool> stop_{false};
 };
 
+// A reusable barrier for a fixed team that spins (the waits between kernels are microseconds).
+class SpinBarrier {
+ public:
+  explicit SpinBarrier(int n) : n_(n) {}
+  void Wait();
+
+ private:
+  const int n_;
+  std::atomic<int> count_{0};
+  std::atomic<int> generation_{0};
+};
+
 // Threads to use by default: $PRISM_THREADS, else the number of online CPUs.
 int DefaultThreadCount();
 
