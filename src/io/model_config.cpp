@@ -104,11 +104,27 @@ void ReadTokenIds(const JsonKeys& keys, const json& config, const std::string& s
   if (!c->eos_token_ids.empty()) c->eos_token_id = c->eos_token_ids[0];
 }
 
+// transformers >= 5 writes rope_theta and the scaling keys together in a "rope_parameters"
+// object; earlier configs (most checkpoints on the Hub) have top-level rope_theta and
+// rope_scaling. Returns rope_parameters, or nullptr when absent or null.
+const json* RopeParameters(const json& config, const std::string& source) {
+  auto it = config.find("rope_parameters");
+  if (it == config.end() || it->is_null()) return nullptr;
+  if (!it->is_object()) throw Error(source + ": 'rope_parameters' must be an object or null");
+  return &*it;
+}
+
 void ReadRopeScaling(const json& config, const std::string& source, ModelConfig* c) {
+  const json* scaling = nullptr;
   auto it = config.find("rope_scaling");
-  if (it == config.end() || it->is_null()) return;
-  if (!it->is_object()) throw Error(source + ": 'rope_scaling' must be an object or null");
-  JsonKeys rs(*it, source);
+  if (it != config.end() && !it->is_null()) {
+    if (!it->is_object()) throw Error(source + ": 'rope_scaling' must be an object or null");
+    scaling = &*it;
+  } else {
+    scaling = RopeParameters(config, source);
+  }
+  if (scaling == nullptr) return;
+  JsonKeys rs(*scaling, source);
   const std::string type = rs.String("rope_type", rs.String("type", "default"));
   if (type == "default") return;
   if (type != "llama3")
@@ -138,7 +154,9 @@ ModelConfig ParseLlamaFamily(const json& config, const std::string& family,
                                                                           : 2048;
   c.max_position = k.Int("max_position_embeddings", default_positions);
   c.norm_eps = k.Double("rms_norm_eps", 1e-6);
-  c.rope_theta = k.Double("rope_theta", 10000);
+  const json* rope_params = RopeParameters(config, source);
+  c.rope_theta = k.Double("rope_theta",
+                          rope_params ? JsonKeys(*rope_params, source).Double("rope_theta", 10000) : 10000);
   c.rope_interleaved = false;  // HF checkpoints use the half-split rope layout
   c.tie_word_embeddings = k.Bool("tie_word_embeddings", false);
   // Qwen2 always has q/k/v biases; the others say so through attention_bias.

@@ -138,6 +138,8 @@ class Builder {
       RopeScaling rs{cfg_.rope_factor, cfg_.rope_low_freq_factor, cfg_.rope_high_freq_factor,
                      (double)cfg_.rope_original_max_position};
       Tensor inv_freq = RopeInvFreq(g_, cfg_.head_dim, cfg_.rope_theta, rs);
+      // llama.cpp stores Llama 3 frequency scaling as per-frequency divisors in rope_freqs.weight.
+      if (Has("rope_freqs.weight")) inv_freq = inv_freq / W("rope_freqs.weight", {cfg_.head_dim / 2});
       for (int64_t l = 0; l < cfg_.num_layers; ++l) h = LlamaLayer(l, h, pos, inv_freq, past);
       h = RmsNorm(LastOrAll(h), W("model.norm.weight", {d}), cfg_.norm_eps);
       bool tied = cfg_.tie_word_embeddings || !Has("lm_head.weight");

@@ -10,6 +10,22 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 _REPORT = []  # (test, what, value) rows for the terminal summary
 
+# Exit status of a run that could only skip because torch/transformers/gguf are missing;
+# tests/CMakeLists.txt declares it as the SKIP_RETURN_CODE, so ctest reports "Skipped".
+SKIP_EXIT_CODE = 77
+
+
+def _missing_modules():
+    import importlib.util
+    return [m for m in ("torch", "transformers", "gguf") if importlib.util.find_spec(m) is None]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    missing = _missing_modules()
+    if missing and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        print(f"\nparity tests skipped: {', '.join(missing)} not installed (pip install torch transformers gguf)")
+        session.exitstatus = SKIP_EXIT_CODE
+
 
 def report(test, what, value):
     _REPORT.append((test, what, value))

@@ -30,7 +30,7 @@ class Family:
     """One model family: the transformers config, the tokenizer it ships with, its GGUF layout."""
 
     def __init__(self, name, arch, config, tokenizer, gguf_arch, seed, gguf_skip=None,
-                 legacy_config=False, tokenizer_pre=None):
+                 legacy_config=False, tokenizer_pre=None, variant_of=None):
         self.name = name
         self.arch = arch                # transformers family: llama, mistral, qwen2, qwen3, gpt2
         self.config = config            # kwargs of the transformers config class
@@ -42,6 +42,9 @@ class Family:
         # and rope_scaling), instead of transformers 5's "rope_parameters" object.
         self.legacy_config = legacy_config
         self.tokenizer_pre = tokenizer_pre  # tokenizer.ggml.pre for byte-level BPE tokenizers
+        # Another family's model under a different config.json layout: only its safetensors
+        # logits are tested (no GGUF, no second perplexity run).
+        self.variant_of = variant_of
 
 
 _LLAMA_COMMON = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=256,
@@ -61,14 +64,10 @@ FAMILIES = {
                                                            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                                            "original_max_position_embeddings": 64},
                                              tie_word_embeddings=True, bos_token_id=1, eos_token_id=2),
-                     "tinyllama-1.1b-chat", "llama", seed=2,
-                     gguf_skip="llama.cpp writes llama3 rope scaling as a rope_freqs.weight tensor of per-"
-                               "frequency divisors (no rope.scaling.* keys); Prism's GGUF path does not read "
-                               "that tensor (src/io/model_config.h: ConfigFromGguf), so its logits would use "
-                               "unscaled frequencies"),
+                     "tinyllama-1.1b-chat", "llama", seed=2),
     # The same Llama 3 weights with the config.json layout of Hub checkpoints (rope_scaling).
     "llama3_legacy": Family("llama3_legacy", "llama", None, "tinyllama-1.1b-chat", "llama", seed=2,
-                            legacy_config=True, gguf_skip="same weights as llama3"),
+                            legacy_config=True, variant_of="llama3"),
     # Mistral 7B v0.3 layout: GQA, rope_theta 1e6, no sliding window, its own 32768 tokenizer.
     "mistral": Family("mistral", "mistral", dict(_LLAMA_COMMON, intermediate_size=160, num_key_value_heads=2,
                                                  vocab_size=32768, rms_norm_eps=1e-5, rope_theta=1000000.0,
@@ -349,6 +348,26 @@ def gguf_tensors(model, family):
     return out
 
 
+def llama3_rope_factors(theta, head_dim, scaling):
+    """What llama.cpp's converter stores as rope_freqs.weight for llama3 rope scaling: per
+    frequency, the divisor applied to theta^(-2i/d) (1 for short wavelengths, factor for long
+    ones, a smooth blend between)."""
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old_ctx = scaling["original_max_position_embeddings"]
+    low_wavelen, high_wavelen = old_ctx / low, old_ctx / high
+    out = []
+    for i in range(0, head_dim, 2):
+        wavelen = 2 * np.pi * theta ** (i / head_dim)
+        if wavelen < high_wavelen:
+            out.append(1.0)
+        elif wavelen > low_wavelen:
+            out.append(factor)
+        else:
+            smooth = (old_ctx / wavelen - low) / (high - low)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.asarray(out, dtype=np.float32)
+
+
 def write_gguf(model, family, hf_folder, path, quant=None):
     """Writes the model as GGUF. quant=None: every tensor F32; "Q8_0": every 2-D weight Q8_0 (norms
     and biases stay F32, as llama.cpp's Q8_0 output does)."""
@@ -380,7 +399,11 @@ def write_gguf(model, family, hf_folder, path, quant=None):
         if family.gguf_arch == "llama":
             w.add_vocab_size(cfg.vocab_size)
     add_tokenizer(w, family, hf_folder, cfg.vocab_size)
-    for name, arr in gguf_tensors(model, family):
+    tensors = gguf_tensors(model, family)
+    scaling = family.config.get("rope_scaling") or {}
+    if scaling.get("rope_type") == "llama3":
+        tensors.insert(0, ("rope_freqs.weight", llama3_rope_factors(family.config["rope_theta"], head_dim, scaling)))
+    for name, arr in tensors:
         if quant == "Q8_0" and arr.ndim == 2:
             q = gguf.quants.quantize(arr, gguf.GGMLQuantizationType.Q8_0)
             w.add_tensor(name, q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
@@ -399,7 +422,7 @@ def build_family(name, out_dir):
     os.makedirs(out_dir, exist_ok=True)
     model, folder = build_hf(family, out_dir)
     gguf_path = None
-    if family.gguf_skip is None:
+    if family.gguf_skip is None and family.variant_of is None:
         gguf_path = write_gguf(model, family, folder, os.path.join(out_dir, "model-f32.gguf"))
     return model, folder, gguf_path
 
