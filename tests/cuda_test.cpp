@@ -3,8 +3,11 @@
 // With a GPU: the op graphs run on it against the interpreter, and a CUDA graph is replayed.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 
 #include "backends/cuda/cuda_device.h"
 #include "backends/cuda/nvrtc_compiler.h"
@@ -17,9 +20,11 @@
 namespace prism {
 namespace {
 
-#define PRISM_REQUIRE_NVRTC()                                  \
-  std::string nvrtc_why_;                                      \
-  if (!NvrtcCompiler::Available(&nvrtc_why_)) GTEST_SKIP() << nvrtc_why_
+#define PRISM_REQUIRE_NVRTC()                   \
+  std::string nvrtc_why_;                       \
+  if (!NvrtcCompiler::Available(&nvrtc_why_)) { \
+    GTEST_SKIP() << nvrtc_why_;                 \
+  }
 
 const char* kArch = "sm_90";
 
@@ -39,11 +44,18 @@ Compiled CompileCuda(const KernelProgram& kp, const GpuSchedule& schedule, const
   c.functions = src.functions.size();
   for (const auto& k : src.kernels) c.cooperative += k.cooperative;
   c.source_bytes = src.source.size();
+  if (const char* dir = std::getenv("PRISM_DUMP_CUDA"); dir && *dir) {  // for reading the generated code
+    std::string name = what;
+    for (char& ch : name)
+      if (!std::isalnum((unsigned char)ch)) ch = '_';
+    std::ofstream(std::string(dir) + "/" + name + ".cu") << src.source;
+  }
   try {
     NvrtcOutput out = NvrtcCompiler::Open().Compile(src.source, kArch);
     c.nvrtc_seconds = out.seconds;
     c.image_bytes = out.image.size();
     EXPECT_TRUE(out.cubin);
+    EXPECT_EQ(out.log, "") << what << ": NVRTC warnings";
     EXPECT_GT(out.image.size(), 0u) << what;
   } catch (const Error& e) {
     ADD_FAILURE() << what << ": " << e.what();
@@ -52,16 +64,18 @@ Compiled CompileCuda(const KernelProgram& kp, const GpuSchedule& schedule, const
 }
 
 void Report(const std::string& what, const Compiled& c) {
-  std::printf("%s: %zu kernels -> %zu CUDA functions (%zu cooperative), %zu bytes of CUDA C -> %zu byte %s CUBIN; "
-              "render %.3f s, NVRTC %.2f s\n",
-              what.c_str(), c.kernels, c.functions, c.cooperative, c.source_bytes, c.image_bytes, kArch,
-              c.render_seconds, c.nvrtc_seconds);
+  std::printf(
+      "%s: %zu kernels -> %zu CUDA functions (%zu cooperative), %zu bytes of CUDA C -> %zu byte %s CUBIN; "
+      "render %.3f s, NVRTC %.2f s\n",
+      what.c_str(), c.kernels, c.functions, c.cooperative, c.source_bytes, c.image_bytes, kArch,
+      c.render_seconds, c.nvrtc_seconds);
 }
 
 TEST(Nvrtc, ReportsAMissingLibraryClearly) {
   std::string why;
   if (NvrtcCompiler::Available(&why)) {
-    std::printf("NVRTC %s from %s\n", NvrtcCompiler::Open().version().c_str(), NvrtcCompiler::Open().library().c_str());
+    std::printf("NVRTC %s from %s\n", NvrtcCompiler::Open().version().c_str(),
+                NvrtcCompiler::Open().library().c_str());
     SUCCEED();
   } else {
     EXPECT_NE(why.find("no NVRTC found"), std::string::npos) << why;
@@ -72,7 +86,8 @@ TEST(Nvrtc, ReportsAMissingLibraryClearly) {
 TEST(Nvrtc, CompileErrorsCarryTheLog) {
   PRISM_REQUIRE_NVRTC();
   try {
-    NvrtcCompiler::Open().Compile("extern \"C\" __global__ void k(float* a) { a[0] = undefined_name; }", kArch);
+    NvrtcCompiler::Open().Compile("extern \"C\" __global__ void k(float* a) { a[0] = undefined_name; }",
+                                  kArch);
     FAIL() << "expected a compile error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("undefined_name"), std::string::npos) << e.what();
@@ -146,7 +161,14 @@ TEST(Nvrtc, Llama32_1BShapedGraphCompilesForSm90) {
   cfg.tie_word_embeddings = true;
   LmGraphOptions go;
   go.max_context = 4096;
-  Graph g = BuildCausalLM(cfg, SyntheticWeights(cfg, DType::BF16), go);
+  // As in the Hugging Face files: llama3 rope scaling comes from the config, there is no
+  // rope_freqs.weight tensor (that is GGUF's form of it).
+  WeightLookup synthetic = SyntheticWeights(cfg, DType::BF16);
+  WeightLookup hf_like = [synthetic](const std::string& name) -> std::optional<WeightSpec> {
+    if (name == "rope_freqs.weight") return std::nullopt;
+    return synthetic(name);
+  };
+  Graph g = BuildCausalLM(cfg, hf_like, go);
   KernelProgram kp = BuildKernelProgram(g);
   Compiled c = CompileCuda(kp, GpuSchedule{}, "llama-3.2-1B shape");
   EXPECT_EQ(c.kernels, kp.kernels.size());
@@ -175,7 +197,9 @@ std::shared_ptr<CudaDevice> TestGpu(std::string* why) {
 
 TEST(CudaDevice, AbsenceIsAClearErrorNotACrash) {
   std::string why;
-  if (CudaDevice::Available(&why)) GTEST_SKIP() << "a CUDA GPU is present";
+  if (CudaDevice::Available(&why)) {
+    GTEST_SKIP() << "a CUDA GPU is present";
+  }
   EXPECT_NE(why.find("no CUDA driver/GPU found"), std::string::npos) << why;
   try {
     CudaDevice::Open();
@@ -188,7 +212,9 @@ TEST(CudaDevice, AbsenceIsAClearErrorNotACrash) {
 TEST(CudaDevice, OpGraphsMatchInterpreterOnTheGpu) {
   std::string why;
   std::shared_ptr<CudaDevice> dev = TestGpu(&why);
-  if (!dev) GTEST_SKIP() << "no CUDA GPU: " << why;
+  if (!dev) {
+    GTEST_SKIP() << "no CUDA GPU: " << why;
+  }
   GpuSchedule coop, per_thread;
   coop.reduce = GpuSchedule::Reduce::Cooperative;
   per_thread.reduce = GpuSchedule::Reduce::PerThread;
@@ -214,11 +240,14 @@ TEST(CudaDevice, OpGraphsMatchInterpreterOnTheGpu) {
 TEST(CudaDevice, CapturedGraphReplaysLaunchesAndEventsTimeThem) {
   std::string why;
   std::shared_ptr<CudaDevice> dev = TestGpu(&why);
-  if (!dev) GTEST_SKIP() << "no CUDA GPU: " << why;
-  auto m = dev->Compile("extern \"C\" __global__ void add_one(float* a, long long n) {\n"
-                        "  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
-                        "  if (i < n) a[i] += 1.0f;\n}\n",
-                        {"add_one"});
+  if (!dev) {
+    GTEST_SKIP() << "no CUDA GPU: " << why;
+  }
+  auto m = dev->Compile(
+      "extern \"C\" __global__ void add_one(float* a, long long n) {\n"
+      "  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+      "  if (i < n) a[i] += 1.0f;\n}\n",
+      {"add_one"});
   const int64_t n = 1000;
   GpuMem buf = dev->Alloc(n * sizeof(float));
   std::vector<GpuArg> args = {GpuArg::Buffer(buf), GpuArg::Int(n)};

@@ -16,36 +16,44 @@ struct GpuCheckStats {
   int runs = 0;
 };
 
-// Compiles g for the device with opts and compares every binding with the interpreter, using
-// the same random data as CheckGraph. stateful: bindings are successive steps of one program.
-inline GpuCheckStats CheckGpuGraph(const Graph& g, const std::vector<SymbolBindings>& bindings,
-                                   const std::shared_ptr<GpuDevice>& device, const GpuCompileOptions& opts,
-                                   double atol, double rtol, uint64_t seed, bool stateful, const std::string& what) {
+// Compares every binding of a compiled program with the interpreter, using the same random
+// data as CheckGraph. stateful: bindings are successive steps of one program (state carries over).
+inline GpuCheckStats CheckGpuProgram(GpuProgram& prog, const std::vector<SymbolBindings>& bindings,
+                                     double atol, double rtol, uint64_t seed, bool stateful,
+                                     const std::string& what) {
   GpuCheckStats st;
-  auto prog = GpuProgram::Compile(g, device, opts);
-  st.kernels = prog->stats().kernels;
-  st.cooperative = prog->stats().cooperative;
+  st.kernels = prog.stats().kernels;
+  st.cooperative = prog.stats().cooperative;
+  const Graph& g = prog.graph();
   Interpreter interp(g);
   for (size_t i = 0; i < bindings.size(); ++i) {
     const SymbolBindings& b = bindings[i];
     if (!stateful) {
       interp.ResetState();
-      prog->ResetState();
+      prog.ResetState();
     }
     auto weights = RandomTensors(g, Op::Weight, b, seed + 1000);
     for (auto& [name, t] : weights) {
       interp.BindWeight(name, t);
-      prog->BindWeight(name, t);
+      prog.BindWeight(name, t);
     }
     auto inputs = RandomTensors(g, Op::Input, b, stateful ? seed + 7 * i : seed);
     auto want = interp.Run(inputs, b);
-    auto got = prog->Run(inputs, b);
+    auto got = prog.Run(inputs, b);
     std::string desc = what;
     for (auto& [k, v] : b) desc += " " + k + "=" + std::to_string(v);
     ExpectClose(want, got, atol, rtol, desc);
     ++st.runs;
   }
   return st;
+}
+
+inline GpuCheckStats CheckGpuGraph(const Graph& g, const std::vector<SymbolBindings>& bindings,
+                                   const std::shared_ptr<GpuDevice>& device, const GpuCompileOptions& opts,
+                                   double atol, double rtol, uint64_t seed, bool stateful,
+                                   const std::string& what) {
+  auto prog = GpuProgram::Compile(g, device, opts);
+  return CheckGpuProgram(*prog, bindings, atol, rtol, seed, stateful, what);
 }
 
 }  // namespace prism::testing

@@ -33,10 +33,12 @@ std::shared_ptr<GpuDevice> TestDevice(std::string* why) {
   return dev;
 }
 
-#define PRISM_REQUIRE_OPENCL(dev)              \
-  std::string why_;                            \
+#define PRISM_REQUIRE_OPENCL(dev)                     \
+  std::string why_;                                   \
   std::shared_ptr<GpuDevice> dev = TestDevice(&why_); \
-  if (!dev) GTEST_SKIP() << why_
+  if (!dev) {                                         \
+    GTEST_SKIP() << why_;                             \
+  }
 
 struct NamedSchedule {
   const char* name;
@@ -52,7 +54,10 @@ std::vector<NamedSchedule> Schedules() {
   tiny_groups.reduce = GpuSchedule::Reduce::Cooperative;  // 2 threads, 3 groups: grid-stride loops
   tiny_groups.threads = 2;
   tiny_groups.max_groups = 3;
-  return {{"auto", GpuSchedule{}}, {"cooperative", coop}, {"per_thread", per_thread}, {"tiny_groups", tiny_groups}};
+  return {{"auto", GpuSchedule{}},
+          {"cooperative", coop},
+          {"per_thread", per_thread},
+          {"tiny_groups", tiny_groups}};
 }
 
 int EnvInt(const char* name, int fallback) {
@@ -65,8 +70,8 @@ struct Totals {
   int graphs = 0, kernels = 0, cooperative = 0, runs = 0;
   ~Totals() {
     if (graphs)
-      std::cout << "OpenCL verified: " << graphs << " compiled graphs, " << kernels << " kernels (" << cooperative
-                << " cooperative), " << runs << " runs against the interpreter\n";
+      std::cout << "OpenCL verified: " << graphs << " compiled graphs, " << kernels << " kernels ("
+                << cooperative << " cooperative), " << runs << " runs against the interpreter\n";
   }
   void Add(const testing::GpuCheckStats& s) {
     ++graphs;
@@ -84,18 +89,23 @@ TEST_P(OpenClOps, MatchesInterpreterUnderEverySchedule) {
     if (c.name != GetParam()) continue;
     Graph g;
     c.build(g);
+    // The graph once per schedule, all in one OpenCL build.
+    std::vector<NamedSchedule> schedules = Schedules();
+    std::vector<GpuCompileOptions> opts(schedules.size());
+    for (size_t i = 0; i < schedules.size(); ++i) opts[i].schedule = schedules[i].schedule;
+    auto progs = GpuProgram::CompileMany(std::vector<const Graph*>(schedules.size(), &g), dev, opts);
     int coop = 0, kernels = 0;
-    for (const NamedSchedule& s : Schedules()) {
-      SCOPED_TRACE(std::string("schedule ") + s.name);
-      GpuCompileOptions opts;
-      opts.schedule = s.schedule;
-      auto st = testing::CheckGpuGraph(g, c.bindings, dev, opts, c.atol, c.rtol, 1, c.stateful, c.name);
+    for (size_t i = 0; i < schedules.size(); ++i) {
+      SCOPED_TRACE(std::string("schedule ") + schedules[i].name);
+      auto st = testing::CheckGpuProgram(*progs[i], c.bindings, c.atol, c.rtol, 1, c.stateful, c.name);
       totals.Add(st);
       coop += st.cooperative;
       kernels += st.kernels;
-      if (s.schedule.reduce == GpuSchedule::Reduce::PerThread) EXPECT_EQ(st.cooperative, 0);
+      if (schedules[i].schedule.reduce == GpuSchedule::Reduce::PerThread) {
+        EXPECT_EQ(st.cooperative, 0);
+      }
     }
-    std::cout << c.name << ": " << kernels << " kernels over " << Schedules().size() << " schedules, " << coop
+    std::cout << c.name << ": " << kernels << " kernels over " << schedules.size() << " schedules, " << coop
               << " cooperative\n";
     return;
   }
@@ -136,46 +146,75 @@ TEST(OpenCl, BuildErrorsCarryTheCompilerLog) {
   }
 }
 
+// Schedule for fuzz graph `seed`: rotates through the reduction strategies; group sizes vary so
+// partial groups, odd sizes, single-thread groups and capped grids (grid-stride loops) appear.
+GpuCompileOptions FuzzOptions(int seed) {
+  GpuCompileOptions opts;
+  static const int kThreads[] = {1, 2, 7, 32, 64, 128};
+  opts.schedule.threads = kThreads[seed % 6];
+  opts.schedule.reduce = seed % 3 == 0   ? GpuSchedule::Reduce::Auto
+                         : seed % 3 == 1 ? GpuSchedule::Reduce::Cooperative
+                                         : GpuSchedule::Reduce::PerThread;
+  opts.schedule.cooperative_min = 4;
+  if (seed % 5 == 4) opts.schedule.max_groups = 2;
+  return opts;
+}
+
 TEST(OpenCl, RandomGraphsMatchInterpreter) {
   PRISM_REQUIRE_OPENCL(dev);
   int count = EnvInt("PRISM_GPU_FUZZ_COUNT", 200);
   int only = EnvInt("PRISM_FUZZ_SEED", -1);
-  int failures = 0, coop = 0, per_thread = 0;
-  for (int seed = 0; seed < count; ++seed) {
-    if (only >= 0 && seed != only) continue;
-    SCOPED_TRACE("fuzz seed " + std::to_string(seed) + " (replay: PRISM_FUZZ_SEED=" + std::to_string(seed) + ")");
-    Graph g;
-    testing::RandomGraphBuilder(seed).Build(&g);
-    // Rotate through the schedules; group sizes vary so partial groups and odd sizes appear.
-    GpuCompileOptions opts;
-    static const int kThreads[] = {1, 2, 7, 32, 64, 128};
-    opts.schedule.threads = kThreads[seed % 6];
-    opts.schedule.reduce = seed % 3 == 0   ? GpuSchedule::Reduce::Auto
-                           : seed % 3 == 1 ? GpuSchedule::Reduce::Cooperative
-                                           : GpuSchedule::Reduce::PerThread;
-    opts.schedule.cooperative_min = 4;
-    if (seed % 5 == 4) opts.schedule.max_groups = 2;
-    int before = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
-    try {
-      auto st = testing::CheckGpuGraph(g, {{{"n", 1}}, {{"n", 4}}}, dev, opts, 1e-3, 1e-3, seed, false, "fuzz graph");
-      totals.Add(st);
-      coop += st.cooperative;
-      per_thread += st.kernels - st.cooperative;
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "exception: " << e.what() << "\n" << g.ToText();
+  const int batch = 20;  // graphs per OpenCL build (the build, not the run, dominates on PoCL)
+  int failures = 0, coop = 0, per_thread = 0, graphs = 0;
+  for (int first = 0; first < count && failures < 5; first += batch) {
+    std::vector<int> seeds;
+    for (int seed = first; seed < std::min(count, first + batch); ++seed)
+      if (only < 0 || seed == only) seeds.push_back(seed);
+    if (seeds.empty()) continue;
+    std::vector<Graph> gs(seeds.size());
+    std::vector<const Graph*> ptrs;
+    std::vector<GpuCompileOptions> opts;
+    for (size_t i = 0; i < seeds.size(); ++i) {
+      testing::RandomGraphBuilder(seeds[i]).Build(&gs[i]);
+      ptrs.push_back(&gs[i]);
+      opts.push_back(FuzzOptions(seeds[i]));
     }
-    int after = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
-    if (after != before) {
-      std::cerr << "failing fuzz graph, seed " << seed << ":\n" << g.ToText();
-      if (++failures >= 5) break;
+    std::vector<std::unique_ptr<GpuProgram>> progs;
+    try {
+      progs = GpuProgram::CompileMany(ptrs, dev, opts);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "seeds " << seeds.front() << ".." << seeds.back() << ": " << e.what();
+      ++failures;
+      continue;
+    }
+    for (size_t i = 0; i < seeds.size(); ++i) {
+      int seed = seeds[i];
+      SCOPED_TRACE("fuzz seed " + std::to_string(seed) + " (replay: PRISM_FUZZ_SEED=" + std::to_string(seed) +
+                   ")");
+      int before = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
+      try {
+        auto st = testing::CheckGpuProgram(*progs[i], {{{"n", 1}}, {{"n", 4}}}, 1e-3, 1e-3, seed, false,
+                                           "fuzz graph");
+        totals.Add(st);
+        coop += st.cooperative;
+        per_thread += st.kernels - st.cooperative;
+        ++graphs;
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "exception: " << e.what() << "\n" << gs[i].ToText();
+      }
+      int after = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
+      if (after != before) {
+        std::cerr << "failing fuzz graph, seed " << seed << ":\n" << gs[i].ToText();
+        if (++failures >= 5) break;
+      }
     }
   }
   if (only < 0) {
     EXPECT_GT(coop, 0);
     EXPECT_GT(per_thread, 0);
   }
-  std::cout << "fuzzed " << (only >= 0 ? 1 : count) << " random graphs on OpenCL: " << coop
-            << " cooperative and " << per_thread << " per-thread kernels\n";
+  std::cout << "fuzzed " << graphs << " random graphs on OpenCL: " << coop << " cooperative and "
+            << per_thread << " per-thread kernels\n";
 }
 
 // Rendering properties that need no device.

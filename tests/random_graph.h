@@ -113,7 +113,11 @@ class RandomGraphBuilder {
             d = Expr(Pick(2, 4));
             return a.expand(s);
           }
-        return a.unsqueeze(0).expand([&] { auto t = a.shape(); t.insert(t.begin(), Expr(3)); return t; }());
+        return a.unsqueeze(0).expand([&] {
+          auto t = a.shape();
+          t.insert(t.begin(), Expr(3));
+          return t;
+        }());
       }
       default: {  // gather along an axis with a random index tensor
         int64_t axis = Pick(0, (int)a.rank() - 1);

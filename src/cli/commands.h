@@ -16,6 +16,8 @@ Runner AddPerplexityCommand(CLI::App& app);
 Runner AddGraphCommand(CLI::App& app);
 Runner AddLogitsCommand(CLI::App& app);
 Runner AddBenchCommand(CLI::App& app);
+Runner AddCompileCommand(CLI::App& app);
+Runner AddReportCommand(CLI::App& app);
 
 // The model `prism run` uses when none is named: the stories260K checkpoint shipped in models/.
 std::string DefaultModelPath();

@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   add("graph", prism::cli::AddGraphCommand(app));
   add("logits", prism::cli::AddLogitsCommand(app));
   add("bench", prism::cli::AddBenchCommand(app));
+  add("compile", prism::cli::AddCompileCommand(app));
+  add("report", prism::cli::AddReportCommand(app));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -257,8 +257,8 @@ std::string RenderCpp(const KernelProgram& p) {
   std::ostringstream os;
   os << kPrelude;
   KernelRenderer r(p);
-  for (const Kernel& k : p.kernels)
-    if (!k.gemm) os << "\n" << r.Render(k);  // template kernels run the runtime's micro-kernels
+  // Template-matched kernels are rendered too: the search compares both tiers.
+  for (const Kernel& k : p.kernels) os << "\n" << r.Render(k);
   return os.str();
 }
 

@@ -9,6 +9,7 @@
 // nested inside a cooperative one stay per-thread loops.
 #include "codegen/gpu_renderer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <sstream>
@@ -21,9 +22,9 @@ namespace {
 // Words that differ between the dialects; everything else is shared text.
 struct Dialect {
   const char* prelude;
-  const char* kernel;      // qualifier before `void`
-  const char* global;      // address space of buffer pointers
-  const char* shared;      // address space of the reduction scratch
+  const char* kernel;  // qualifier before `void`
+  const char* global;  // address space of buffer pointers
+  const char* shared;  // address space of the reduction scratch
   const char* restrict_kw;
   const char* local_id;
   const char* group_id;
@@ -76,7 +77,7 @@ typedef signed char int8_t;
 typedef unsigned char uint8_t;
 typedef unsigned short uint16_t;
 typedef unsigned int uint32_t;
-#define PRISM_DEV static __device__ __forceinline__
+#define PRISM_DEV __device__ __forceinline__
 #define PRISM_GLOBAL
 PRISM_DEV float prism_inf() { return __int_as_float(0x7f800000); }
 PRISM_DEV float prism_nan() { return __int_as_float(0x7fc00000); }
@@ -120,17 +121,38 @@ PRISM_DEV uint16_t prism_f2h(float f) {
 }
 )";
 
-const Dialect kCuda = {kCudaPrelude,      "extern \"C\" __global__", "",        "__shared__ ",
-                       "__restrict__",    "(int64_t)threadIdx.x",    "(int64_t)blockIdx.x",
-                       "(int64_t)gridDim.x", "__syncthreads();",     "exp2f",   "log2f",
-                       "sinf",            "sqrtf",                   "fmodf",   "uint16_t",
+const Dialect kCuda = {kCudaPrelude,
+                       "extern \"C\" __global__",
+                       "",
+                       "__shared__ ",
+                       "__restrict__",
+                       "(int64_t)threadIdx.x",
+                       "(int64_t)blockIdx.x",
+                       "(int64_t)gridDim.x",
+                       "__syncthreads();",
+                       "exp2f",
+                       "log2f",
+                       "sinf",
+                       "sqrtf",
+                       "fmodf",
+                       "uint16_t",
                        false};
-const Dialect kOpenCl = {kOpenClPrelude,           "__kernel",          "__global ",
-                         "__local ",                "restrict",          "(int64_t)get_local_id(0)",
-                         "(int64_t)get_group_id(0)", "(int64_t)get_num_groups(0)",
-                         "barrier(CLK_LOCAL_MEM_FENCE);", "exp2",        "log2",
-                         "sin",                     "sqrt",              "fmod",
-                         "half",                    true};
+const Dialect kOpenCl = {kOpenClPrelude,
+                         "__kernel",
+                         "__global ",
+                         "__local ",
+                         "restrict",
+                         "(int64_t)get_local_id(0)",
+                         "(int64_t)get_group_id(0)",
+                         "(int64_t)get_num_groups(0)",
+                         "barrier(CLK_LOCAL_MEM_FENCE);",
+                         "exp2",
+                         "log2",
+                         "sin",
+                         "sqrt",
+                         "fmod",
+                         "half",
+                         true};
 
 const char* StorageType(DType t, const Dialect& d) {
   switch (t) {
@@ -168,6 +190,18 @@ void CollectBuffers(const KValuePtr& v, std::vector<int>* out) {
   }
   for (const GatherBinding& gb : v->gathers) CollectBuffers(gb.value, out);
   for (const KValuePtr& a : v->args) CollectBuffers(a, out);
+}
+
+// Every symbol an index, guard, gather limit or reduction extent of the value mentions.
+void CollectSymbols(const KValuePtr& v, std::vector<std::string>* out) {
+  if (v->kind == KValue::Kind::Load || v->kind == KValue::Kind::Index || v->kind == KValue::Kind::Guard)
+    v->index.CollectSymbols(out);
+  for (const GatherBinding& gb : v->gathers) {
+    gb.limit.CollectSymbols(out);
+    CollectSymbols(gb.value, out);
+  }
+  for (const Expr& e : v->rextents) e.CollectSymbols(out);
+  for (const KValuePtr& a : v->args) CollectSymbols(a, out);
 }
 
 bool HasReduce(const KValuePtr& v) {
@@ -217,8 +251,19 @@ class KernelRenderer {
     depth_ = 0;
     need_redf_ = need_redi_ = false;
     plan->cooperative = coop_ = ChooseCooperative(k, s);
-    plan->threads = threads_ = coop_ ? FloorPow2(std::max(s.threads, 1)) : std::max(s.threads, 1);
+    threads_ = std::max(s.threads, 1);
+    if (coop_) {
+      threads_ = FloorPow2(threads_);
+      // Auto: no more threads than a short constant reduction can use (down to a warp).
+      int64_t r = OuterReduceExtent(k.value);
+      if (s.reduce == GpuSchedule::Reduce::Auto && r > 0)
+        while (threads_ > 32 && threads_ / 2 >= r) threads_ /= 2;
+    }
+    plan->threads = threads_;
     plan->max_groups = std::max<int64_t>(s.max_groups, 1);
+    used_.clear();
+    k.out_index.CollectSymbols(&used_);
+    CollectSymbols(k.value, &used_);
     plan->buffers = {k.out_buffer};
     CollectBuffers(k.value, &plan->buffers);
     arg_.clear();
@@ -228,8 +273,8 @@ class KernelRenderer {
     sig << "(";
     for (size_t a = 0; a < plan->buffers.size(); ++a) {
       int b = plan->buffers[a];
-      sig << (a ? ", " : "") << d_.global << (a == 0 ? "" : "const ") << StorageType(p_.buffers[b].dtype, d_) << "* "
-          << d_.restrict_kw << " a" << a;
+      sig << (a ? ", " : "") << d_.global << (a == 0 ? "" : "const ") << StorageType(p_.buffers[b].dtype, d_)
+          << "* " << d_.restrict_kw << " a" << a;
     }
     for (const std::string& sym : p_.symbols) sig << ", const int64_t s_" << sym;
     sig << ")";
@@ -249,8 +294,8 @@ class KernelRenderer {
     std::string stmts;
     std::string value = Value(k.value, &stmts, ind);
     body << stmts;
-    std::string store = Store(p_.buffers[k.out_buffer].dtype, arg_.at(k.out_buffer), k.out_index.Render(SymFn()),
-                              value, k.value->dtype);
+    std::string store = Store(p_.buffers[k.out_buffer].dtype, arg_.at(k.out_buffer),
+                              k.out_index.Render(SymFn()), value, k.value->dtype);
     body << ind << (coop_ ? "if (prism_lid == 0) " : "") << store << "\n";
     body << "  }\n}\n";
 
@@ -264,30 +309,39 @@ class KernelRenderer {
   }
 
  private:
-  // Decomposes a flat index into variables (the last one fastest).
-  void Unravel(const std::string& flat, const std::vector<std::string>& vars, const std::vector<Expr>& extents,
-               const std::string& ind, std::ostringstream& os) {
-    if (vars.empty()) return;
+  bool Used(const std::string& var) const {
+    return std::find(used_.begin(), used_.end(), var) != used_.end();
+  }
+
+  // Decomposes a flat index into variables (the last one fastest); unused ones are skipped.
+  void Unravel(const std::string& flat, const std::vector<std::string>& vars,
+               const std::vector<Expr>& extents, const std::string& ind, std::ostringstream& os) {
+    size_t first = 0;  // outermost variable the code needs
+    while (first < vars.size() && !Used(vars[first])) ++first;
+    if (first == vars.size()) return;
     std::string rest = "rest_" + flat;
     os << ind << "int64_t " << rest << " = " << flat << ";\n";
-    for (size_t a = vars.size(); a-- > 0;) {
-      if (a == 0) {
-        os << ind << "const int64_t " << vars[a] << " = " << rest << ";\n";
-        break;
-      }
-      if (extents[a].IsConst(1)) {
-        os << ind << "const int64_t " << vars[a] << " = 0;\n";
+    for (size_t a = vars.size(); a-- > first;) {
+      std::string ext = extents[a].Render(SymFn());
+      bool last = a == first;
+      if (!Used(vars[a])) {
+        if (!extents[a].IsConst(1)) os << ind << rest << " /= " << ext << ";\n";
         continue;
       }
-      std::string ext = extents[a].Render(SymFn());
-      os << ind << "const int64_t " << vars[a] << " = " << rest << " % " << ext << "; " << rest << " /= " << ext
-         << ";\n";
+      if (a == 0 || extents[a].IsConst(1)) {  // the outermost needs no modulo; size-1 loops are 0
+        os << ind << "const int64_t " << vars[a] << " = " << (extents[a].IsConst(1) ? "0" : rest) << ";\n";
+        if (!extents[a].IsConst(1) && !last) os << ind << rest << " /= " << ext << ";\n";
+        continue;
+      }
+      os << ind << "const int64_t " << vars[a] << " = " << rest << " % " << ext << ";";
+      if (!last) os << " " << rest << " /= " << ext << ";";
+      os << "\n";
     }
-    os << ind << "(void)" << rest << ";\n";
   }
 
   std::function<std::string(const std::string&)> SymFn(const std::vector<GatherBinding>* gathers = nullptr,
-                                                       std::string* stmts = nullptr, const std::string& ind = "") {
+                                                       std::string* stmts = nullptr,
+                                                       const std::string& ind = "") {
     return [this, gathers, stmts, ind](const std::string& name) -> std::string {
       if (gathers)
         for (const GatherBinding& gb : *gathers)
@@ -312,7 +366,9 @@ class KernelRenderer {
       case DType::BF16: return "prism_bf2f(" + buf + "[" + idx + "])";
       case DType::Q8_0: return "prism_q8_0(" + buf + ", " + idx + ")";
       case DType::Q4_0: return "prism_q4_0(" + buf + ", " + idx + ")";
-      case DType::I8: case DType::U8: case DType::Bool: return "((int32_t)" + buf + "[" + idx + "])";
+      case DType::I8:
+      case DType::U8:
+      case DType::Bool: return "((int32_t)" + buf + "[" + idx + "])";
       default: return buf + "[" + idx + "]";
     }
   }
@@ -327,7 +383,8 @@ class KernelRenderer {
       case DType::BF16: return buf + "[" + idx + "] = prism_f2bf((float)" + val + ");";
       case DType::Bool: return buf + "[" + idx + "] = (uint8_t)(" + val + " != 0);";
       default:
-        return buf + "[" + idx + "] = (" + StorageType(t, d_) + ")" + (IsFloat(vt) ? "(int32_t)" : "") + val + ";";
+        return buf + "[" + idx + "] = (" + StorageType(t, d_) + ")" + (IsFloat(vt) ? "(int32_t)" : "") + val +
+               ";";
     }
   }
 
@@ -336,9 +393,11 @@ class KernelRenderer {
     switch (v.kind) {
       case KValue::Kind::Load: return Load(v, stmts, ind);
       case KValue::Kind::Const:
-        return IsFloat(v.dtype) ? FloatLiteral(v.constant) : "((int32_t)" + std::to_string((int64_t)v.constant) + ")";
+        return IsFloat(v.dtype) ? FloatLiteral(v.constant)
+                                : "((int32_t)" + std::to_string((int64_t)v.constant) + ")";
       case KValue::Kind::Index:
-        return std::string("((") + ComputeType(v.dtype) + ")(" + v.index.Render(SymFn(&v.gathers, stmts, ind)) + "))";
+        return std::string("((") + ComputeType(v.dtype) + ")(" +
+               v.index.Render(SymFn(&v.gathers, stmts, ind)) + "))";
       case KValue::Kind::Guard: {
         std::string inner = Value(v.args[0], stmts, ind);
         return "((" + v.index.Render(SymFn(&v.gathers, stmts, ind)) + ") ? (" + inner + ") : (" +
@@ -369,8 +428,8 @@ class KernelRenderer {
     os << ind << ComputeType(v.dtype) << " " << acc << " = " << Init(v) << ";\n";
     std::string in = ind;
     for (size_t r = 0; r < v.rvars.size(); ++r) {
-      os << in << "for (int64_t " << v.rvars[r] << " = 0; " << v.rvars[r] << " < " << v.rextents[r].Render(SymFn())
-         << "; ++" << v.rvars[r] << ") {\n";
+      os << in << "for (int64_t " << v.rvars[r] << " = 0; " << v.rvars[r] << " < "
+         << v.rextents[r].Render(SymFn()) << "; ++" << v.rvars[r] << ") {\n";
       in += "  ";
     }
     std::string body_stmts;
@@ -410,7 +469,8 @@ class KernelRenderer {
     os << ind << red << "[prism_lid] = " << acc << ";\n";
     os << ind << d_.barrier << "\n";
     os << ind << "for (int prism_s = " << threads_ / 2 << "; prism_s > 0; prism_s >>= 1) {\n";
-    os << in << "if (prism_lid < prism_s) " << Combine(v, red + "[prism_lid]", red + "[prism_lid + prism_s]") << "\n";
+    os << in << "if (prism_lid < prism_s) " << Combine(v, red + "[prism_lid]", red + "[prism_lid + prism_s]")
+       << "\n";
     os << in << d_.barrier << "\n";
     os << ind << "}\n";
     os << ind << acc << " = " << red << "[0];\n";
@@ -447,10 +507,11 @@ class KernelRenderer {
                  : "(" + a[0] + " % " + a[1] + ")";
       case Op::LessThan: return "((int32_t)(" + a[0] + " < " + a[1] + "))";
       case Op::Max:
-        return f ? "prism_maxf(" + a[0] + ", " + a[1] + ")" : "(" + a[0] + " > " + a[1] + " ? " + a[0] + " : " + a[1] + ")";
+        return f ? "prism_maxf(" + a[0] + ", " + a[1] + ")"
+                 : "(" + a[0] + " > " + a[1] + " ? " + a[0] + " : " + a[1] + ")";
       case Op::Where:
-        return "((" + a[0] + ") != 0 ? (" + ComputeType(v.dtype) + ")(" + a[1] + ") : (" + ComputeType(v.dtype) +
-               ")(" + a[2] + "))";
+        return "((" + a[0] + ") != 0 ? (" + ComputeType(v.dtype) + ")(" + a[1] + ") : (" +
+               ComputeType(v.dtype) + ")(" + a[2] + "))";
       default: throw Error("gpu renderer: unsupported op " + std::string(OpName(v.op)));
     }
   }
@@ -458,6 +519,7 @@ class KernelRenderer {
   const KernelProgram& p_;
   const Dialect& d_;
   std::map<int, std::string> arg_;  // buffer index -> argument name
+  std::vector<std::string> used_;   // symbols the kernel's expressions mention
   int acc_ = 0, depth_ = 0, threads_ = 1;
   bool coop_ = false, need_redf_ = false, need_redi_ = false;
 };
@@ -466,11 +528,17 @@ class KernelRenderer {
 
 std::string_view GpuDialectName(GpuDialect d) { return d == GpuDialect::Cuda ? "cuda" : "opencl"; }
 
-GpuSource GpuRenderer::Render(const KernelProgram& p, const GpuSchedule& schedule) const {
-  return Render(p, std::vector<GpuSchedule>(p.kernels.size(), schedule));
+std::string GpuRenderer::Prelude() const {
+  return std::string(dialect_ == GpuDialect::Cuda ? kCuda.prelude : kOpenCl.prelude) + kCommon;
 }
 
-GpuSource GpuRenderer::Render(const KernelProgram& p, const std::vector<GpuSchedule>& schedules) const {
+GpuSource GpuRenderer::Render(const KernelProgram& p, const GpuSchedule& schedule,
+                              const std::string& prefix) const {
+  return Render(p, std::vector<GpuSchedule>(p.kernels.size(), schedule), prefix);
+}
+
+GpuSource GpuRenderer::Render(const KernelProgram& p, const std::vector<GpuSchedule>& schedules,
+                              const std::string& prefix) const {
   if (schedules.size() != p.kernels.size())
     throw Error("gpu renderer: " + std::to_string(schedules.size()) + " schedules for " +
                 std::to_string(p.kernels.size()) + " kernels");
@@ -478,31 +546,32 @@ GpuSource GpuRenderer::Render(const KernelProgram& p, const std::vector<GpuSched
   GpuSource out;
   out.dialect = dialect_;
   std::ostringstream os;
-  os << d.prelude << kCommon;
   KernelRenderer r(p, d);
-  std::map<std::string, std::string> seen;  // rendered body -> function name
+  std::map<std::string, std::string> seen;  // rendered function -> its name
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     const Kernel& k = p.kernels[i];
     GpuKernelPlan plan;
     std::string body = r.Render(k, schedules[i], &plan);
     // Attributes carry the group size: it is fixed by the scratch arrays and lets compilers specialize.
     std::string t = std::to_string(plan.threads);
-    std::string head = dialect_ == GpuDialect::Cuda
-                           ? std::string(d.kernel) + " void __launch_bounds__(" + t + ")"
-                           : std::string(d.kernel) + " __attribute__((reqd_work_group_size(" + t + ", 1, 1))) void";
+    std::string head =
+        dialect_ == GpuDialect::Cuda
+            ? std::string(d.kernel) + " void __launch_bounds__(" + t + ")"
+            : std::string(d.kernel) + " __attribute__((reqd_work_group_size(" + t + ", 1, 1))) void";
     std::string key = head + body;
     auto it = seen.find(key);
     if (it != seen.end()) {
       plan.function = it->second;
     } else {
-      plan.function = k.name;
-      seen[key] = k.name;
-      out.functions.push_back(k.name);
-      os << "\n" << head << " " << k.name << body;
+      plan.function = prefix + k.name;
+      seen[key] = plan.function;
+      out.functions.push_back(plan.function);
+      os << "\n" << head << " " << plan.function << body;
     }
     out.kernels.push_back(std::move(plan));
   }
-  out.source = os.str();
+  out.functions_source = os.str();
+  out.source = Prelude() + out.functions_source;
   return out;
 }
 

@@ -190,7 +190,10 @@ WeightLookup SyntheticWeights(const ModelConfig& cfg, DType t) {
     if (ends("c_fc.weight")) return WeightSpec{t, {d, f}};
     if (ends("c_fc.bias")) return WeightSpec{norm, {f}};
     if (ends("mlp.c_proj.weight")) return WeightSpec{t, {f, d}};
-    return WeightSpec{norm, {d}};  // layer norms and remaining biases
+    if (ends("norm.weight") || ends("norm.bias") || name.find(".ln_") != std::string::npos || ends("ln_f.weight") ||
+        ends("ln_f.bias") || ends("c_proj.bias"))
+      return WeightSpec{norm, {d}};  // layer norms and the remaining [hidden] biases
+    return std::nullopt;             // e.g. rope_freqs.weight: absent, as in a Hugging Face model
   };
 }
 

@@ -1,9 +1,11 @@
 // A language model ready to run: weights, config and tokenizer loaded, its step graph compiled.
 #include "runtime/language_model.h"
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
+#include "backends/cpu/jit.h"
 #include "io/chat_template.h"
 #include "io/gguf.h"
 #include "io/llama2c.h"
@@ -100,9 +102,15 @@ WeightLookup ModelFiles::Lookup() const {
   };
 }
 
+std::string TuningDatabasePath() { return KernelCacheDir() + "/tuning.json"; }
+
 std::unique_ptr<LanguageModel> LanguageModel::Load(const std::string& path, const LoadOptions& opts) {
+  if (IsArtifact(path)) return LoadArtifact(path, opts);
+  auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<LanguageModel> lm(new LanguageModel());
+  lm->path_ = fs::absolute(path).string();
   lm->files_ = OpenModelFiles(path, opts.tokenizer_path);
+  lm->tokenizer_path_ = opts.tokenizer_path;
   const ModelConfig& cfg = lm->files_.config;
   int64_t cap = cfg.max_position > 0 ? std::min<int64_t>(cfg.max_position, 4096) : 2048;
   lm->max_context_ = opts.max_context > 0 ? opts.max_context : cap;
@@ -110,17 +118,100 @@ std::unique_ptr<LanguageModel> LanguageModel::Load(const std::string& path, cons
     throw Error(path + ": GPT-2 has learned positions only up to " + std::to_string(cfg.max_position));
   lm->threads_ = opts.threads;
   lm->step_ = lm->CompileStep(false);
+  // Schedules from the tuning database (and a search within the budget, if one was given).
+  lm->Tune(std::max(0.0, opts.search_budget));
+  lm->compile_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return lm;
 }
 
-std::unique_ptr<Program> LanguageModel::CompileStep(bool all_logits) const {
+nlohmann::json LanguageModel::Tune(double budget_seconds, const std::string& only_kernel) {
+  TuneOptions to;
+  to.budget_seconds = budget_seconds;
+  to.db_path = TuningDatabasePath();
+  to.only_kernel = only_kernel;
+  int64_t prefill = std::min<int64_t>(128, std::max<int64_t>(2, max_context_ / 2));
+  to.buckets = {{"decode", {{"seq", 1}, {"past", std::min<int64_t>(max_context_ - 1, 64)}}},
+                {"prefill", {{"seq", prefill}, {"past", 0}}}};
+  return step_->Tune(to);
+}
+
+bool LanguageModel::IsArtifact(const std::string& path) {
+  return fs::is_directory(path) && fs::exists(fs::path(path) / "manifest.json");
+}
+
+void LanguageModel::SaveArtifact(const std::string& dir, const nlohmann::json& receipts) const {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(dir + ": cannot create the artifact folder: " + ec.message());
+  const Program& p = *step_;
+  fs::copy_file(p.stats().so_path, fs::path(dir) / "kernels.so", fs::copy_options::overwrite_existing, ec);
+  if (ec) throw Error(dir + ": cannot copy the compiled kernels: " + ec.message());
+  std::ofstream(fs::path(dir) / "kernels.cpp") << p.source();
+  nlohmann::json choices = nlohmann::json::object();
+  for (const auto& [bucket, cs] : p.choices()) {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const KernelChoice& c : cs) arr.push_back({{"template", c.use_template}, {"parallel", c.parallel}});
+    choices[bucket] = arr;
+  }
+  std::ofstream(fs::path(dir) / "schedule.json") << choices.dump(1);
+  std::ofstream(fs::path(dir) / "receipts.json") << receipts.dump(1);
+  nlohmann::json buffers = nlohmann::json::array();
+  for (const KBuffer& b : p.kernels().buffers)
+    buffers.push_back({{"name", b.name}, {"dtype", DTypeName(b.dtype)}, {"shape", ShapeStr(b.shape)}});
+  nlohmann::json kernels = nlohmann::json::array();
+  for (const Kernel& k : p.kernels().kernels) kernels.push_back(k.name);
+  nlohmann::json m{{"format", "prism-artifact-1"},
+                   {"model", path_},
+                   {"tokenizer", tokenizer_path_},
+                   {"max_context", max_context_},
+                   {"architecture", config().architecture},
+                   {"graph_nodes", p.stats().graph_nodes},
+                   {"kernels", kernels},
+                   {"buffers", buffers},
+                   {"memory", p.MemoryReport()}};
+  std::ofstream f(fs::path(dir) / "manifest.json");
+  f << m.dump(1);
+  if (!f) throw Error(dir + ": cannot write manifest.json");
+}
+
+std::unique_ptr<LanguageModel> LanguageModel::LoadArtifact(const std::string& dir, const LoadOptions& opts) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto read_json = [&](const char* name) {
+    std::ifstream f(fs::path(dir) / name);
+    if (!f) throw Error(dir + ": artifact has no " + name);
+    nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+    if (j.is_discarded()) throw Error(dir + "/" + name + ": not valid JSON");
+    return j;
+  };
+  nlohmann::json m = read_json("manifest.json");
+  if (m.value("format", "") != "prism-artifact-1") throw Error(dir + "/manifest.json: unknown artifact format");
+  std::unique_ptr<LanguageModel> lm(new LanguageModel());
+  lm->path_ = m.value("model", "");
+  lm->tokenizer_path_ = opts.tokenizer_path.empty() ? m.value("tokenizer", "") : opts.tokenizer_path;
+  lm->files_ = OpenModelFiles(lm->path_, lm->tokenizer_path_);
+  lm->max_context_ = m.value("max_context", (int64_t)2048);
+  lm->threads_ = opts.threads;
+  CompileOptions co;
+  co.prebuilt_so = (fs::path(dir) / "kernels.so").string();
+  std::ifstream src(fs::path(dir) / "kernels.cpp");
+  co.prebuilt_source.assign(std::istreambuf_iterator<char>(src), std::istreambuf_iterator<char>());
+  lm->step_ = lm->CompileStep(false, co);
+  KernelChoices choices;
+  for (const auto& [bucket, arr] : read_json("schedule.json").items())
+    for (const auto& c : arr) choices[bucket].push_back({c.value("template", true), c.value("parallel", -1)});
+  lm->step_->SetChoices(std::move(choices));
+  lm->compile_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return lm;
+}
+
+std::unique_ptr<Program> LanguageModel::CompileStep(bool all_logits, const CompileOptions& base) const {
   const WeightStore& store = *files_.weights;
   LmGraphOptions go;
   go.max_context = max_context_;
   go.all_logits = all_logits;
   go.conv1d_transposed = files_.conv1d_transposed;
   Graph g = BuildCausalLM(files_.config, files_.Lookup(), go);
-  CompileOptions co;
+  CompileOptions co = base;
   co.threads = threads_;
   auto prog = Program::Compile(g, co);
   for (const Node& n : g.nodes()) {

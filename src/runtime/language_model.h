@@ -18,7 +18,11 @@ struct LoadOptions {
   std::string tokenizer_path;  // llama2.c checkpoints: defaults to a tok*.bin / tokenizer.bin beside the model
   int64_t max_context = 0;     // 0: the model's maximum, capped at 4096
   int threads = 0;             // 0: all cores
+  double search_budget = -1;   // seconds of schedule search (< 0: none; decisions from the tuning database only)
 };
+
+// The tuning database shared by every compile on this machine: KernelCacheDir()/tuning.json.
+std::string TuningDatabasePath();
 
 // The files of a model, opened (weights memory-mapped) but not compiled.
 struct ModelFiles {
@@ -52,9 +56,21 @@ class LanguageModel {
   // Logits of every position of a fresh sequence ([n * vocab]); for perplexity. Compiled on first use.
   std::vector<float> ForwardAll(const std::vector<int32_t>& tokens);
 
+  // Schedule search for the step program over a decode and a prefill bucket; returns receipts.
+  nlohmann::json Tune(double budget_seconds, const std::string& only_kernel = "");
+  // Writes a compiled artifact folder: manifest, generated source, compiled kernels, the chosen
+  // schedules and the receipts. `prism run DIR` loads it without compiling.
+  void SaveArtifact(const std::string& dir, const nlohmann::json& receipts) const;
+  // Loads a model from an artifact folder written by SaveArtifact.
+  static std::unique_ptr<LanguageModel> LoadArtifact(const std::string& dir, const LoadOptions& opts = {});
+  static bool IsArtifact(const std::string& path);
+  double compile_seconds() const { return compile_seconds_; }
+
  private:
   LanguageModel() = default;
-  std::unique_ptr<Program> CompileStep(bool all_logits) const;
+  std::unique_ptr<Program> CompileStep(bool all_logits, const CompileOptions& base = {}) const;
+  std::string path_, tokenizer_path_;
+  double compile_seconds_ = 0;
   void CheckTokens(const std::vector<int32_t>& tokens, int64_t past) const;
 
   ModelFiles files_;

@@ -27,7 +27,16 @@ std::unique_ptr<Program> Program::Compile(const Graph& g, const CompileOptions& 
   std::string source = RenderCpp(kp);
   double plan = Seconds(t0);
   JitStats js;
-  JitLibrary lib = JitLibrary::Load(source, &js);
+  auto t1 = Clock::now();
+  JitLibrary lib = [&] {
+    if (opts.prebuilt_so.empty()) return JitLibrary::Load(source, &js);
+    if (source != opts.prebuilt_source)
+      throw Error(opts.prebuilt_so + ": the artifact's kernels do not match this model and Prism version; compile it again");
+    js.cache_hit = true;
+    js.so_path = opts.prebuilt_so;
+    return JitLibrary::LoadFile(opts.prebuilt_so);
+  }();
+  if (!opts.prebuilt_so.empty()) js.compile_seconds = Seconds(t1);
   int threads = opts.threads > 0 ? opts.threads : DefaultThreadCount();
   std::unique_ptr<Program> p(new Program(g, std::move(kp), std::move(source), std::move(lib), threads));
   p->stats_.graph_nodes = g.size();
@@ -42,8 +51,7 @@ std::unique_ptr<Program> Program::Compile(const Graph& g, const CompileOptions& 
 Program::Program(const Graph& g, KernelProgram kp, std::string source, JitLibrary lib, int threads)
     : graph_(g), kp_(std::move(kp)), source_(std::move(source)), lib_(std::move(lib)),
       pool_(std::make_unique<ThreadPool>(threads)) {
-  for (const Kernel& k : kp_.kernels)
-    fns_.push_back(k.gemm ? nullptr : reinterpret_cast<KernelFn>(lib_.Symbol(k.name)));
+  for (const Kernel& k : kp_.kernels) fns_.push_back(reinterpret_cast<KernelFn>(lib_.Symbol(k.name)));
   storage_.resize(kp_.buffers.size());
   capacity_.assign(kp_.buffers.size(), 0);
   shapes_.resize(kp_.buffers.size());
@@ -60,6 +68,16 @@ Program::Program(const Graph& g, KernelProgram kp, std::string source, JitLibrar
   for (size_t k = 0; k < kp_.kernels.size(); ++k) {
     collect(kp_.kernels[k].value, &reads[k]);
     if (kp_.kernels[k].gemm) reads[k].insert({kp_.kernels[k].gemm->a_buffer, kp_.kernels[k].gemm->w_buffer});
+  }
+  first_use_.assign(kp_.buffers.size(), -1);
+  last_use_.assign(kp_.buffers.size(), -1);
+  for (size_t k = 0; k < kp_.kernels.size(); ++k) {
+    std::set<int> touched = reads[k];
+    touched.insert(kp_.kernels[k].out_buffer);
+    for (int b : touched) {
+      if (first_use_[b] < 0) first_use_[b] = (int)k;
+      last_use_[b] = (int)k;
+    }
   }
   deps_.resize(kp_.kernels.size());
   for (size_t k = 0; k < kp_.kernels.size(); ++k)
@@ -121,6 +139,7 @@ void Program::PlanSteps(const SymbolBindings& b) {
   const int threads = pool_->size();
   std::vector<int> epoch(kp_.kernels.size(), -1);  // barrier interval in which a kernel ran
   int current = 0;
+  auto chosen = choices_.find(BucketOf(b));
   for (size_t k = 0; k < kp_.kernels.size(); ++k) {
     const Kernel& kn = kp_.kernels[k];
     Step& st = steps_[k];
@@ -136,6 +155,12 @@ void Program::PlanSteps(const SymbolBindings& b) {
     }
     // Small kernels run on one thread: splitting them costs more in cache traffic than it saves.
     st.parallel = threads > 1 && work >= (kn.gemm ? 65536 : 32768);
+    st.use_template = kn.gemm.has_value();
+    if (chosen != choices_.end() && k < chosen->second.size()) {
+      const KernelChoice& c = chosen->second[k];
+      st.use_template = st.use_template && c.use_template;
+      if (c.parallel >= 0) st.parallel = threads > 1 && c.parallel == 1;
+    }
     st.barrier_before = false;
     for (int j : deps_[k])
       if (epoch[j] == current && (st.parallel || steps_[j].parallel)) st.barrier_before = true;
@@ -148,7 +173,7 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
   const Kernel& kn = kp_.kernels[k];
   const Step& st = steps_[k];
   if (st.total <= 0) return;
-  if (kn.gemm) {
+  if (st.use_template) {
     const GemmTemplate& gm = *kn.gemm;
     if (st.m <= 0) return;
     int64_t nb = 0, ne = gm.n;
@@ -200,10 +225,48 @@ void Program::RunPerKernel(void* const* bufs, const int64_t* syms) {
   }
 }
 
-std::vector<HostTensor> Program::Run(const std::map<std::string, HostTensor>& inputs, const SymbolBindings& syms) {
-  SymbolBindings b = BindSymbols(input_nodes_, kp_.symbols, inputs, syms);
-  std::vector<int64_t> sym_values;
-  for (const std::string& s : kp_.symbols) sym_values.push_back(b.at(s));
+nlohmann::json Program::MemoryReport() const {
+  struct Item {
+    int64_t bytes;
+    int first, last;
+  };
+  std::vector<Item> items;
+  int64_t held = 0;
+  for (size_t i = 0; i < kp_.buffers.size(); ++i) {
+    if (kp_.buffers[i].kind != BufferKind::Intermediate || shapes_[i].empty() && !storage_[i].data) continue;
+    int64_t n = 1;
+    for (int64_t d : shapes_[i]) n *= d;
+    int64_t bytes = StorageBytes(kp_.buffers[i].dtype, n);
+    held += bytes;
+    items.push_back({(bytes + 63) / 64 * 64, first_use_[i], last_use_[i]});
+  }
+  // Largest first; each takes the lowest offset free for its whole lifetime.
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.bytes > b.bytes; });
+  std::vector<std::pair<Item, int64_t>> placed;
+  int64_t peak = 0;
+  for (const Item& it : items) {
+    std::vector<std::pair<int64_t, int64_t>> busy;
+    for (const auto& [p, off] : placed)
+      if (!(p.last < it.first || it.last < p.first)) busy.push_back({off, off + p.bytes});
+    std::sort(busy.begin(), busy.end());
+    int64_t off = 0;
+    for (const auto& [lo, hi] : busy) {
+      if (off + it.bytes <= lo) break;
+      off = std::max(off, hi);
+    }
+    placed.push_back({it, off});
+    peak = std::max(peak, off + it.bytes);
+  }
+  return {{"scratch_buffers", items.size()}, {"scratch_bytes_held", held}, {"arena_peak_bytes", peak}};
+}
+
+std::string Program::BucketOf(const SymbolBindings& b) {
+  auto it = b.find("seq");
+  if (it == b.end()) return "all";
+  return it->second <= 1 ? "decode" : "prefill";
+}
+
+std::vector<void*> Program::PrepareBuffers(const std::map<std::string, HostTensor>& inputs, const SymbolBindings& b) {
   std::vector<void*> ptrs(kp_.buffers.size(), nullptr);
   for (size_t i = 0; i < kp_.buffers.size(); ++i) {
     const KBuffer& kb = kp_.buffers[i];
@@ -236,6 +299,14 @@ std::vector<HostTensor> Program::Run(const std::map<std::string, HostTensor>& in
       }
     }
   }
+  return ptrs;
+}
+
+std::vector<HostTensor> Program::Run(const std::map<std::string, HostTensor>& inputs, const SymbolBindings& syms) {
+  SymbolBindings b = BindSymbols(input_nodes_, kp_.symbols, inputs, syms);
+  std::vector<int64_t> sym_values;
+  for (const std::string& s : kp_.symbols) sym_values.push_back(b.at(s));
+  std::vector<void*> ptrs = PrepareBuffers(inputs, b);
   // State writes must stay inside the state buffer; checked here, not in the kernel.
   for (const Kernel& kn : kp_.kernels) {
     const Node& root = graph_.node(kn.root);

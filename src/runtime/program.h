@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "backends/cpu/jit.h"
 #include "backends/cpu/thread_pool.h"
 #include "compiler/kernel_ir.h"
@@ -17,6 +19,9 @@ namespace prism {
 struct CompileOptions {
   FusionOptions fusion;
   int threads = 0;  // 0: DefaultThreadCount()
+  // A compiled artifact's kernels: loaded instead of compiling. The source rendered now must equal
+  // the artifact's (kernels.cpp), else the artifact is stale and loading fails.
+  std::string prebuilt_so, prebuilt_source;
 };
 
 struct CompileStats {
@@ -26,6 +31,20 @@ struct CompileStats {
   double compile_seconds = 0;  // system compiler (or cache lookup) + load
   bool cache_hit = false;
   std::string so_path;
+};
+
+// What the search decided for one kernel in one size bucket.
+struct KernelChoice {
+  bool use_template = true;  // template micro-kernel when the kernel has one, else generated code
+  int parallel = -1;         // -1: by work size; 0: one thread; 1: split across the team
+};
+using KernelChoices = std::map<std::string, std::vector<KernelChoice>>;  // bucket -> per kernel
+
+struct TuneOptions {
+  std::vector<std::pair<std::string, SymbolBindings>> buckets;  // e.g. {"decode", seq=1}, {"prefill", seq=128}
+  double budget_seconds = 30;  // wall-clock search budget over all buckets
+  std::string db_path;         // tuning database (JSON); "" = none
+  std::string only_kernel;     // replay the search for one kernel only
 };
 
 using KernelFn = void (*)(void* const* bufs, const int64_t* syms, int64_t begin, int64_t end);
@@ -45,12 +64,22 @@ class Program {
   const KernelProgram& kernels() const { return kp_; }
   const std::string& source() const { return source_; }
   const CompileStats& stats() const { return stats_; }
+  // Scratch memory of the last step: bytes held now (one buffer per intermediate) and the peak an
+  // arena planned by liveness would need (greedy first fit over each buffer's kernel interval).
+  nlohmann::json MemoryReport() const;
   int threads() const { return pool_->size(); }
   // Per-kernel wall time accumulated over runs when profiling is on ($PRISM_PROFILE=1 turns it on
   // for every program and prints the table when the program is destroyed).
   void EnableProfile(bool on) { profile_ = on; }
   // One persistent parallel walk over all kernels per step (default), or one dispatch per kernel.
   void SetMegakernel(bool on) { megakernel_ = on; }
+  // Schedule search: times every candidate of every kernel per bucket on this machine after
+  // checking it against the kernel's reference evaluation; keeps the fastest. Returns receipts.
+  nlohmann::json Tune(const TuneOptions& opts);
+  const KernelChoices& choices() const { return choices_; }
+  void SetChoices(KernelChoices c) { choices_ = std::move(c); }
+  // The bucket a set of sizes falls in: "decode" (seq == 1), "prefill" (seq > 1) or "all".
+  static std::string BucketOf(const SymbolBindings& b);
   std::string ProfileTable() const;
   ~Program();
 
@@ -60,9 +89,11 @@ class Program {
   struct Step {
     int64_t total = 0, inner = 1, m = 0;
     bool parallel = false;
+    bool use_template = false;
     bool barrier_before = false;
   };
   void PlanSteps(const SymbolBindings& b);
+  std::vector<void*> PrepareBuffers(const std::map<std::string, HostTensor>& inputs, const SymbolBindings& b);
   void RunChunk(size_t k, int thread, int threads, void* const* bufs, const int64_t* syms);
   void RunMegakernel(void* const* bufs, const int64_t* syms);
   void RunPerKernel(void* const* bufs, const int64_t* syms);
@@ -77,10 +108,12 @@ class Program {
   std::vector<int64_t> capacity_;    // bytes allocated per scratch buffer (reused while big enough)
   std::vector<std::vector<int64_t>> shapes_;  // per buffer, this step's shape
   std::vector<const Node*> input_nodes_;
-  std::vector<std::vector<int>> deps_;  // per kernel: earlier kernels it must wait for (RAW, WAR, WAW)
+  std::vector<std::vector<int>> deps_;
+  std::vector<int> first_use_, last_use_;  // per buffer: first and last kernel touching it  // per kernel: earlier kernels it must wait for (RAW, WAR, WAW)
   std::vector<Step> steps_;
   std::unique_ptr<SpinBarrier> barrier_;
   bool megakernel_ = true;
+  KernelChoices choices_;
   CompileStats stats_;
   bool profile_ = false;
   std::vector<double> kernel_seconds_;

@@ -70,6 +70,12 @@ void* JitLibrary::Symbol(const std::string& name) const {
   return p;
 }
 
+JitLibrary JitLibrary::LoadFile(const std::string& so_path) {
+  void* h = dlopen(so_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) throw Error(so_path + ": cannot load compiled kernels: " + dlerror());
+  return JitLibrary(h);
+}
+
 JitLibrary JitLibrary::Load(const std::string& source, JitStats* stats) {
   auto t0 = std::chrono::steady_clock::now();
   std::string cmd = JitCompilerCommand();

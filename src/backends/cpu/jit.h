@@ -17,6 +17,8 @@ class JitLibrary {
   // Compiles (or finds in the cache) `source`; throws prism::Error with the compiler's first
   // error line if compilation fails.
   static JitLibrary Load(const std::string& source, JitStats* stats = nullptr);
+  // Loads an already compiled shared object (a compiled artifact's kernels).
+  static JitLibrary LoadFile(const std::string& so_path);
   JitLibrary(JitLibrary&& o) noexcept : handle_(o.handle_) { o.handle_ = nullptr; }
   JitLibrary& operator=(JitLibrary&& o) noexcept;
   ~JitLibrary();

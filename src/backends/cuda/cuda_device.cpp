@@ -45,11 +45,11 @@ struct CuApi {
   CUresult (*cuStreamCreate)(CUstream*, unsigned) = nullptr;
   CUresult (*cuStreamDestroy)(CUstream) = nullptr;  // _v2
   CUresult (*cuStreamSynchronize)(CUstream) = nullptr;
-  CUresult (*cuMemAlloc)(CUdeviceptr*, size_t) = nullptr;                 // _v2
-  CUresult (*cuMemFree)(CUdeviceptr) = nullptr;                           // _v2
-  CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t) = nullptr;   // _v2
-  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t) = nullptr;   // _v2
-  CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t) = nullptr;         // _v2
+  CUresult (*cuMemAlloc)(CUdeviceptr*, size_t) = nullptr;                // _v2
+  CUresult (*cuMemFree)(CUdeviceptr) = nullptr;                          // _v2
+  CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t) = nullptr;  // _v2
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t) = nullptr;  // _v2
+  CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t) = nullptr;        // _v2
   CUresult (*cuModuleLoadData)(CUmodule*, const void*) = nullptr;
   CUresult (*cuModuleUnload)(CUmodule) = nullptr;
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
@@ -172,7 +172,8 @@ static std::unique_ptr<CudaDevice::Impl> ProbeCuda(int ordinal, std::string* why
   }
   int count = 0;
   if (CUresult r = c.cuDeviceGetCount(&count); r != 0 || count <= ordinal) {
-    *why = r ? "cuDeviceGetCount: " + ErrName(c, r) : std::to_string(count) + " device(s), wanted #" + std::to_string(ordinal);
+    *why = r ? "cuDeviceGetCount: " + ErrName(c, r)
+             : std::to_string(count) + " device(s), wanted #" + std::to_string(ordinal);
     return nullptr;
   }
   auto impl = std::make_unique<CudaDevice::Impl>();
@@ -216,7 +217,9 @@ CudaDevice::~CudaDevice() {
 
 std::string CudaDevice::name() const { return impl_->name; }
 int CudaDevice::max_threads_per_group() const { return impl_->max_threads; }
-std::string CudaDevice::arch() const { return "sm_" + std::to_string(impl_->major) + std::to_string(impl_->minor); }
+std::string CudaDevice::arch() const {
+  return "sm_" + std::to_string(impl_->major) + std::to_string(impl_->minor);
+}
 
 GpuMem CudaDevice::Alloc(size_t bytes) {
   CUdeviceptr p = 0;
@@ -238,14 +241,16 @@ void CudaDevice::Download(void* dst, GpuMem src, size_t bytes) {
   if (bytes) impl_->Check(impl_->cu->cuMemcpyDtoH(dst, src, bytes), "cuMemcpyDtoH");
 }
 
-std::unique_ptr<GpuModule> CudaDevice::Compile(const std::string& source, const std::vector<std::string>& functions) {
+std::unique_ptr<GpuModule> CudaDevice::Compile(const std::string& source,
+                                               const std::vector<std::string>& functions) {
   NvrtcOutput out = NvrtcCompiler::Open().Compile(source, arch());
   auto m = std::make_unique<CuModule>();
   m->cu = impl_->cu;
   impl_->Check(impl_->cu->cuModuleLoadData(&m->module, out.image.data()), "cuModuleLoadData");
   for (const std::string& f : functions) {
     CUfunction fn = nullptr;
-    impl_->Check(impl_->cu->cuModuleGetFunction(&fn, m->module, f.c_str()), "cuModuleGetFunction '" + f + "'");
+    impl_->Check(impl_->cu->cuModuleGetFunction(&fn, m->module, f.c_str()),
+                 "cuModuleGetFunction '" + f + "'");
     m->functions.push_back(fn);
   }
   return m;
@@ -262,12 +267,14 @@ void CudaDevice::Launch(GpuModule& module, int function, const std::vector<GpuAr
     params[a] = &values[a];
   }
   if (groups > 0x7fffffff) throw Error("cuda: grid of " + std::to_string(groups) + " blocks is too large");
-  impl_->Check(impl_->cu->cuLaunchKernel(fn, (unsigned)groups, 1, 1, (unsigned)threads, 1, 1, 0, impl_->stream,
-                                         params.data(), nullptr),
+  impl_->Check(impl_->cu->cuLaunchKernel(fn, (unsigned)groups, 1, 1, (unsigned)threads, 1, 1, 0,
+                                         impl_->stream, params.data(), nullptr),
                "cuLaunchKernel");
 }
 
-void CudaDevice::Finish() { impl_->Check(impl_->cu->cuStreamSynchronize(impl_->stream), "cuStreamSynchronize"); }
+void CudaDevice::Finish() {
+  impl_->Check(impl_->cu->cuStreamSynchronize(impl_->stream), "cuStreamSynchronize");
+}
 
 double CudaDevice::TimeMs(const std::function<void()>& work) {
   const CuApi& c = *impl_->cu;

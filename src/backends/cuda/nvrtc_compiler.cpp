@@ -18,7 +18,8 @@ struct NvrtcCompiler::Api {
   using Program = struct NvrtcProgramOpaque*;
   int (*nvrtcVersion)(int*, int*) = nullptr;
   const char* (*nvrtcGetErrorString)(int) = nullptr;
-  int (*nvrtcCreateProgram)(Program*, const char*, const char*, int, const char* const*, const char* const*) = nullptr;
+  int (*nvrtcCreateProgram)(Program*, const char*, const char*, int, const char* const*,
+                            const char* const*) = nullptr;
   int (*nvrtcCompileProgram)(Program, int, const char* const*) = nullptr;
   int (*nvrtcGetProgramLogSize)(Program, size_t*) = nullptr;
   int (*nvrtcGetProgramLog)(Program, char*) = nullptr;
@@ -35,7 +36,8 @@ namespace {
 std::vector<std::string> Candidates() {
   std::vector<std::string> out;
   if (const char* p = std::getenv("PRISM_NVRTC"); p && *p) out.push_back(p);
-  for (const char* n : {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2"}) out.push_back(n);
+  for (const char* n : {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2"})
+    out.push_back(n);
   std::vector<std::filesystem::path> dirs;
   if (const char* h = std::getenv("CUDA_HOME"); h && *h) dirs.push_back(std::filesystem::path(h) / "lib64");
   dirs.push_back("/usr/local/cuda/lib64");
@@ -80,8 +82,8 @@ const Loaded& Load() {
       l.error = "no NVRTC found (tried " + tried + "; set PRISM_NVRTC to libnvrtc.so)";
       return;
     }
-#define PRISM_NVRTC_LOAD(name)                                                             \
-  l.api.name = reinterpret_cast<decltype(l.api.name)>(dlsym(lib, #name));                  \
+#define PRISM_NVRTC_LOAD(name)                                            \
+  l.api.name = reinterpret_cast<decltype(l.api.name)>(dlsym(lib, #name)); \
   if (!l.api.name && l.error.empty()) l.error = "no NVRTC found: " + l.path + " lacks " #name;
     PRISM_NVRTC_LOAD(nvrtcVersion)
     PRISM_NVRTC_LOAD(nvrtcGetErrorString)
@@ -137,7 +139,7 @@ NvrtcOutput NvrtcCompiler::Compile(const std::string& source, const std::string&
     Api::Program* p;
     ~Destroy() { a.nvrtcDestroyProgram(p); }
   } destroy{a, &prog};
-  std::vector<std::string> opts = {"--gpu-arch=" + arch, "--std=c++17"};
+  std::vector<std::string> opts = {"--gpu-architecture=" + arch, "--std=c++17"};
   opts.insert(opts.end(), options.begin(), options.end());
   std::vector<const char*> argv;
   for (const std::string& o : opts) argv.push_back(o.c_str());
@@ -150,7 +152,8 @@ NvrtcOutput NvrtcCompiler::Compile(const std::string& source, const std::string&
   if (n) a.nvrtcGetProgramLog(prog, out.log.data());
   while (!out.log.empty() && (out.log.back() == '\0' || out.log.back() == '\n')) out.log.pop_back();
   if (r != 0)
-    throw Error(std::string("nvrtc: compiling for ") + arch + " failed: " + a.nvrtcGetErrorString(r) + "\n" + out.log);
+    throw Error(std::string("nvrtc: compiling for ") + arch + " failed: " + a.nvrtcGetErrorString(r) + "\n" +
+                out.log);
   out.cubin = arch.rfind("sm_", 0) == 0;
   if (out.cubin) {
     if ((r = a.nvrtcGetCUBINSize(prog, &n)) != 0) fail("nvrtcGetCUBINSize", r);

@@ -7,10 +7,10 @@
 namespace prism {
 
 struct NvrtcOutput {
-  std::string arch;          // as requested: "sm_90" (CUBIN) or "compute_90" (PTX)
-  bool cubin = false;        // true: image is a CUBIN; false: NUL-terminated PTX text
-  std::vector<char> image;   // what cuModuleLoadData takes
-  std::string log;           // compiler messages (warnings)
+  std::string arch;         // as requested: "sm_90" (CUBIN) or "compute_90" (PTX)
+  bool cubin = false;       // true: image is a CUBIN; false: NUL-terminated PTX text
+  std::vector<char> image;  // what cuModuleLoadData takes
+  std::string log;          // compiler messages (warnings)
   double seconds = 0;
 };
 

@@ -42,7 +42,8 @@ class GpuDevice {
   virtual void Download(void* dst, GpuMem src, size_t bytes) = 0;
 
   // Compiles source in the device's dialect; the error names the build log.
-  virtual std::unique_ptr<GpuModule> Compile(const std::string& source, const std::vector<std::string>& functions) = 0;
+  virtual std::unique_ptr<GpuModule> Compile(const std::string& source,
+                                             const std::vector<std::string>& functions) = 0;
   // Enqueues functions[function] on groups x threads work-items; launches run in order.
   virtual void Launch(GpuModule& module, int function, const std::vector<GpuArg>& args, int64_t groups,
                       int threads) = 0;

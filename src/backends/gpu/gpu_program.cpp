@@ -12,33 +12,61 @@ namespace prism {
 
 using Clock = std::chrono::steady_clock;
 
-static double Seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+static double Seconds(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 std::unique_ptr<GpuProgram> GpuProgram::Compile(const Graph& g, std::shared_ptr<GpuDevice> device,
                                                 const GpuCompileOptions& opts) {
+  return std::move(CompileMany({&g}, std::move(device), {opts})[0]);
+}
+
+std::vector<std::unique_ptr<GpuProgram>> GpuProgram::CompileMany(const std::vector<const Graph*>& graphs,
+                                                                 std::shared_ptr<GpuDevice> device,
+                                                                 const std::vector<GpuCompileOptions>& opts) {
   if (!device) throw Error("gpu compile: no device");
-  if (g.outputs().empty()) throw Error("compile: the graph has no outputs");
+  if (opts.size() != 1 && opts.size() != graphs.size())
+    throw Error("gpu compile: " + std::to_string(opts.size()) + " option sets for " +
+                std::to_string(graphs.size()) + " graphs");
   auto t0 = Clock::now();
-  std::unique_ptr<GpuProgram> p(new GpuProgram(g, std::move(device)));
-  p->kp_ = BuildKernelProgram(g, opts.fusion);
-  std::vector<GpuSchedule> schedules =
-      opts.per_kernel.empty() ? std::vector<GpuSchedule>(p->kp_.kernels.size(), opts.schedule) : opts.per_kernel;
-  for (GpuSchedule& s : schedules) s.threads = std::min(s.threads, p->device_->max_threads_per_group());
-  p->src_ = GpuRenderer(p->device_->dialect()).Render(p->kp_, schedules);
-  p->stats_.plan_seconds = Seconds(t0);
-  auto t1 = Clock::now();
-  p->module_ = p->device_->Compile(p->src_.source, p->src_.functions);
-  p->stats_.compile_seconds = Seconds(t1);
-  for (const GpuKernelPlan& kp : p->src_.kernels) {
-    auto it = std::find(p->src_.functions.begin(), p->src_.functions.end(), kp.function);
-    p->function_of_.push_back((int)(it - p->src_.functions.begin()));
-    p->stats_.cooperative += kp.cooperative;
+  GpuRenderer renderer(device->dialect());
+  std::vector<std::unique_ptr<GpuProgram>> progs;
+  std::string source = renderer.Prelude();
+  std::vector<std::string> functions;
+  for (size_t i = 0; i < graphs.size(); ++i) {
+    const Graph& g = *graphs[i];
+    const GpuCompileOptions& o = opts.size() == 1 ? opts[0] : opts[i];
+    if (g.outputs().empty()) throw Error("compile: the graph has no outputs");
+    std::unique_ptr<GpuProgram> p(new GpuProgram(g, device));
+    p->kp_ = BuildKernelProgram(g, o.fusion);
+    std::vector<GpuSchedule> schedules =
+        o.per_kernel.empty() ? std::vector<GpuSchedule>(p->kp_.kernels.size(), o.schedule) : o.per_kernel;
+    for (GpuSchedule& s : schedules) s.threads = std::min(s.threads, device->max_threads_per_group());
+    // Programs in one build need distinct function names.
+    p->src_ = renderer.Render(p->kp_, schedules, graphs.size() > 1 ? "p" + std::to_string(i) + "_" : "");
+    source += p->src_.functions_source;
+    for (const GpuKernelPlan& kp : p->src_.kernels) {
+      auto it = std::find(p->src_.functions.begin(), p->src_.functions.end(), kp.function);
+      p->function_of_.push_back((int)functions.size() + (int)(it - p->src_.functions.begin()));
+      p->stats_.cooperative += kp.cooperative;
+    }
+    functions.insert(functions.end(), p->src_.functions.begin(), p->src_.functions.end());
+    p->stats_.graph_nodes = g.size();
+    p->stats_.kernels = (int)p->kp_.kernels.size();
+    p->stats_.functions = (int)p->src_.functions.size();
+    p->slots_.resize(p->kp_.buffers.size());
+    progs.push_back(std::move(p));
   }
-  p->stats_.graph_nodes = g.size();
-  p->stats_.kernels = (int)p->kp_.kernels.size();
-  p->stats_.functions = (int)p->src_.functions.size();
-  p->slots_.resize(p->kp_.buffers.size());
-  return p;
+  double plan = Seconds(t0);
+  auto t1 = Clock::now();
+  std::shared_ptr<GpuModule> module = device->Compile(source, functions);
+  double compile = Seconds(t1);
+  for (auto& p : progs) {
+    p->module_ = module;
+    p->stats_.plan_seconds = plan;
+    p->stats_.compile_seconds = compile;
+  }
+  return progs;
 }
 
 GpuProgram::~GpuProgram() {
@@ -70,8 +98,8 @@ void GpuProgram::BindWeight(const std::string& name, const HostTensor& t) {
     const KBuffer& kb = kp_.buffers[b];
     if (kb.kind != BufferKind::Weight || kb.name != name) continue;
     if (t.dtype != kb.dtype)
-      throw Error("weight '" + name + "': dtype " + std::string(DTypeName(t.dtype)) + " given, graph expects " +
-                  std::string(DTypeName(kb.dtype)));
+      throw Error("weight '" + name + "': dtype " + std::string(DTypeName(t.dtype)) +
+                  " given, graph expects " + std::string(DTypeName(kb.dtype)));
     Place(b, t.shape);
     device_->Upload(slots_[b].mem, t.data, (size_t)t.nbytes());
     return;
@@ -86,7 +114,8 @@ void GpuProgram::ResetState() {
     if (kp_.buffers[b].kind == BufferKind::State) Release(b);
 }
 
-std::vector<HostTensor> GpuProgram::Run(const std::map<std::string, HostTensor>& inputs, const SymbolBindings& syms) {
+std::vector<HostTensor> GpuProgram::Run(const std::map<std::string, HostTensor>& inputs,
+                                        const SymbolBindings& syms) {
   SymbolBindings b = BindSymbols(graph_, inputs, syms);
   // State writes must stay inside the state buffer; checked before anything is launched.
   for (const Kernel& k : kp_.kernels) {
@@ -105,8 +134,8 @@ std::vector<HostTensor> GpuProgram::Run(const std::map<std::string, HostTensor>&
       case BufferKind::Input: {
         const HostTensor& t = inputs.at(kb.name);
         if (t.dtype != kb.dtype)
-          throw Error("input '" + kb.name + "': dtype " + std::string(DTypeName(t.dtype)) + " given, graph expects " +
-                      std::string(DTypeName(kb.dtype)));
+          throw Error("input '" + kb.name + "': dtype " + std::string(DTypeName(t.dtype)) +
+                      " given, graph expects " + std::string(DTypeName(kb.dtype)));
         if (!slots_[i].allocated || slots_[i].shape != shape) Place(i, shape);
         device_->Upload(slots_[i].mem, t.data, (size_t)t.nbytes());
         break;

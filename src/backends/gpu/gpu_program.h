@@ -25,7 +25,7 @@ struct GpuCompileStats {
   int functions = 0;           // distinct entry points after deduplication
   int cooperative = 0;         // kernels rendered as work-group reductions
   double plan_seconds = 0;     // fusion + lowering + rendering
-  double compile_seconds = 0;  // the device compiler
+  double compile_seconds = 0;  // the device compiler (for CompileMany: the shared build)
 };
 
 // The GPU counterpart of runtime/Program: same graph, same kernel IR, same Run contract
@@ -35,12 +35,18 @@ class GpuProgram {
  public:
   static std::unique_ptr<GpuProgram> Compile(const Graph& g, std::shared_ptr<GpuDevice> device,
                                              const GpuCompileOptions& opts = {});
+  // Several graphs (e.g. a prefill and a decode step) in one device build: one translation unit,
+  // one compiler invocation. opts has one entry per graph, or one for all.
+  static std::vector<std::unique_ptr<GpuProgram>> CompileMany(const std::vector<const Graph*>& graphs,
+                                                              std::shared_ptr<GpuDevice> device,
+                                                              const std::vector<GpuCompileOptions>& opts);
   ~GpuProgram();
   GpuProgram(const GpuProgram&) = delete;
   GpuProgram& operator=(const GpuProgram&) = delete;
 
   void BindWeight(const std::string& name, const HostTensor& t);  // copies to the device
-  std::vector<HostTensor> Run(const std::map<std::string, HostTensor>& inputs, const SymbolBindings& syms = {});
+  std::vector<HostTensor> Run(const std::map<std::string, HostTensor>& inputs,
+                              const SymbolBindings& syms = {});
   void ResetState();
 
   const Graph& graph() const { return graph_; }
@@ -63,9 +69,9 @@ class GpuProgram {
   std::shared_ptr<GpuDevice> device_;
   KernelProgram kp_;
   GpuSource src_;
-  std::unique_ptr<GpuModule> module_;
-  std::vector<int> function_of_;  // kernel -> index into src_.functions
-  std::vector<Slot> slots_;       // per buffer
+  std::shared_ptr<GpuModule> module_;  // shared by the programs of one CompileMany
+  std::vector<int> function_of_;       // kernel -> index into src_.functions
+  std::vector<Slot> slots_;            // per buffer
   GpuCompileStats stats_;
 };
 

@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <vector>
 
@@ -46,12 +47,13 @@ const char* ClErrorName(cl_int e) {
 struct ClApi {
   void* lib = nullptr;
 #define PRISM_CL_FN(name) decltype(&::name) name = nullptr;
-#define PRISM_CL_FNS(X)                                                                                        \
-  X(clGetPlatformIDs) X(clGetPlatformInfo) X(clGetDeviceIDs) X(clGetDeviceInfo) X(clCreateContext)            \
-  X(clReleaseContext) X(clCreateCommandQueue) X(clReleaseCommandQueue) X(clCreateBuffer) X(clReleaseMemObject) \
-  X(clEnqueueWriteBuffer) X(clEnqueueReadBuffer) X(clEnqueueFillBuffer) X(clCreateProgramWithSource)          \
-  X(clBuildProgram) X(clGetProgramBuildInfo) X(clReleaseProgram) X(clCreateKernel) X(clReleaseKernel)         \
-  X(clSetKernelArg) X(clEnqueueNDRangeKernel) X(clFinish)
+#define PRISM_CL_FNS(X)                                                                                      \
+  X(clGetPlatformIDs)                                                                                        \
+  X(clGetPlatformInfo) X(clGetDeviceIDs) X(clGetDeviceInfo) X(clCreateContext) X(clReleaseContext)           \
+      X(clCreateCommandQueue) X(clReleaseCommandQueue) X(clCreateBuffer) X(clReleaseMemObject)               \
+          X(clEnqueueWriteBuffer) X(clEnqueueReadBuffer) X(clEnqueueFillBuffer) X(clCreateProgramWithSource) \
+              X(clBuildProgram) X(clGetProgramBuildInfo) X(clReleaseProgram) X(clCreateKernel)               \
+                  X(clReleaseKernel) X(clSetKernelArg) X(clEnqueueNDRangeKernel) X(clFinish)
   PRISM_CL_FNS(PRISM_CL_FN)
 #undef PRISM_CL_FN
 };
@@ -71,8 +73,8 @@ const ClApi* LoadClApi(std::string* why) {
       error = std::string("cannot load libOpenCL.so.1 (") + (e ? e : "not found") + ")";
       return;
     }
-#define PRISM_CL_LOAD(name)                                                           \
-  api.name = reinterpret_cast<decltype(api.name)>(dlsym(api.lib, #name));             \
+#define PRISM_CL_LOAD(name)                                               \
+  api.name = reinterpret_cast<decltype(api.name)>(dlsym(api.lib, #name)); \
   if (!api.name && error.empty()) error = "libOpenCL.so.1 lacks the entry point " #name;
     PRISM_CL_FNS(PRISM_CL_LOAD)
 #undef PRISM_CL_LOAD
@@ -129,7 +131,8 @@ static std::unique_ptr<OpenClDevice::Impl> Probe(std::string* why) {
   cl_uint np = 0;
   cl_int e = cl->clGetPlatformIDs(0, nullptr, &np);
   if (e != CL_SUCCESS || np == 0) {
-    *why = "the ICD loader lists no platform (" + std::string(e == CL_SUCCESS ? "0 platforms" : ClErrorName(e)) + ")";
+    *why = "the ICD loader lists no platform (" +
+           std::string(e == CL_SUCCESS ? "0 platforms" : ClErrorName(e)) + ")";
     return nullptr;
   }
   std::vector<cl_platform_id> platforms(np);
@@ -209,8 +212,9 @@ void OpenClDevice::Free(GpuMem m) {
 
 void OpenClDevice::Upload(GpuMem dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
-  Check(impl_->cl->clEnqueueWriteBuffer(impl_->queue, AsMem(dst), CL_TRUE, 0, bytes, src, 0, nullptr, nullptr),
-        "clEnqueueWriteBuffer");
+  Check(
+      impl_->cl->clEnqueueWriteBuffer(impl_->queue, AsMem(dst), CL_TRUE, 0, bytes, src, 0, nullptr, nullptr),
+      "clEnqueueWriteBuffer");
 }
 
 void OpenClDevice::Download(void* dst, GpuMem src, size_t bytes) {
@@ -219,7 +223,8 @@ void OpenClDevice::Download(void* dst, GpuMem src, size_t bytes) {
         "clEnqueueReadBuffer");
 }
 
-std::unique_ptr<GpuModule> OpenClDevice::Compile(const std::string& source, const std::vector<std::string>& functions) {
+std::unique_ptr<GpuModule> OpenClDevice::Compile(const std::string& source,
+                                                 const std::vector<std::string>& functions) {
   const ClApi& cl = *impl_->cl;
   auto m = std::make_unique<ClModule>();
   m->cl = impl_->cl;
@@ -228,7 +233,10 @@ std::unique_ptr<GpuModule> OpenClDevice::Compile(const std::string& source, cons
   cl_int e = CL_SUCCESS;
   m->program = cl.clCreateProgramWithSource(impl_->context, 1, &text, &len, &e);
   Check(e, "clCreateProgramWithSource");
-  e = cl.clBuildProgram(m->program, 1, &impl_->device, "-cl-std=CL1.2", nullptr, nullptr);
+  std::string options = "-cl-std=CL1.2";
+  if (const char* extra = std::getenv("PRISM_OPENCL_OPTIONS"); extra && *extra)
+    options += std::string(" ") + extra;
+  e = cl.clBuildProgram(m->program, 1, &impl_->device, options.c_str(), nullptr, nullptr);
   if (e != CL_SUCCESS) {
     size_t n = 0;
     cl.clGetProgramBuildInfo(m->program, impl_->device, CL_PROGRAM_BUILD_LOG, 0, nullptr, &n);

@@ -10,6 +10,7 @@ namespace prism {
 
 // libOpenCL is loaded at run time (dlopen of libOpenCL.so.1), so binaries run without it; when
 // it or a platform is missing, Open throws prism::Error starting "no OpenCL platform found".
+// Programs build with -cl-std=CL1.2 plus PRISM_OPENCL_OPTIONS (e.g. "-cl-opt-disable").
 class OpenClDevice : public GpuDevice {
  public:
   static std::shared_ptr<OpenClDevice> Open();
@@ -24,7 +25,8 @@ class OpenClDevice : public GpuDevice {
   void Free(GpuMem m) override;
   void Upload(GpuMem dst, const void* src, size_t bytes) override;
   void Download(void* dst, GpuMem src, size_t bytes) override;
-  std::unique_ptr<GpuModule> Compile(const std::string& source, const std::vector<std::string>& functions) override;
+  std::unique_ptr<GpuModule> Compile(const std::string& source,
+                                     const std::vector<std::string>& functions) override;
   void Launch(GpuModule& module, int function, const std::vector<GpuArg>& args, int64_t groups,
               int threads) override;
   void Finish() override;

@@ -1,0 +1,92 @@
+// Measures this machine's ceilings (read bandwidth, FP32 FMA rate) for roofline figures in receipts.
+#include "backends/cpu/machine_probe.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "backends/cpu/thread_pool.h"
+
+namespace prism {
+
+std::string CpuModelName() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown cpu";
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+__attribute__((target("avx512f"))) double FmaLoop(int64_t iters) {
+  // 12 independent accumulators hide the FMA latency.
+  __m512 acc[12];
+  for (auto& a : acc) a = _mm512_set1_ps(1.0f);
+  const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
+  for (int64_t i = 0; i < iters; ++i)
+    for (auto& a : acc) a = _mm512_fmadd_ps(a, x, y);
+  __m512 s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, acc[i]);
+  return _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx512f"))) double SumRange(const float* p, int64_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t i = 0; i + 64 <= n; i += 64) {
+    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p + i));
+    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p + i + 16));
+    a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p + i + 32));
+    a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p + i + 48));
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+MachinePeaks Measure(int threads) {
+  MachinePeaks m;
+  m.cpu = CpuModelName();
+  m.threads = threads;
+  if (!__builtin_cpu_supports("avx512f")) return m;
+  ThreadPool pool(threads);
+  const int64_t n = (int64_t)64 << 20;  // 256 MiB of floats, far beyond the caches
+  std::vector<float> data(n, 1.0f);
+  std::vector<double> sink(threads);
+  double best_bw = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    auto t0 = Clock::now();
+    pool.ParallelFor(threads, [&](int t) { sink[t] += SumRange(data.data() + n * t / threads, n / threads); });
+    double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    best_bw = std::max(best_bw, n * 4.0 / s / 1e9);
+  }
+  const int64_t iters = 4'000'000;
+  double best_fl = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    auto t0 = Clock::now();
+    pool.ParallelFor(threads, [&](int t) { sink[t] += FmaLoop(iters); });
+    double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    best_fl = std::max(best_fl, threads * iters * 12.0 * 16 * 2 / s / 1e9);
+  }
+  m.read_gbps = best_bw;
+  m.fp32_gflops = best_fl;
+  return m;
+}
+
+}  // namespace
+
+const MachinePeaks& ProbeMachine(int threads) {
+  static std::mutex mu;
+  static std::map<int, MachinePeaks> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(threads);
+  if (it == cache.end()) it = cache.emplace(threads, Measure(threads)).first;
+  return it->second;
+}
+
+}  // namespace prism

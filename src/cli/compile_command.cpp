@@ -1,0 +1,53 @@
+// `prism compile`: compiles a model, searches kernel schedules within a budget, writes an artifact.
+#include <chrono>
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "ir/error.h"
+#include "runtime/language_model.h"
+
+namespace prism::cli {
+
+Runner AddCompileCommand(CLI::App& app) {
+  auto* cmd = app.add_subcommand("compile", "Compile a model into an artifact folder (kernels, schedules, receipts)");
+  struct Opts {
+    std::string model, out, tokenizer, replay;
+    double budget = 60;
+    int64_t ctx = 0;
+    int threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("model", o->model, "model path (default: the shipped stories260K)");
+  cmd->add_option("-o,--output", o->out, "artifact folder to write, e.g. stories.prism")->required();
+  cmd->add_option("--search-budget", o->budget, "seconds of schedule search (decisions already in the tuning "
+                                                 "database cost nothing)")->capture_default_str();
+  cmd->add_option("--ctx", o->ctx, "context size in tokens");
+  cmd->add_option("--threads", o->threads, "threads the schedules are tuned for (default: all cores)");
+  cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file (llama2.c checkpoints)");
+  cmd->add_option("--replay", o->replay, "search one kernel again (ignoring the database) and print its receipt");
+  return [o]() {
+    auto t0 = std::chrono::steady_clock::now();
+    std::string path = o->model.empty() ? DefaultModelPath() : o->model;
+    LoadOptions lo{o->tokenizer, o->ctx, o->threads, -1};
+    auto lm = LanguageModel::Load(path, lo);
+    if (!o->replay.empty()) {
+      auto receipts = lm->Tune(o->budget, o->replay);
+      std::printf("%s\n", receipts.dump(1).c_str());
+      return 0;
+    }
+    auto receipts = lm->Tune(o->budget);
+    lm->SaveArtifact(o->out, receipts);
+    int searched = 0, from_db = 0;
+    for (const auto& r : receipts) {
+      std::string why = r.value("reason", "");
+      if (why == "tuning database") from_db++;
+      else if (r.contains("candidates")) searched++;
+    }
+    std::printf("%s -> %s: %zu kernels, %d schedule decisions searched, %d from the tuning database, %.2f s\n",
+                path.c_str(), o->out.c_str(), lm->program().kernels().kernels.size(), searched, from_db,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return 0;
+  };
+}
+
+}  // namespace prism::cli

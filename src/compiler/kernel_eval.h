@@ -1,0 +1,19 @@
+// Reference evaluation of single kernel outputs from the kernel IR, in double: checks search candidates.
+#pragma once
+
+#include "compiler/kernel_ir.h"
+#include "ir/host_tensor.h"
+
+namespace prism {
+
+struct KernelElement {
+  int64_t out_index;  // element of the output buffer
+  double value;       // what the kernel must store there (before rounding to the buffer's dtype)
+};
+
+// Output element `flat` (row-major over the kernel's loop nest) computed from the value tree
+// by direct evaluation; bufs follows p.buffers, sizes are bound by syms.
+KernelElement EvalKernelElement(const KernelProgram& p, const Kernel& k, int64_t flat, void* const* bufs,
+                                const SymbolBindings& syms);
+
+}  // namespace prism

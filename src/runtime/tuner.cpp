@@ -1,0 +1,232 @@
+// Schedule search: per kernel and size bucket, candidates (tier x threading) are checked against the
+// kernel's reference evaluation, timed on this machine, and the fastest kept, with receipts.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <set>
+#include <unistd.h>
+
+#include "backends/cpu/gemm.h"
+#include "backends/cpu/jit.h"
+#include "backends/cpu/machine_probe.h"
+#include "compiler/kernel_eval.h"
+#include "ir/error.h"
+#include "runtime/program.h"
+
+namespace prism {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Canonical identity of a kernel for the tuning database: its loop nest and value tree as text
+// (buffer names included only through their dtypes and shapes).
+std::string KernelKey(const Graph& g, const KernelProgram& p, const Kernel& k) {
+  KernelProgram one = p;
+  one.kernels = {k};
+  std::string text = KernelProgramToText(g, one);
+  text = text.substr(text.find('\n') + 1);
+  text = text.substr(text.find(':'));  // drop the kernel's position-dependent name
+  text = text.substr(0, text.find("\n    fuses"));
+  for (const KBuffer& b : p.buffers) text += "|" + std::string(DTypeName(b.dtype)) + ShapeStr(b.shape);
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
+  return buf;
+}
+
+void FillRandom(void* data, DType t, int64_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  if (IsQuantized(t)) return;  // only weights are quantized, and they are real
+  for (int64_t i = 0; i < n; ++i) {
+    double v = IsFloat(t) ? dist(rng) : (double)(rng() % 4);
+    StoreFromDouble(data, t, i, v);
+  }
+}
+
+}  // namespace
+
+nlohmann::json Program::Tune(const TuneOptions& opts) {
+  auto start = Clock::now();
+  nlohmann::json db = nlohmann::json::object();
+  if (!opts.db_path.empty() && std::filesystem::exists(opts.db_path)) {
+    std::ifstream f(opts.db_path);
+    db = nlohmann::json::parse(f, nullptr, false);
+    if (!db.is_object()) db = nlohmann::json::object();
+  }
+  const std::string cpu = CpuModelName();
+  const int threads = pool_->size();
+  const MachinePeaks& peaks = ProbeMachine(threads);
+  nlohmann::json receipts = nlohmann::json::array();
+  std::mt19937 rng(20261122);
+  bool db_changed = false;
+
+  for (const auto& [bucket, sizes] : opts.buckets) {
+    // Random inputs (never zeros) at this bucket's sizes; scratch and state filled with random data
+    // too, so that a kernel timed alone reads realistic values.
+    std::map<std::string, HostTensor> inputs;
+    for (const Node* n : input_nodes_) {
+      std::vector<int64_t> shape = EvalShape(n->shape, sizes);
+      HostTensor t = HostTensor::Zeros(n->dtype, shape);
+      FillRandom(t.data, n->dtype, t.numel(), rng);
+      inputs[n->name] = t;
+    }
+    SymbolBindings b = BindSymbols(input_nodes_, kp_.symbols, inputs, sizes);
+    std::vector<int64_t> sym_values;
+    for (const std::string& s : kp_.symbols) sym_values.push_back(b.at(s));
+    std::vector<void*> ptrs = PrepareBuffers(inputs, b);
+    for (size_t i = 0; i < kp_.buffers.size(); ++i) {
+      BufferKind kind = kp_.buffers[i].kind;
+      if (kind == BufferKind::Intermediate || kind == BufferKind::Output || kind == BufferKind::State) {
+        int64_t n = 1;
+        for (int64_t d : shapes_[i]) n *= d;
+        FillRandom(ptrs[i], kp_.buffers[i].dtype, n, rng);
+      }
+    }
+    std::vector<KernelChoice>& chosen = choices_[bucket];
+    chosen.assign(kp_.kernels.size(), KernelChoice{});
+    PlanSteps(b);
+    const std::vector<Step> defaults = steps_;
+
+    for (size_t k = 0; k < kp_.kernels.size(); ++k) {
+      const Kernel& kn = kp_.kernels[k];
+      if (!opts.only_kernel.empty() && kn.name != opts.only_kernel) continue;
+      std::string key = KernelKey(graph_, kp_, kn) + "|" + cpu + "|" + bucket + "|t" + std::to_string(threads);
+      nlohmann::json r{{"kernel", kn.name}, {"bucket", bucket}, {"key", key}};
+      // Roofline floor of the kernel: flops of its products and bytes of every buffer it touches.
+      const Step& st = defaults[k];
+      double red = std::max<double>(1, (double)kn.reduce_size.Eval(b));
+      double flops = 2.0 * st.total * red;
+      std::set<int> touched;
+      std::function<void(const KValuePtr&)> collect = [&](const KValuePtr& v) {
+        if (v->kind == KValue::Kind::Load) touched.insert(v->buffer);
+        for (const auto& gb : v->gathers) collect(gb.value);
+        for (const auto& a : v->args) collect(a);
+      };
+      collect(kn.value);
+      touched.insert(kn.out_buffer);
+      double bytes = 0;
+      for (int buf : touched) {
+        int64_t n = 1;
+        for (int64_t d : shapes_[buf]) n *= d;
+        bytes += (double)StorageBytes(kp_.buffers[buf].dtype, n);
+      }
+      double floor_s = std::max(flops / (peaks.fp32_gflops * 1e9 + 1), bytes / (peaks.read_gbps * 1e9 + 1));
+      r["flops"] = flops;
+      r["bytes"] = bytes;
+      r["floor_us"] = floor_s * 1e6;
+
+      if (db.contains(key)) {  // decided before on this machine: no search
+        const auto& e = db[key];
+        chosen[k].use_template = e.value("template", true);
+        chosen[k].parallel = e.value("parallel", -1);
+        r["chosen"] = e.value("candidate", "");
+        r["median_us"] = e.value("median_us", 0.0);
+        r["reason"] = "tuning database";
+        r["fraction_of_roofline"] = r["median_us"].get<double>() > 0 ? floor_s * 1e6 / r["median_us"].get<double>() : 0;
+        receipts.push_back(r);
+        continue;
+      }
+      if (Since(start) > opts.budget_seconds) {
+        r["reason"] = "search budget exhausted: default schedule";
+        r["chosen"] = std::string(st.use_template ? "template" : "generated") + (st.parallel ? "/parallel" : "/serial");
+        receipts.push_back(r);
+        continue;
+      }
+      // Reference values of sampled outputs, from the value tree evaluated in double.
+      int64_t samples = std::min<int64_t>(st.total, 24);
+      std::vector<KernelElement> ref;
+      double scale = 1e-6;
+      for (int64_t s = 0; s < samples; ++s) {
+        int64_t flat = samples == st.total ? s : (int64_t)(rng() % (uint64_t)st.total);
+        ref.push_back(EvalKernelElement(kp_, kn, flat, ptrs.data(), b));
+        scale = std::max(scale, std::fabs(ref.back().value));
+      }
+      struct Cand {
+        std::string name;
+        bool tmpl;
+        bool par;
+      };
+      std::vector<Cand> cands;
+      for (bool tmpl : {true, false}) {
+        if (tmpl && !kn.gemm) continue;
+        cands.push_back({std::string(tmpl ? "template" : "generated") + "/serial", tmpl, false});
+        if (threads > 1) cands.push_back({std::string(tmpl ? "template" : "generated") + "/parallel", tmpl, true});
+      }
+      nlohmann::json tried = nlohmann::json::array();
+      double best = INFINITY;
+      const Cand* best_c = nullptr;
+      for (const Cand& c : cands) {
+        steps_[k] = defaults[k];
+        steps_[k].use_template = c.tmpl;
+        steps_[k].parallel = c.par;
+        auto run_once = [&] {
+          if (c.par) pool_->ParallelFor(threads, [&](int t) { RunChunk(k, t, threads, ptrs.data(), sym_values.data()); });
+          else RunChunk(k, 0, threads, ptrs.data(), sym_values.data());
+        };
+        run_once();
+        double max_err = 0;
+        bool ok = true;
+        for (const KernelElement& e : ref) {
+          double got = LoadAsDouble(ptrs[kn.out_buffer], kp_.buffers[kn.out_buffer].dtype, e.out_index);
+          double want = RoundToDType(e.value, kp_.buffers[kn.out_buffer].dtype);
+          if (std::isnan(got) != std::isnan(want)) ok = false;
+          if (!std::isnan(got) && !std::isnan(want) && !(std::isinf(got) && got == want)) {
+            double err = std::fabs(got - want);
+            max_err = std::max(max_err, err / scale);
+          }
+        }
+        ok = ok && max_err <= 2e-3;
+        std::vector<double> times;
+        auto t_all = Clock::now();
+        for (int rep = 0; rep < 12 && (rep < 3 || Since(t_all) < 0.05); ++rep) {  // warm-up is rep 0
+          auto t0 = Clock::now();
+          run_once();
+          if (rep > 0) times.push_back(Since(t0) * 1e6);
+        }
+        std::sort(times.begin(), times.end());
+        double med = times[times.size() / 2];
+        tried.push_back({{"candidate", c.name}, {"max_rel_error", max_err}, {"passed", ok}, {"median_us", med},
+                         {"min_us", times.front()}, {"max_us", times.back()}, {"runs", times.size()}});
+        if (ok && med < best) {
+          best = med;
+          best_c = &c;
+        }
+      }
+      steps_[k] = defaults[k];
+      r["candidates"] = tried;
+      if (!best_c) {
+        r["reason"] = "no candidate passed the correctness check: default kept";
+        r["chosen"] = "";
+        receipts.push_back(r);
+        continue;
+      }
+      chosen[k].use_template = best_c->tmpl;
+      chosen[k].parallel = best_c->par ? 1 : 0;
+      r["chosen"] = best_c->name;
+      r["median_us"] = best;
+      r["fraction_of_roofline"] = floor_s * 1e6 / best;
+      r["reason"] = "fastest of " + std::to_string(tried.size()) + " candidates that passed the check";
+      db[key] = {{"candidate", best_c->name}, {"template", best_c->tmpl}, {"parallel", best_c->par ? 1 : 0},
+                 {"median_us", best}};
+      db_changed = true;
+      receipts.push_back(r);
+    }
+  }
+  ResetState();  // tuning ran kernels on random data
+  if (db_changed && !opts.db_path.empty()) {
+    std::filesystem::create_directories(std::filesystem::path(opts.db_path).parent_path());
+    std::string tmp = opts.db_path + ".tmp" + std::to_string(getpid());
+    std::ofstream(tmp) << db.dump(1);
+    std::filesystem::rename(tmp, opts.db_path);
+  }
+  return receipts;
+}
+
+}  // namespace prism
