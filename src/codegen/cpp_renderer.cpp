@@ -2,6 +2,7 @@
 #include "codegen/cpp_renderer.h"
 
 #include <cmath>
+#include <set>
 #include <sstream>
 
 #include "ir/error.h"
@@ -73,26 +74,98 @@ class KernelRenderer {
   KernelRenderer(const KernelProgram& p) : p_(p) {}
 
   std::string Render(const Kernel& k) {
-    body_.str("");
     acc_ = 0;
     std::ostringstream os;
-    os << "extern \"C\" void " << k.name
+    Header(k, "", os);
+    size_t rank = k.vars.size();
+    std::string inner = rank ? Sym(k.vars.back()) : "unit";
+    OuterLoop(k, os);
+    os << "    for (int64_t " << inner << " = lo; " << inner << " < hi; ++" << inner << ") {\n";
+    std::string stmts;
+    std::string value = Value(k.value, &stmts, "      ");
+    os << stmts;
+    os << "      " << Store(p_.buffers[k.out_buffer].dtype, "b" + std::to_string(k.out_buffer),
+                             k.out_index.Render(SymFn()), value, k.value->dtype)
+       << "\n";
+    os << "    }\n  }\n}\n";
+    return os.str();
+  }
+
+  // The reduce-outer loop order, a second schedule for reductions whose innermost output axis is
+  // short and constant: the reduction loops run outside, the output axis inside, accumulating a
+  // vector of results. Loads contiguous along the output axis then vectorize (attention's P·V).
+  // Returns "" when the kernel does not qualify.
+  std::string RenderReduceOuter(const Kernel& k) {
+    const KValue& v = *k.value;
+    if (v.kind != KValue::Kind::Reduce || k.vars.empty() || !k.extents.back().IsConst() ||
+        k.extents.back().value() > 256 || k.extents.back().value() < 2 || !IsFloat(v.dtype))
+      return "";
+    acc_ = 0;
+    std::string body_stmts;
+    std::string body = Value(v.args[0], &body_stmts, "");
+    if (!body_stmts.empty()) return "";  // nested reductions: not this schedule
+    std::ostringstream os;
+    Header(k, "_ro", os);
+    OuterLoop(k, os);
+    const std::string iv = k.vars.back();
+    const bool is_sum = v.op == Op::SumReduce;
+    os << "    float accv[" << k.extents.back().value() << "];\n";
+    os << "    for (int64_t " << iv << " = lo; " << iv << " < hi; ++" << iv << ") accv[" << iv << "] = "
+       << (is_sum ? "0.0f" : "(-PRISM_INF)") << ";\n";
+    std::string ind = "    ";
+    for (size_t r = 0; r < v.rvars.size(); ++r) {
+      os << ind << "for (int64_t " << v.rvars[r] << " = 0; " << v.rvars[r] << " < " << v.rextents[r].Render(SymFn())
+         << "; ++" << v.rvars[r] << ") {\n";
+      ind += "  ";
+    }
+    os << "#pragma omp simd\n";
+    os << ind << "for (int64_t " << iv << " = lo; " << iv << " < hi; ++" << iv << ") ";
+    if (is_sum) os << "accv[" << iv << "] += " << body << ";\n";
+    else os << "accv[" << iv << "] = prism_maxf(accv[" << iv << "], " << body << ");\n";
+    for (size_t r = v.rvars.size(); r-- > 0;) {
+      ind.resize(ind.size() - 2);
+      os << ind << "}\n";
+    }
+    os << "    for (int64_t " << iv << " = lo; " << iv << " < hi; ++" << iv << ") "
+       << Store(p_.buffers[k.out_buffer].dtype, "b" + std::to_string(k.out_buffer), k.out_index.Render(SymFn()),
+                "accv[" + iv + "]", v.dtype)
+       << "\n  }\n}\n";
+    return os.str();
+  }
+
+ private:
+  static std::string Sym(const std::string& name) { return name; }
+
+  static void CollectBuffers(const KValuePtr& v, std::set<int>* out) {
+    if (v->kind == KValue::Kind::Load) out->insert(v->buffer);
+    for (const auto& gb : v->gathers) CollectBuffers(gb.value, out);
+    for (const auto& a : v->args) CollectBuffers(a, out);
+  }
+
+  // Signature, symbols and the buffers this kernel touches (only those: smaller, faster to compile).
+  void Header(const Kernel& k, const char* suffix, std::ostringstream& os) {
+    os << "extern \"C\" void " << k.name << suffix
        << "(void* const* bufs, const int64_t* syms, int64_t begin, int64_t end) {\n";
     for (size_t s = 0; s < p_.symbols.size(); ++s)
       os << "  const int64_t s_" << p_.symbols[s] << " = syms[" << s << "]; (void)s_" << p_.symbols[s] << ";\n";
-    for (size_t b = 0; b < p_.buffers.size(); ++b) {
+    std::set<int> used;
+    CollectBuffers(k.value, &used);
+    used.insert(k.out_buffer);
+    for (int b : used) {
       const char* t = StorageCType(p_.buffers[b].dtype);
-      bool out = (int)b == k.out_buffer;
+      bool out = b == k.out_buffer;
       os << "  " << (out ? "" : "const ") << t << "* __restrict b" << b << " = (" << (out ? "" : "const ") << t
-         << "*)bufs[" << b << "]; (void)b" << b << ";\n";
+         << "*)bufs[" << b << "];\n";
     }
+  }
+
+  // Walks the rows of [begin, end) over all but the last loop variable; defines lo/hi of the last.
+  void OuterLoop(const Kernel& k, std::ostringstream& os) {
     size_t rank = k.vars.size();
-    std::string inner = rank ? Sym(k.vars.back()) : "";
     std::string inner_extent = rank ? k.extents.back().Render(SymFn()) : "1";
     os << "  const int64_t inner = " << inner_extent << ";\n";
     os << "  if (inner <= 0) return;\n";
     os << "  for (int64_t o = begin / inner; o * inner < end; ++o) {\n";
-    // Unravel the outer index over all but the last loop variable.
     if (rank > 1) {
       os << "    int64_t rest = o;\n";
       for (size_t a = rank - 1; a-- > 0;) {
@@ -104,23 +177,7 @@ class KernelRenderer {
     }
     os << "    const int64_t lo = begin - o * inner > 0 ? begin - o * inner : 0;\n";
     os << "    const int64_t hi = end - o * inner < inner ? end - o * inner : inner;\n";
-    if (rank) {
-      os << "    for (int64_t " << inner << " = lo; " << inner << " < hi; ++" << inner << ") {\n";
-    } else {
-      os << "    for (int64_t unit = lo; unit < hi; ++unit) {\n";
-    }
-    std::string stmts;
-    std::string value = Value(k.value, &stmts, "      ");
-    os << stmts;
-    os << "      " << Store(p_.buffers[k.out_buffer].dtype, "b" + std::to_string(k.out_buffer),
-                             k.out_index.Render(SymFn()), value, k.value->dtype)
-       << "\n";
-    os << "    }\n  }\n}\n";
-    return os.str();
   }
-
- private:
-  static std::string Sym(const std::string& name) { return name; }
 
   std::function<std::string(const std::string&)> SymFn(const std::vector<GatherBinding>* gathers = nullptr) {
     return [this, gathers](const std::string& name) -> std::string {
@@ -247,7 +304,6 @@ class KernelRenderer {
   }
 
   const KernelProgram& p_;
-  std::ostringstream body_;
   int acc_ = 0;
 };
 
@@ -258,7 +314,7 @@ std::string RenderCpp(const KernelProgram& p) {
   os << kPrelude;
   KernelRenderer r(p);
   // Template-matched kernels are rendered too: the search compares both tiers.
-  for (const Kernel& k : p.kernels) os << "\n" << r.Render(k);
+  for (const Kernel& k : p.kernels) os << "\n" << r.Render(k) << r.RenderReduceOuter(k);
   return os.str();
 }
 

@@ -62,7 +62,17 @@ class KernelLowerer {
     k.reduce_size = reduce_size_;
     reduce_size_ = Expr(1);
     k.fused.assign(fused_.begin(), fused_.end());
+    DropUnitLoops(&k);
     return k;
+  }
+
+  // Size-1 loops index 0 everywhere (see Build): they need no loop variable at all.
+  static void DropUnitLoops(Kernel* k) {
+    for (size_t a = k->vars.size(); a-- > 0;)
+      if (k->extents[a].IsConst(1)) {
+        k->vars.erase(k->vars.begin() + a);
+        k->extents.erase(k->extents.begin() + a);
+      }
   }
 
   // A copy kernel for an output that is a leaf or a state buffer.
@@ -82,6 +92,7 @@ class KernelLowerer {
     }
     k.out_index = Simplify(LinearIndex(shape, idx), ranges_);
     k.value = LoadBuffer(node, idx);
+    DropUnitLoops(&k);
     return k;
   }
 

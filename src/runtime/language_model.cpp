@@ -150,7 +150,8 @@ void LanguageModel::SaveArtifact(const std::string& dir, const nlohmann::json& r
   nlohmann::json choices = nlohmann::json::object();
   for (const auto& [bucket, cs] : p.choices()) {
     nlohmann::json arr = nlohmann::json::array();
-    for (const KernelChoice& c : cs) arr.push_back({{"template", c.use_template}, {"parallel", c.parallel}});
+    for (const KernelChoice& c : cs)
+      arr.push_back({{"template", c.use_template}, {"parallel", c.parallel}, {"reduce_outer", c.reduce_outer}});
     choices[bucket] = arr;
   }
   std::ofstream(fs::path(dir) / "schedule.json") << choices.dump(1);
@@ -198,7 +199,8 @@ std::unique_ptr<LanguageModel> LanguageModel::LoadArtifact(const std::string& di
   lm->step_ = lm->CompileStep(false, co);
   KernelChoices choices;
   for (const auto& [bucket, arr] : read_json("schedule.json").items())
-    for (const auto& c : arr) choices[bucket].push_back({c.value("template", true), c.value("parallel", -1)});
+    for (const auto& c : arr)
+      choices[bucket].push_back({c.value("template", true), c.value("parallel", -1), c.value("reduce_outer", false)});
   lm->step_->SetChoices(std::move(choices));
   lm->compile_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return lm;

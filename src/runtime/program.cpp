@@ -51,7 +51,10 @@ std::unique_ptr<Program> Program::Compile(const Graph& g, const CompileOptions& 
 Program::Program(const Graph& g, KernelProgram kp, std::string source, JitLibrary lib, int threads)
     : graph_(g), kp_(std::move(kp)), source_(std::move(source)), lib_(std::move(lib)),
       pool_(std::make_unique<ThreadPool>(threads)) {
-  for (const Kernel& k : kp_.kernels) fns_.push_back(reinterpret_cast<KernelFn>(lib_.Symbol(k.name)));
+  for (const Kernel& k : kp_.kernels) {
+    fns_.push_back(reinterpret_cast<KernelFn>(lib_.Symbol(k.name)));
+    fns_ro_.push_back(reinterpret_cast<KernelFn>(lib_.FindSymbol(k.name + "_ro")));
+  }
   storage_.resize(kp_.buffers.size());
   capacity_.assign(kp_.buffers.size(), 0);
   shapes_.resize(kp_.buffers.size());
@@ -156,9 +159,11 @@ void Program::PlanSteps(const SymbolBindings& b) {
     // Small kernels run on one thread: splitting them costs more in cache traffic than it saves.
     st.parallel = threads > 1 && work >= (kn.gemm ? 65536 : 32768);
     st.use_template = kn.gemm.has_value();
+    st.reduce_outer = false;
     if (chosen != choices_.end() && k < chosen->second.size()) {
       const KernelChoice& c = chosen->second[k];
       st.use_template = st.use_template && c.use_template;
+      st.reduce_outer = !st.use_template && c.reduce_outer && fns_ro_[k];
       if (c.parallel >= 0) st.parallel = threads > 1 && c.parallel == 1;
     }
     st.barrier_before = false;
@@ -197,7 +202,7 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
       end = st.total * (t + 1) / threads;
     }
   }
-  if (begin < end) fns_[k](bufs, syms, begin, end);
+  if (begin < end) (st.reduce_outer ? fns_ro_[k] : fns_[k])(bufs, syms, begin, end);
 }
 
 void Program::RunMegakernel(void* const* bufs, const int64_t* syms) {

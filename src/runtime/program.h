@@ -37,6 +37,7 @@ struct CompileStats {
 struct KernelChoice {
   bool use_template = true;  // template micro-kernel when the kernel has one, else generated code
   int parallel = -1;         // -1: by work size; 0: one thread; 1: split across the team
+  bool reduce_outer = false; // generated code with the reduce-outer loop order (when rendered)
 };
 using KernelChoices = std::map<std::string, std::vector<KernelChoice>>;  // bucket -> per kernel
 
@@ -90,6 +91,7 @@ class Program {
     int64_t total = 0, inner = 1, m = 0;
     bool parallel = false;
     bool use_template = false;
+    bool reduce_outer = false;
     bool barrier_before = false;
   };
   void PlanSteps(const SymbolBindings& b);
@@ -102,7 +104,7 @@ class Program {
   KernelProgram kp_;
   std::string source_;
   JitLibrary lib_;
-  std::vector<KernelFn> fns_;
+  std::vector<KernelFn> fns_, fns_ro_;  // per kernel: generated code, and its reduce-outer variant or null
   std::unique_ptr<ThreadPool> pool_;
   std::vector<HostTensor> storage_;  // per buffer: weights, state and scratch; inputs are borrowed per run
   std::vector<int64_t> capacity_;    // bytes allocated per scratch buffer (reused while big enough)

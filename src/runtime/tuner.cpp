@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <random>
 #include <set>
 #include <unistd.h>
@@ -62,8 +63,26 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
   }
   const std::string cpu = CpuModelName();
   const int threads = pool_->size();
-  const MachinePeaks& peaks = ProbeMachine(threads);
   nlohmann::json receipts = nlohmann::json::array();
+  if (opts.budget_seconds <= 0) {
+    // No search: apply what the database already knows, at the cost of hashing each kernel.
+    for (const auto& [bucket, sizes] : opts.buckets) {
+      std::vector<KernelChoice>& chosen = choices_[bucket];
+      chosen.assign(kp_.kernels.size(), KernelChoice{});
+      for (size_t k = 0; k < kp_.kernels.size(); ++k) {
+        std::string key = KernelKey(graph_, kp_, kp_.kernels[k]) + "|" + cpu + "|" + bucket + "|t" + std::to_string(threads);
+        if (!db.contains(key)) continue;
+        chosen[k].use_template = db[key].value("template", true);
+        chosen[k].parallel = db[key].value("parallel", -1);
+        chosen[k].reduce_outer = db[key].value("reduce_outer", false);
+        receipts.push_back({{"kernel", kp_.kernels[k].name}, {"bucket", bucket}, {"key", key},
+                            {"chosen", db[key].value("candidate", "")}, {"median_us", db[key].value("median_us", 0.0)},
+                            {"reason", "tuning database"}});
+      }
+    }
+    return receipts;
+  }
+  const MachinePeaks& peaks = ProbeMachine(threads);
   std::mt19937 rng(20261122);
   bool db_changed = false;
 
@@ -103,29 +122,37 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
       const Step& st = defaults[k];
       double red = std::max<double>(1, (double)kn.reduce_size.Eval(b));
       double flops = 2.0 * st.total * red;
-      std::set<int> touched;
-      std::function<void(const KValuePtr&)> collect = [&](const KValuePtr& v) {
-        if (v->kind == KValue::Kind::Load) touched.insert(v->buffer);
-        for (const auto& gb : v->gathers) collect(gb.value);
-        for (const auto& a : v->args) collect(a);
+      // Bytes: each buffer once, but never more than the elements its loads can reach (a KV cache
+      // is read only up to the current position).
+      std::map<int, double> reach;
+      std::function<void(const KValuePtr&, double)> collect = [&](const KValuePtr& v, double execs) {
+        if (v->kind == KValue::Kind::Reduce) execs *= std::max<double>(1, (double)kn.reduce_size.Eval(b));
+        if (v->kind == KValue::Kind::Load) reach[v->buffer] += execs;
+        for (const auto& gb : v->gathers) collect(gb.value, execs);
+        for (const auto& a : v->args) collect(a, execs);
       };
-      collect(kn.value);
-      touched.insert(kn.out_buffer);
+      collect(kn.value, (double)st.total);
+      if (kn.gemm) reach[kn.gemm->w_buffer] = reach[kn.gemm->a_buffer] = INFINITY;
+      reach[kn.out_buffer] += (double)st.total;
       double bytes = 0;
-      for (int buf : touched) {
+      for (const auto& [buf, execs] : reach) {
         int64_t n = 1;
         for (int64_t d : shapes_[buf]) n *= d;
-        bytes += (double)StorageBytes(kp_.buffers[buf].dtype, n);
+        double whole = (double)StorageBytes(kp_.buffers[buf].dtype, n);
+        bytes += std::min(whole, execs * std::max(1.0, whole / std::max<int64_t>(n, 1)));
       }
       double floor_s = std::max(flops / (peaks.fp32_gflops * 1e9 + 1), bytes / (peaks.read_gbps * 1e9 + 1));
       r["flops"] = flops;
       r["bytes"] = bytes;
       r["floor_us"] = floor_s * 1e6;
+      r["peak_gflops"] = peaks.fp32_gflops;
+      r["read_gbps"] = peaks.read_gbps;
 
       if (db.contains(key)) {  // decided before on this machine: no search
         const auto& e = db[key];
         chosen[k].use_template = e.value("template", true);
         chosen[k].parallel = e.value("parallel", -1);
+        chosen[k].reduce_outer = e.value("reduce_outer", false);
         r["chosen"] = e.value("candidate", "");
         r["median_us"] = e.value("median_us", 0.0);
         r["reason"] = "tuning database";
@@ -152,12 +179,16 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
         std::string name;
         bool tmpl;
         bool par;
+        bool ro;
       };
+      // The space: tier (template micro-kernel / generated) x loop order (generated only) x threads.
       std::vector<Cand> cands;
-      for (bool tmpl : {true, false}) {
-        if (tmpl && !kn.gemm) continue;
-        cands.push_back({std::string(tmpl ? "template" : "generated") + "/serial", tmpl, false});
-        if (threads > 1) cands.push_back({std::string(tmpl ? "template" : "generated") + "/parallel", tmpl, true});
+      for (int variant = 0; variant < 3; ++variant) {
+        bool tmpl = variant == 0, ro = variant == 2;
+        if ((tmpl && !kn.gemm) || (ro && !fns_ro_[k])) continue;
+        std::string name = tmpl ? "template" : ro ? "generated-reduce-outer" : "generated";
+        cands.push_back({name + "/serial", tmpl, false, ro});
+        if (threads > 1) cands.push_back({name + "/parallel", tmpl, true, ro});
       }
       nlohmann::json tried = nlohmann::json::array();
       double best = INFINITY;
@@ -166,6 +197,7 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
         steps_[k] = defaults[k];
         steps_[k].use_template = c.tmpl;
         steps_[k].parallel = c.par;
+        steps_[k].reduce_outer = c.ro;
         auto run_once = [&] {
           if (c.par) pool_->ParallelFor(threads, [&](int t) { RunChunk(k, t, threads, ptrs.data(), sym_values.data()); });
           else RunChunk(k, 0, threads, ptrs.data(), sym_values.data());
@@ -209,12 +241,13 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
       }
       chosen[k].use_template = best_c->tmpl;
       chosen[k].parallel = best_c->par ? 1 : 0;
+      chosen[k].reduce_outer = best_c->ro;
       r["chosen"] = best_c->name;
       r["median_us"] = best;
       r["fraction_of_roofline"] = floor_s * 1e6 / best;
       r["reason"] = "fastest of " + std::to_string(tried.size()) + " candidates that passed the check";
       db[key] = {{"candidate", best_c->name}, {"template", best_c->tmpl}, {"parallel", best_c->par ? 1 : 0},
-                 {"median_us", best}};
+                 {"reduce_outer", best_c->ro}, {"median_us", best}};
       db_changed = true;
       receipts.push_back(r);
     }

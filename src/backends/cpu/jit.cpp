@@ -64,6 +64,8 @@ JitLibrary::~JitLibrary() {
   if (handle_) dlclose(handle_);
 }
 
+void* JitLibrary::FindSymbol(const std::string& name) const { return dlsym(handle_, name.c_str()); }
+
 void* JitLibrary::Symbol(const std::string& name) const {
   void* p = dlsym(handle_, name.c_str());
   if (!p) throw Error("generated library has no kernel '" + name + "'");

@@ -23,6 +23,7 @@ class JitLibrary {
   JitLibrary& operator=(JitLibrary&& o) noexcept;
   ~JitLibrary();
   void* Symbol(const std::string& name) const;
+  void* FindSymbol(const std::string& name) const;  // nullptr when absent
 
  private:
   explicit JitLibrary(void* h) : handle_(h) {}

@@ -1,0 +1,76 @@
+// Schedule search, tuning database and compiled artifacts: choices are checked, timed, reused, replayed.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "graph_check.h"
+#include "ir/error.h"
+#include "runtime/language_model.h"
+#include "test_util.h"
+
+namespace prism {
+
+TEST(Search, EveryCandidateIsCheckedAndTimedThenTheDatabaseIsReused) {
+  const std::string model = std::string(PRISM_SOURCE_DIR) + "/models/stories260K/stories260K.bin";
+  auto dir = testing::MakeTempDir("search");
+  setenv("PRISM_CACHE_DIR", dir.c_str(), 1);
+  auto lm = LanguageModel::Load(model, {"", 64, 2});
+  std::vector<int32_t> ids = lm->tokenizer().Encode("Once upon a time", true);
+  std::vector<float> before = lm->Forward(ids);
+  nlohmann::json receipts = lm->Tune(30);
+  int searched = 0, multi = 0;
+  for (const auto& r : receipts) {
+    ASSERT_TRUE(r.contains("chosen")) << r.dump();
+    if (!r.contains("candidates")) continue;
+    searched++;
+    multi += r["candidates"].size() > 1;
+    bool chosen_passed = false;
+    for (const auto& c : r["candidates"]) {
+      EXPECT_GT(c["median_us"].get<double>(), 0);
+      EXPECT_LE(c["min_us"].get<double>(), c["max_us"].get<double>());
+      if (c["candidate"] == r["chosen"]) chosen_passed = c["passed"].get<bool>();
+    }
+    EXPECT_TRUE(chosen_passed) << r.dump();
+    EXPECT_GT(r["floor_us"].get<double>(), 0);
+  }
+  EXPECT_GT(searched, 100);
+  EXPECT_GT(multi, 50);
+  // The chosen schedules compute the same logits.
+  lm->Reset();
+  std::vector<float> after = lm->Forward(ids);
+  for (size_t i = 0; i < before.size(); ++i) ASSERT_NEAR(before[i], after[i], 1e-4) << i;
+  // A second load finds every decision in the database and searches nothing.
+  auto again = LanguageModel::Load(model, {"", 64, 2});
+  nlohmann::json second = again->Tune(30);
+  for (const auto& r : second) EXPECT_EQ(r["reason"], "tuning database") << r.dump();
+  EXPECT_EQ(second.size(), receipts.size());
+  unsetenv("PRISM_CACHE_DIR");
+}
+
+TEST(Search, ArtifactRunsWithoutCompilingAndRejectsStaleKernels) {
+  const std::string model = std::string(PRISM_SOURCE_DIR) + "/models/stories260K/stories260K.bin";
+  auto dir = testing::MakeTempDir("artifact");
+  setenv("PRISM_CACHE_DIR", (dir / "cache").c_str(), 1);
+  auto lm = LanguageModel::Load(model, {"", 64, 1});
+  auto receipts = lm->Tune(10);
+  std::string art = (dir / "stories.prism").string();
+  lm->SaveArtifact(art, receipts);
+  for (const char* f : {"manifest.json", "kernels.cpp", "kernels.so", "schedule.json", "receipts.json"})
+    EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(art) / f)) << f;
+  // Loading the artifact compiles nothing: with the kernel cache removed, it still loads.
+  std::filesystem::remove_all(dir / "cache");
+  auto loaded = LanguageModel::Load(art);
+  EXPECT_EQ(loaded->program().stats().so_path, art + "/kernels.so");
+  EXPECT_FALSE(std::filesystem::exists(dir / "cache" / "tuning.json"));  // nothing was searched again
+  std::vector<int32_t> ids = lm->tokenizer().Encode("Lily", true);
+  lm->Reset();
+  std::vector<float> want = lm->Forward(ids), got = loaded->Forward(ids);
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(want[i], got[i], 1e-4);
+  // Edited kernels no longer match what this Prism renders: a clear error, not wrong answers.
+  std::ofstream(std::filesystem::path(art) / "kernels.cpp", std::ios::app) << "// edited\n";
+  EXPECT_THROW(LanguageModel::Load(art), Error);
+  unsetenv("PRISM_CACHE_DIR");
+}
+
+}  // namespace prism
