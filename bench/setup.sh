@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs what bench/run.py compares Prism against; safe to run again (it skips what is there).
+#   - llama-cpp-python, built from source for THIS CPU (GGML_NATIVE=ON: AVX-512, VNNI, BF16 as
+#     present). It compiles llama.cpp with CMake: ~30 minutes on 2 busy cores. Set
+#     BENCH_LLAMACPP_FORCE=1 to rebuild (e.g. after moving to a different CPU).
+#   - torch, transformers, numpy, safetensors, gguf (PyTorch eager baseline, model writers).
+# It also builds Prism and the roofline probe (build/prism, build/prism_roofline_probe).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+pip_install() { $PY -m pip install -q --disable-pip-version-check --root-user-action=ignore "$@"; }
+
+if ! $PY -c "import numpy, safetensors, gguf, torch, transformers" 2>/dev/null; then
+  echo "setup: installing numpy safetensors gguf torch transformers"
+  pip_install numpy safetensors gguf torch transformers
+fi
+
+if [ "${BENCH_LLAMACPP_FORCE:-0}" = "1" ] || ! $PY -m pip show -q llama-cpp-python >/dev/null 2>&1; then
+  echo "setup: building llama-cpp-python from source for this CPU (~30 minutes on 2 busy cores)"
+  # GGML_NATIVE=ON compiles ggml with -march=native; no multimodal (mtmd) library, no curl.
+  CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF -DLLAMA_CURL=OFF ${BENCH_LLAMACPP_CMAKE_ARGS:-}" \
+  CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
+    pip_install --no-cache-dir --force-reinstall --no-deps --no-binary llama-cpp-python llama-cpp-python
+fi
+# Its pure-Python dependencies (numpy, typing-extensions, diskcache, jinja2); the package itself is
+# already there, so this does not rebuild it.
+pip_install llama-cpp-python
+$PY -c "import llama_cpp; print('setup: llama_cpp', llama_cpp.__version__)"
+
+# Incremental (a no-op when up to date); BENCH_REBUILD=0 only builds what is missing.
+if [ ! -x build/prism ] || [ ! -x build/prism_roofline_probe ] || [ "${BENCH_REBUILD:-1}" = "1" ]; then
+  [ -f build/build.ninja ] || cmake -S . -B build -G Ninja >/dev/null
+  ninja -C build -j"${BENCH_BUILD_JOBS:-1}" prism prism_roofline_probe
+fi
+echo "setup: done"
