@@ -1,6 +1,7 @@
 // Kernel IR: a graph cut into kernels, each a loop nest over its output computing one value tree.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -87,6 +88,9 @@ struct FusionOptions {
 
 // Decides which nodes get buffers, cuts the graph into kernels and lowers each to the kernel IR.
 KernelProgram BuildKernelProgram(const Graph& g, const FusionOptions& opts = {});
+
+// Throws prism::Error if a state write would fall outside its state buffer at these sizes.
+void CheckStateWrites(const Graph& g, const KernelProgram& p, const std::map<std::string, int64_t>& sizes);
 
 // Text listing of kernels and their value trees (for `prism graph`).
 std::string KernelProgramToText(const Graph& g, const KernelProgram& p);

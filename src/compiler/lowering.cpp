@@ -348,6 +348,18 @@ void ValueText(const KernelProgram& p, const KValuePtr& v, std::ostringstream& o
 
 }  // namespace
 
+void CheckStateWrites(const Graph& g, const KernelProgram& p, const std::map<std::string, int64_t>& b) {
+  for (const Kernel& k : p.kernels) {
+    const Node& root = g.node(k.root);
+    if (root.op != Op::StateWrite) continue;
+    int64_t off = root.args[0].Eval(b), axis = root.axes[0];
+    int64_t len = g.node(root.inputs[1]).shape[axis].Eval(b), cap = root.shape[axis].Eval(b);
+    if (off < 0 || off + len > cap)
+      throw Error("state '" + root.name + "': writing positions [" + std::to_string(off) + ", " +
+                  std::to_string(off + len) + ") past its size " + std::to_string(cap));
+  }
+}
+
 std::string KernelProgramToText(const Graph& g, const KernelProgram& p) {
   std::ostringstream os;
   os << p.kernels.size() << " kernels for " << g.size() << " graph nodes\n";

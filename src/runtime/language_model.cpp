@@ -198,7 +198,8 @@ std::unique_ptr<LanguageModel> LanguageModel::LoadArtifact(const std::string& di
   co.prebuilt_source.assign(std::istreambuf_iterator<char>(src), std::istreambuf_iterator<char>());
   lm->step_ = lm->CompileStep(false, co);
   KernelChoices choices;
-  for (const auto& [bucket, arr] : read_json("schedule.json").items())
+  const nlohmann::json schedule = read_json("schedule.json");
+  for (const auto& [bucket, arr] : schedule.items())
     for (const auto& c : arr)
       choices[bucket].push_back({c.value("template", true), c.value("parallel", -1), c.value("reduce_outer", false)});
   lm->step_->SetChoices(std::move(choices));

@@ -238,7 +238,7 @@ nlohmann::json Program::MemoryReport() const {
   std::vector<Item> items;
   int64_t held = 0;
   for (size_t i = 0; i < kp_.buffers.size(); ++i) {
-    if (kp_.buffers[i].kind != BufferKind::Intermediate || shapes_[i].empty() && !storage_[i].data) continue;
+    if (kp_.buffers[i].kind != BufferKind::Intermediate || !storage_[i].data) continue;  // not allocated yet
     int64_t n = 1;
     for (int64_t d : shapes_[i]) n *= d;
     int64_t bytes = StorageBytes(kp_.buffers[i].dtype, n);
@@ -312,16 +312,7 @@ std::vector<HostTensor> Program::Run(const std::map<std::string, HostTensor>& in
   std::vector<int64_t> sym_values;
   for (const std::string& s : kp_.symbols) sym_values.push_back(b.at(s));
   std::vector<void*> ptrs = PrepareBuffers(inputs, b);
-  // State writes must stay inside the state buffer; checked here, not in the kernel.
-  for (const Kernel& kn : kp_.kernels) {
-    const Node& root = graph_.node(kn.root);
-    if (root.op != Op::StateWrite) continue;
-    int64_t off = root.args[0].Eval(b), axis = root.axes[0];
-    int64_t len = graph_.node(root.inputs[1]).shape[axis].Eval(b), cap = root.shape[axis].Eval(b);
-    if (off < 0 || off + len > cap)
-      throw Error("state '" + root.name + "': writing positions [" + std::to_string(off) + ", " +
-                  std::to_string(off + len) + ") past its size " + std::to_string(cap));
-  }
+  CheckStateWrites(graph_, kp_, b);  // here, not in the kernels
   PlanSteps(b);
   if (megakernel_ && !profile_) RunMegakernel(ptrs.data(), sym_values.data());
   else RunPerKernel(ptrs.data(), sym_values.data());

@@ -3,6 +3,9 @@
 // in registers, chosen at run time by CPU feature detection; a scalar path elsewhere.
 #include "backends/cpu/gemm.h"
 
+// GCC 12 warns inside its own AVX-512 reduction intrinsics (_mm512_reduce_add_ps): false positives.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <algorithm>

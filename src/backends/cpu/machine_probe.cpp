@@ -1,6 +1,9 @@
 // Measures this machine's ceilings (read bandwidth, FP32 FMA rate) for roofline figures in receipts.
 #include "backends/cpu/machine_probe.h"
 
+// GCC 12 warns inside its own AVX-512 reduction intrinsics (_mm512_reduce_add_ps): false positives.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <algorithm>

@@ -117,16 +117,7 @@ void GpuProgram::ResetState() {
 std::vector<HostTensor> GpuProgram::Run(const std::map<std::string, HostTensor>& inputs,
                                         const SymbolBindings& syms) {
   SymbolBindings b = BindSymbols(graph_, inputs, syms);
-  // State writes must stay inside the state buffer; checked before anything is launched.
-  for (const Kernel& k : kp_.kernels) {
-    const Node& root = graph_.node(k.root);
-    if (root.op != Op::StateWrite) continue;
-    int64_t off = root.args[0].Eval(b), axis = root.axes[0];
-    int64_t len = graph_.node(root.inputs[1]).shape[axis].Eval(b), cap = root.shape[axis].Eval(b);
-    if (off < 0 || off + len > cap)
-      throw Error("state '" + root.name + "': writing positions [" + std::to_string(off) + ", " +
-                  std::to_string(off + len) + ") past its size " + std::to_string(cap));
-  }
+  CheckStateWrites(graph_, kp_, b);  // before anything is launched
   for (size_t i = 0; i < kp_.buffers.size(); ++i) {
     const KBuffer& kb = kp_.buffers[i];
     std::vector<int64_t> shape = EvalShape(kb.shape, b);
