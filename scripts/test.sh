@@ -8,3 +8,12 @@ scripts/build.sh
 export PRISM_CACHE_DIR="${PRISM_CACHE_DIR:-$(mktemp -d)}"
 cd build
 ctest --output-on-failure -j2 --timeout 1500 "$@"
+
+# The compiler core once more under AddressSanitizer (with leak checks) and UBSan: the generated
+# kernels are built as usual, everything that drives them is instrumented.
+cd ..
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPRISM_SANITIZE=ON > /dev/null
+ninja -C build-asan -j"$(nproc)" expr_test errors_test gemm_test primitive_ops_test nn_ops_test stories_test fuzz_test
+cd build-asan
+PRISM_FUZZ_COUNT=100 UBSAN_OPTIONS=halt_on_error=1 \
+  ctest --output-on-failure -j2 --timeout 1500 -R '^(Expr|Errors|Gemm|PrimitiveOps|NnOps|Stories260K|Fuzz)\.'
