@@ -1,6 +1,8 @@
 // Renders a kernel program as one C++ translation unit, one extern "C" function per kernel.
 #include "codegen/cpp_renderer.h"
 
+#include "codegen/c_types.h"
+
 #include <cmath>
 #include <set>
 #include <sstream>
@@ -47,27 +49,6 @@ static inline float prism_q4_0(const uint8_t* b, int64_t i) {
   return prism_h2f((uint16_t)(blk[0] | (blk[1] << 8))) * (float)(q - 8);
 }
 )";
-
-const char* StorageCType(DType t) {
-  switch (t) {
-    case DType::F32: return "float";
-    case DType::F16: case DType::BF16: return "uint16_t";
-    case DType::I32: return "int32_t";
-    case DType::I8: return "int8_t";
-    default: return "uint8_t";  // u8, bool, quantized blocks
-  }
-}
-
-const char* ComputeCType(DType t) { return IsFloat(t) ? "float" : "int32_t"; }
-
-std::string FloatLiteral(double v) {
-  if (std::isnan(v)) return "PRISM_NAN";
-  if (std::isinf(v)) return v > 0 ? "PRISM_INF" : "(-PRISM_INF)";
-  std::ostringstream os;
-  os.precision(9);
-  os << std::scientific << (float)v << "f";
-  return os.str();
-}
 
 class KernelRenderer {
  public:

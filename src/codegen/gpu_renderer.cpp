@@ -9,6 +9,8 @@
 // nested inside a cooperative one stay per-thread loops.
 #include "codegen/gpu_renderer.h"
 
+#include "codegen/c_types.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -154,27 +156,8 @@ const Dialect kOpenCl = {kOpenClPrelude,
                          "half",
                          true};
 
-const char* StorageType(DType t, const Dialect& d) {
-  switch (t) {
-    case DType::F32: return "float";
-    case DType::F16: return d.f16_storage;
-    case DType::BF16: return "uint16_t";
-    case DType::I32: return "int32_t";
-    case DType::I8: return "int8_t";
-    default: return "uint8_t";  // u8, bool, quantized blocks
-  }
-}
-
-const char* ComputeType(DType t) { return IsFloat(t) ? "float" : "int32_t"; }
-
-std::string FloatLiteral(double v) {
-  if (std::isnan(v)) return "PRISM_NAN";
-  if (std::isinf(v)) return v > 0 ? "PRISM_INF" : "(-PRISM_INF)";
-  std::ostringstream os;
-  os.precision(9);
-  os << std::scientific << (float)v << "f";
-  return os.str();
-}
+const char* StorageType(DType t, const Dialect& d) { return StorageCType(t, d.f16_storage); }
+const char* ComputeType(DType t) { return ComputeCType(t); }
 
 int FloorPow2(int v) {
   int p = 1;
