@@ -13,6 +13,8 @@
 namespace prism {
 namespace {
 
+constexpr bool IsQuantizedType(DType t) { return t == DType::Q8_0 || t == DType::Q4_0; }
+
 // Byte offset of weight row n for each storage type.
 int64_t RowBytes(DType t, int64_t k) { return StorageBytes(t, k); }
 
@@ -36,8 +38,7 @@ void GemmScalar(const float* a, int64_t m, int64_t k, const void* w, DType wt, f
 
 #define PRISM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,f16c,fma")))
 
-// 16 weights starting at element kk of a row, as f32 (mask covers a partial tail for plain types;
-// quantized rows are whole 32-element blocks).
+// 16 plain (f32/f16/bf16) weights starting at element kk of a row, as f32; mask covers a tail.
 template <DType T>
 PRISM_AVX512 inline __m512 LoadW16(const uint8_t* row, int64_t kk, __mmask16 mask) {
   if constexpr (T == DType::F32) {
@@ -45,21 +46,39 @@ PRISM_AVX512 inline __m512 LoadW16(const uint8_t* row, int64_t kk, __mmask16 mas
   } else if constexpr (T == DType::F16) {
     __m256i h = _mm256_maskz_loadu_epi16(mask, reinterpret_cast<const uint16_t*>(row) + kk);
     return _mm512_cvtph_ps(h);
-  } else if constexpr (T == DType::BF16) {
+  } else {  // bf16
     __m256i h = _mm256_maskz_loadu_epi16(mask, reinterpret_cast<const uint16_t*>(row) + kk);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  } else if constexpr (T == DType::Q8_0) {
-    const uint8_t* blk = row + (kk / 32) * sizeof(BlockQ8_0);
-    __m512 d = _mm512_set1_ps(_cvtsh_ss(*reinterpret_cast<const uint16_t*>(blk)));
-    __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + (kk % 32)));
-    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
-  } else {  // Q4_0: elements 0..15 are low nibbles, 16..31 high nibbles of the 16 bytes
-    const uint8_t* blk = row + (kk / 32) * sizeof(BlockQ4_0);
-    __m512 d = _mm512_set1_ps(_cvtsh_ss(*reinterpret_cast<const uint16_t*>(blk)));
+  }
+}
+
+// One quantized 32-element block as two f32 vectors of raw (unscaled) values; returns the scale.
+template <DType T>
+PRISM_AVX512 inline __m512 LoadBlock(const uint8_t* blk, __m512* lo, __m512* hi) {
+  if constexpr (T == DType::Q8_0) {
+    *lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2))));
+    *hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18))));
+  } else {
     __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
-    __m512i q = (kk % 32) ? _mm512_srli_epi32(b, 4) : _mm512_and_si512(b, _mm512_set1_epi32(15));
-    q = _mm512_sub_epi32(q, _mm512_set1_epi32(8));
-    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(q));
+    const __m512i eight = _mm512_set1_epi32(8);
+    *lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(b, _mm512_set1_epi32(15)), eight));
+    *hi = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(b, 4), eight));
+  }
+  return _mm512_set1_ps(_cvtsh_ss(*reinterpret_cast<const uint16_t*>(blk)));
+}
+
+// Plain (f32/f16/bf16) weights, 16 at a time with a masked tail.
+template <DType T, int MR, int NR>
+PRISM_AVX512 inline void TilePlain(const float* a, int64_t lda, const uint8_t* w, int64_t row_bytes, int64_t k,
+                                   __m512 (&acc)[MR][NR]) {
+  for (int64_t kk = 0; kk < k; kk += 16) {
+    __mmask16 mask = k - kk >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - kk)) - 1);
+    __m512 wv[NR];
+    for (int j = 0; j < NR; ++j) wv[j] = LoadW16<T>(w + j * row_bytes, kk, mask);
+    for (int i = 0; i < MR; ++i) {
+      __m512 av = _mm512_maskz_loadu_ps(mask, a + i * lda + kk);
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_fmadd_ps(av, wv[j], acc[i][j]);
+    }
   }
 }
 
@@ -70,14 +89,20 @@ PRISM_AVX512 void Tile(const float* a, int64_t lda, const uint8_t* w, int64_t ro
   __m512 acc[MR][NR];
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
-  for (int64_t kk = 0; kk < k; kk += 16) {
-    __mmask16 mask = k - kk >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - kk)) - 1);
-    __m512 wv[NR];
-    for (int j = 0; j < NR; ++j) wv[j] = LoadW16<T>(w + j * row_bytes, kk, mask);
-    for (int i = 0; i < MR; ++i) {
-      __m512 av = _mm512_maskz_loadu_ps(mask, a + i * lda + kk);
-      for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_fmadd_ps(av, wv[j], acc[i][j]);
+  if constexpr (IsQuantizedType(T)) {
+    // Whole blocks: the block's dot product in raw values, then one multiply by its scale.
+    constexpr int64_t kBlockBytes = T == DType::Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+    for (int64_t kk = 0, blk = 0; kk < k; kk += 32, blk += kBlockBytes) {
+      __m512 lo[NR], hi[NR], d[NR];
+      for (int j = 0; j < NR; ++j) d[j] = LoadBlock<T>(w + j * row_bytes + blk, &lo[j], &hi[j]);
+      for (int i = 0; i < MR; ++i) {
+        __m512 a0 = _mm512_loadu_ps(a + i * lda + kk), a1 = _mm512_loadu_ps(a + i * lda + kk + 16);
+        for (int j = 0; j < NR; ++j)
+          acc[i][j] = _mm512_fmadd_ps(_mm512_fmadd_ps(a1, hi[j], _mm512_mul_ps(a0, lo[j])), d[j], acc[i][j]);
+      }
     }
+  } else {
+    TilePlain<T, MR, NR>(a, lda, w, row_bytes, k, acc);
   }
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) y[i * ldy + j] = _mm512_reduce_add_ps(acc[i][j]);
