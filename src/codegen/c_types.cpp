@@ -1,8 +1,10 @@
-// C spellings shared by the C++ and GPU renderers: storage and compute types, float literals.
+// C spellings shared by the C++ and GPU renderers: types, float literals, elementwise ops.
 #include "codegen/c_types.h"
 
 #include <cmath>
 #include <sstream>
+
+#include "ir/error.h"
 
 namespace prism {
 
@@ -26,6 +28,41 @@ std::string FloatLiteral(double v) {
   os.precision(9);
   os << std::scientific << (float)v << "f";
   return os.str();
+}
+
+std::string ScalarOpExpr(Op op, DType t, const std::vector<std::string>& a, const MathNames& m) {
+  auto call = [](const char* fn, const std::string& x) { return std::string(fn) + "((float)(" + x + "))"; };
+  const bool f = IsFloat(t);
+  switch (op) {
+    case Op::Exp2: return call(m.exp2, a[0]);
+    case Op::Log2: return call(m.log2, a[0]);
+    case Op::Sin: return call(m.sin, a[0]);
+    case Op::Sqrt: return call(m.sqrt, a[0]);
+    case Op::Recip: return "(1.0f / (float)(" + a[0] + "))";
+    case Op::Cast:
+      switch (t) {
+        case DType::F32: return "((float)(" + a[0] + "))";
+        case DType::F16: return "prism_rh((float)(" + a[0] + "))";
+        case DType::BF16: return "prism_rbf((float)(" + a[0] + "))";
+        case DType::Bool: return "((int32_t)((" + a[0] + ") != 0))";
+        case DType::I8: return "((int32_t)(int8_t)(int32_t)(" + a[0] + "))";
+        case DType::U8: return "((int32_t)(uint8_t)(int32_t)(" + a[0] + "))";
+        default: return "((int32_t)(" + a[0] + "))";
+      }
+    case Op::Add: return "(" + a[0] + " + " + a[1] + ")";
+    case Op::Mul: return "(" + a[0] + " * " + a[1] + ")";
+    case Op::Mod:
+      return f ? std::string(m.fmod) + "((float)(" + a[0] + "), (float)(" + a[1] + "))"
+               : "(" + a[0] + " % " + a[1] + ")";
+    case Op::LessThan: return "((int32_t)(" + a[0] + " < " + a[1] + "))";
+    case Op::Max:
+      return f ? "prism_maxf(" + a[0] + ", " + a[1] + ")"
+               : "(" + a[0] + " > " + a[1] + " ? " + a[0] + " : " + a[1] + ")";
+    case Op::Where:
+      return "((" + a[0] + ") != 0 ? (" + ComputeCType(t) + ")(" + a[1] + ") : (" + ComputeCType(t) + ")(" + a[2] +
+             "))";
+    default: throw Error("renderer: unsupported elementwise op " + std::string(OpName(op)));
+  }
 }
 
 }  // namespace prism

@@ -254,34 +254,7 @@ class KernelRenderer {
   std::string OpValue(const KValue& v, std::string* stmts, const std::string& ind) {
     std::vector<std::string> a;
     for (const auto& x : v.args) a.push_back(Value(x, stmts, ind));
-    bool f = IsFloat(v.dtype);
-    switch (v.op) {
-      case Op::Exp2: return "__builtin_exp2f(" + a[0] + ")";
-      case Op::Log2: return "__builtin_log2f(" + a[0] + ")";
-      case Op::Sin: return "__builtin_sinf(" + a[0] + ")";
-      case Op::Sqrt: return "__builtin_sqrtf(" + a[0] + ")";
-      case Op::Recip: return "(1.0f / (float)(" + a[0] + "))";
-      case Op::Cast:
-        switch (v.dtype) {
-          case DType::F32: return "((float)(" + a[0] + "))";
-          case DType::F16: return "prism_rh((float)(" + a[0] + "))";
-          case DType::BF16: return "prism_rbf((float)(" + a[0] + "))";
-          case DType::Bool: return "((int32_t)((" + a[0] + ") != 0))";
-          case DType::I8: return "((int32_t)(int8_t)(int32_t)(" + a[0] + "))";
-          case DType::U8: return "((int32_t)(uint8_t)(int32_t)(" + a[0] + "))";
-          default: return "((int32_t)(" + a[0] + "))";
-        }
-      case Op::Add: return "(" + a[0] + " + " + a[1] + ")";
-      case Op::Mul: return "(" + a[0] + " * " + a[1] + ")";
-      case Op::Mod:
-        return f ? "__builtin_fmodf((float)(" + a[0] + "), (float)(" + a[1] + "))" : "(" + a[0] + " % " + a[1] + ")";
-      case Op::LessThan: return "((int32_t)(" + a[0] + " < " + a[1] + "))";
-      case Op::Max:
-        return f ? "prism_maxf(" + a[0] + ", " + a[1] + ")" : "(" + a[0] + " > " + a[1] + " ? " + a[0] + " : " + a[1] + ")";
-      case Op::Where: return "((" + a[0] + ") != 0 ? (" + ComputeCType(v.dtype) + ")(" + a[1] + ") : (" +
-                             ComputeCType(v.dtype) + ")(" + a[2] + "))";
-      default: throw Error("cpp renderer: unsupported op " + std::string(OpName(v.op)));
-    }
+    return ScalarOpExpr(v.op, v.dtype, a, MathNames{"__builtin_exp2f", "__builtin_log2f", "__builtin_sinf", "__builtin_sqrtf", "__builtin_fmodf"});
   }
 
   const KernelProgram& p_;

@@ -465,38 +465,7 @@ class KernelRenderer {
   std::string OpValue(const KValue& v, std::string* stmts, const std::string& ind) {
     std::vector<std::string> a;
     for (const auto& x : v.args) a.push_back(Value(x, stmts, ind));
-    bool f = IsFloat(v.dtype);
-    auto call = [](const char* fn, const std::string& x) { return std::string(fn) + "((float)(" + x + "))"; };
-    switch (v.op) {
-      case Op::Exp2: return call(d_.exp2, a[0]);
-      case Op::Log2: return call(d_.log2, a[0]);
-      case Op::Sin: return call(d_.sin, a[0]);
-      case Op::Sqrt: return call(d_.sqrt, a[0]);
-      case Op::Recip: return "(1.0f / (float)(" + a[0] + "))";
-      case Op::Cast:
-        switch (v.dtype) {
-          case DType::F32: return "((float)(" + a[0] + "))";
-          case DType::F16: return "prism_rh((float)(" + a[0] + "))";
-          case DType::BF16: return "prism_rbf((float)(" + a[0] + "))";
-          case DType::Bool: return "((int32_t)((" + a[0] + ") != 0))";
-          case DType::I8: return "((int32_t)(int8_t)(int32_t)(" + a[0] + "))";
-          case DType::U8: return "((int32_t)(uint8_t)(int32_t)(" + a[0] + "))";
-          default: return "((int32_t)(" + a[0] + "))";
-        }
-      case Op::Add: return "(" + a[0] + " + " + a[1] + ")";
-      case Op::Mul: return "(" + a[0] + " * " + a[1] + ")";
-      case Op::Mod:
-        return f ? std::string(d_.fmod) + "((float)(" + a[0] + "), (float)(" + a[1] + "))"
-                 : "(" + a[0] + " % " + a[1] + ")";
-      case Op::LessThan: return "((int32_t)(" + a[0] + " < " + a[1] + "))";
-      case Op::Max:
-        return f ? "prism_maxf(" + a[0] + ", " + a[1] + ")"
-                 : "(" + a[0] + " > " + a[1] + " ? " + a[0] + " : " + a[1] + ")";
-      case Op::Where:
-        return "((" + a[0] + ") != 0 ? (" + ComputeType(v.dtype) + ")(" + a[1] + ") : (" +
-               ComputeType(v.dtype) + ")(" + a[2] + "))";
-      default: throw Error("gpu renderer: unsupported op " + std::string(OpName(v.op)));
-    }
+    return ScalarOpExpr(v.op, v.dtype, a, MathNames{d_.exp2, d_.log2, d_.sin, d_.sqrt, d_.fmod});
   }
 
   const KernelProgram& p_;
