@@ -16,8 +16,10 @@ void SpinBarrier::Wait() {
   // Spin first (the wait is usually microseconds), then yield so that an oversubscribed machine
   // does not starve the thread being waited for.
   for (int spin = 0; generation_.load(std::memory_order_acquire) == g; ++spin) {
-    if (spin < 4000) __builtin_ia32_pause();
-    else std::this_thread::yield();
+    if (spin < 4000)
+      __builtin_ia32_pause();
+    else
+      std::this_thread::yield();
   }
 }
 
@@ -38,9 +40,16 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::Drain() {
-  for (int t; (t = next_.fetch_add(1)) < job_size_.load();) {
-    (*job_.load())(t);
+void ThreadPool::Drain(uint64_t generation) {
+  const uint64_t tag = (generation & 0xffffffffu) << 32;
+  for (uint64_t v = next_.load(std::memory_order_acquire);;) {
+    // Read after next_: a matching tag means this loop's job is published. Should the job change
+    // meanwhile (every task claimed, the next loop begun), the claim below fails.
+    const uint64_t n = (uint64_t)job_size_.load(std::memory_order_acquire);
+    if ((v & ~0xffffffffull) != tag || (v & 0xffffffffu) >= n) return;
+    const auto* fn = job_.load(std::memory_order_acquire);
+    if (!next_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel)) continue;
+    (*fn)((int)(v & 0xffffffffu));
     done_.fetch_add(1, std::memory_order_acq_rel);
   }
 }
@@ -57,7 +66,7 @@ void ThreadPool::WorkerLoop() {
     }
     seen = g;
     if (stop_) return;
-    Drain();
+    Drain(g);
   }
 }
 
@@ -67,15 +76,18 @@ void ThreadPool::ParallelFor(int n, const std::function<void(int)>& fn) {
     for (int t = 0; t < n; ++t) fn(t);
     return;
   }
-  // job_size_ is 0 while the job is swapped, so a straggler from the previous loop claims nothing.
-  job_size_.store(0);
-  job_.store(&fn);
-  done_.store(0);
-  next_.store(0);
-  job_size_.store(n);
-  generation_.fetch_add(1, std::memory_order_release);
+  // Close the previous loop to late claimers before changing the job they would read: a worker
+  // still draining it holds a stale claim word, and its claim now fails. Then publish the job,
+  // then the tagged counter that opens it.
+  const uint64_t g = generation_.load(std::memory_order_relaxed) + 1;
+  next_.store(next_.load(std::memory_order_relaxed) | 0xffffffffu, std::memory_order_relaxed);
+  job_.store(&fn, std::memory_order_release);
+  job_size_.store(n, std::memory_order_release);
+  done_.store(0, std::memory_order_relaxed);
+  next_.store((g & 0xffffffffu) << 32, std::memory_order_release);
+  generation_.store(g, std::memory_order_release);
   generation_.notify_all();
-  Drain();
+  Drain(g);
   for (int spin = 0; done_.load(std::memory_order_acquire) < n; ++spin)
     if (spin > 4000) std::this_thread::yield();
 }

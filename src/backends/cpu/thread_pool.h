@@ -20,12 +20,14 @@ class ThreadPool {
 
  private:
   void WorkerLoop();
-  void Drain();
   std::vector<std::thread> workers_;
+  void Drain(uint64_t generation);
   std::atomic<const std::function<void(int)>*> job_{nullptr};
   std::atomic<int> job_size_{0};
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int> next_{0};
+  // The next task to claim, tagged with its loop's generation in the high 32 bits: a worker
+  // still draining an earlier loop cannot claim (and so lose) a task of the current one.
+  std::atomic<uint64_t> next_{0};
   std::atomic<int> done_{0};
   std::atomic<bool> stop_{false};
 };
