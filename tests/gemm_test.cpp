@@ -1,7 +1,9 @@
 // The template GEMM tier against the reference interpreter, for every weight dtype and odd sizes.
+#include "backends/cpu/gemm.h"
+
 #include <gtest/gtest.h>
 
-#include "backends/cpu/gemm.h"
+#include "backends/cpu/gemm_int8.h"
 #include "frontend/nn.h"
 #include "graph_check.h"
 #include "test_util.h"
@@ -14,8 +16,9 @@ TEST(Gemm, LinearWithEveryWeightDtypeMatchesInterpreter) {
     int64_t n, k;
     double tol;
   };
-  for (Case c : {Case{DType::F32, 33, 17, 1e-4}, Case{DType::F16, 5, 40, 1e-3}, Case{DType::BF16, 7, 200, 1e-3},
-                 Case{DType::Q8_0, 9, 64, 1e-3}, Case{DType::Q4_0, 33, 96, 1e-3}, Case{DType::F32, 1, 1, 1e-5}}) {
+  for (Case c :
+       {Case{DType::F32, 33, 17, 1e-4}, Case{DType::F16, 5, 40, 1e-3}, Case{DType::BF16, 7, 200, 1e-3},
+        Case{DType::Q8_0, 9, 64, 1e-3}, Case{DType::Q4_0, 33, 96, 1e-3}, Case{DType::F32, 1, 1, 1e-5}}) {
     Graph g;
     Tensor x{&g, g.Input("x", DType::F32, {Expr::Sym("m"), Expr(c.k)})};
     Tensor w{&g, g.Weight("w", c.dtype, {Expr(c.n), Expr(c.k)})};
@@ -23,7 +26,8 @@ TEST(Gemm, LinearWithEveryWeightDtypeMatchesInterpreter) {
     KernelProgram kp = BuildKernelProgram(g);
     bool has_template = false;
     for (const Kernel& k : kp.kernels) has_template = has_template || k.gemm.has_value();
-    EXPECT_TRUE(has_template) << "x · Wᵀ with a " << DTypeName(c.dtype) << " weight did not match the template";
+    EXPECT_TRUE(has_template) << "x · Wᵀ with a " << DTypeName(c.dtype)
+                              << " weight did not match the template";
     testing::CheckGraph(g, {{{"m", 1}}, {{"m", 3}}, {{"m", 70}}}, c.tol, c.tol, 7,
                         std::string("gemm ") + std::string(DTypeName(c.dtype)));
   }
@@ -44,6 +48,41 @@ TEST(Gemm, ThreadedSplitsCoverEveryColumn) {
       EXPECT_NEAR(y[i * n + j], s, 1e-4) << i << "," << j;
     }
   std::printf("gemm micro-kernels: %s\n", GemmIsa());
+}
+
+TEST(Gemm, Int8DotStaysWithinItsActivationRoundingBound) {
+  if (!Int8DotSupported(DType::Q8_0, 32)) GTEST_SKIP() << "this CPU has no AVX512-VNNI";
+  // K below, at and above one 512-value group, and not a multiple of it; M and N with tails.
+  for (DType wt : {DType::Q8_0, DType::Q4_0})
+    for (int64_t k : {32, 96, 512, 1056})
+      for (int64_t m : {1, 2, 5}) {
+        const int64_t n = 11;
+        auto a = testing::RandomFloats(m * k, 3), wf = testing::RandomFloats(n * k, 4);
+        a[0] = 7.5f;  // one outlier: its block's scale is coarse, and the bound must say so
+        std::vector<uint8_t> wq(StorageBytes(wt, n * k));
+        if (wt == DType::Q8_0)
+          QuantizeQ8_0(wf.data(), reinterpret_cast<BlockQ8_0*>(wq.data()), n * k);
+        else
+          QuantizeQ4_0(wf.data(), reinterpret_cast<BlockQ4_0*>(wq.data()), n * k);
+        Int8PackedWeight packed = PackForInt8Dot(wq.data(), wt, n, k);
+        std::vector<float> y(m * n, NAN);
+        double total_error = 0;
+        GemmRowsInt8(a.data(), m, packed, y.data(), n, 0, 6);  // two ranges, as two threads split them
+        GemmRowsInt8(a.data(), m, packed, y.data(), n, 6, n);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double exact = 0;
+            for (int64_t kk = 0; kk < k; ++kk)
+              exact += (double)a[i * k + kk] * LoadAsDouble(wq.data(), wt, j * k + kk);
+            double bound = Int8DotErrorBound(a.data() + i * k, wq.data(), wt, k, j);
+            ASSERT_FALSE(std::isnan(y[i * n + j]));
+            EXPECT_NEAR(y[i * n + j], exact, bound * 1.01 + 1e-4)
+                << DTypeName(wt) << " k=" << k << " m=" << m << " at " << i << "," << j;
+            total_error += std::fabs(y[i * n + j] - exact);
+          }
+        EXPECT_GT(total_error, 0.0)
+            << "the int8 path rounds its activations: an exact result means it did not run";
+      }
 }
 
 }  // namespace prism

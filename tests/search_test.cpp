@@ -19,9 +19,10 @@ TEST(Search, EveryCandidateIsCheckedAndTimedThenTheDatabaseIsReused) {
   std::vector<int32_t> ids = lm->tokenizer().Encode("Once upon a time", true);
   std::vector<float> before = lm->Forward(ids);
   nlohmann::json receipts = lm->Tune(30);
-  int searched = 0, multi = 0;
+  int searched = 0, multi = 0, shared = 0;
   for (const auto& r : receipts) {
     ASSERT_TRUE(r.contains("chosen")) << r.dump();
+    shared += r["reason"] == "tuning database";
     if (!r.contains("candidates")) continue;
     searched++;
     multi += r["candidates"].size() > 1;
@@ -34,8 +35,10 @@ TEST(Search, EveryCandidateIsCheckedAndTimedThenTheDatabaseIsReused) {
     EXPECT_TRUE(chosen_passed) << r.dump();
     EXPECT_GT(r["floor_us"].get<double>(), 0);
   }
-  EXPECT_GT(searched, 100);
-  EXPECT_GT(multi, 50);
+  EXPECT_GT(searched, 60);
+  EXPECT_GT(multi, 40);
+  // Each layer's copy of a kernel has the same canonical key: the first layer's search decides all.
+  EXPECT_GT(shared, 100);
   // The chosen schedules compute the same logits.
   lm->Reset();
   std::vector<float> after = lm->Forward(ids);

@@ -24,7 +24,9 @@ std::string FindLlama2cTokenizer(const std::string& model_path) {
     std::string name = e.path().filename().string();
     if (name.rfind("tok", 0) == 0 && e.path().extension() == ".bin") return e.path().string();
   }
-  throw Error(model_path + ": no tokenizer found beside the checkpoint (tokenizer.bin or tok*.bin); name one with --tokenizer");
+  throw Error(
+      model_path +
+      ": no tokenizer found beside the checkpoint (tokenizer.bin or tok*.bin); name one with --tokenizer");
 }
 
 static GgufTokenizerData TokenizerFromGguf(const GgufFile& f) {
@@ -70,7 +72,8 @@ ModelFiles OpenModelFiles(const std::string& path, const std::string& tokenizer_
   } else if (fs::path(path).extension() == ".gguf") {
     std::shared_ptr<const GgufFile> gguf = LoadGguf(path);
     mf.config = ConfigFromGguf(*gguf);
-    mf.tokenizer = tokenizer_path.empty() ? MakeGgufTokenizer(TokenizerFromGguf(*gguf)) : LoadHfTokenizer(tokenizer_path);
+    mf.tokenizer = tokenizer_path.empty() ? MakeGgufTokenizer(TokenizerFromGguf(*gguf))
+                                          : LoadHfTokenizer(tokenizer_path);
     auto it = gguf->Metadata().find("tokenizer.chat_template");
     if (it != gguf->Metadata().end() && it->is_string()) {
       mf.chat_template = std::make_shared<ChatTemplate>(it->get<std::string>());
@@ -88,8 +91,8 @@ ModelFiles OpenModelFiles(const std::string& path, const std::string& tokenizer_
     mf.tokenizer = LoadLlama2cTokenizer(tok, (int32_t)cfg.vocab_size);
   }
   if (mf.tokenizer->VocabSize() > mf.config.vocab_size)
-    throw Error(path + ": tokenizer has " + std::to_string(mf.tokenizer->VocabSize()) + " tokens but the model only " +
-                std::to_string(mf.config.vocab_size));
+    throw Error(path + ": tokenizer has " + std::to_string(mf.tokenizer->VocabSize()) +
+                " tokens but the model only " + std::to_string(mf.config.vocab_size));
   return mf;
 }
 
@@ -150,8 +153,7 @@ void LanguageModel::SaveArtifact(const std::string& dir, const nlohmann::json& r
   nlohmann::json choices = nlohmann::json::object();
   for (const auto& [bucket, cs] : p.choices()) {
     nlohmann::json arr = nlohmann::json::array();
-    for (const KernelChoice& c : cs)
-      arr.push_back({{"template", c.use_template}, {"parallel", c.parallel}, {"reduce_outer", c.reduce_outer}});
+    for (const KernelChoice& c : cs) arr.push_back(ChoiceToJson(c));
     choices[bucket] = arr;
   }
   std::ofstream(fs::path(dir) / "schedule.json") << choices.dump(1);
@@ -185,7 +187,8 @@ std::unique_ptr<LanguageModel> LanguageModel::LoadArtifact(const std::string& di
     return j;
   };
   nlohmann::json m = read_json("manifest.json");
-  if (m.value("format", "") != "prism-artifact-1") throw Error(dir + "/manifest.json: unknown artifact format");
+  if (m.value("format", "") != "prism-artifact-1")
+    throw Error(dir + "/manifest.json: unknown artifact format");
   std::unique_ptr<LanguageModel> lm(new LanguageModel());
   lm->path_ = m.value("model", "");
   lm->tokenizer_path_ = opts.tokenizer_path.empty() ? m.value("tokenizer", "") : opts.tokenizer_path;
@@ -200,8 +203,7 @@ std::unique_ptr<LanguageModel> LanguageModel::LoadArtifact(const std::string& di
   KernelChoices choices;
   const nlohmann::json schedule = read_json("schedule.json");
   for (const auto& [bucket, arr] : schedule.items())
-    for (const auto& c : arr)
-      choices[bucket].push_back({c.value("template", true), c.value("parallel", -1), c.value("reduce_outer", false)});
+    for (const auto& c : arr) choices[bucket].push_back(ChoiceFromJson(c));
   lm->step_->SetChoices(std::move(choices));
   lm->compile_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return lm;
@@ -232,13 +234,14 @@ void LanguageModel::CheckTokens(const std::vector<int32_t>& tokens, int64_t past
       throw Error("forward: token id " + std::to_string(t) + " outside the vocabulary [0, " +
                   std::to_string(files_.config.vocab_size) + ")");
   if (past + (int64_t)tokens.size() > max_context_)
-    throw Error("context full: " + std::to_string(past) + " + " + std::to_string(tokens.size()) + " tokens exceed " +
-                std::to_string(max_context_) + " (raise --ctx)");
+    throw Error("context full: " + std::to_string(past) + " + " + std::to_string(tokens.size()) +
+                " tokens exceed " + std::to_string(max_context_) + " (raise --ctx)");
 }
 
 std::vector<float> LanguageModel::Forward(const std::vector<int32_t>& tokens) {
   CheckTokens(tokens, past_);
-  auto out = step_->Run({{"tokens", HostTensor::FromInts({(int64_t)tokens.size()}, tokens)}}, {{"past", past_}});
+  auto out =
+      step_->Run({{"tokens", HostTensor::FromInts({(int64_t)tokens.size()}, tokens)}}, {{"past", past_}});
   past_ += (int64_t)tokens.size();
   return out[0].ToFloats();
 }

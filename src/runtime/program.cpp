@@ -2,13 +2,13 @@
 #include "runtime/program.h"
 
 #include <algorithm>
-#include <functional>
-#include <numeric>
-#include <set>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <numeric>
+#include <set>
 
 #include "backends/cpu/gemm.h"
 #include "codegen/cpp_renderer.h"
@@ -18,7 +18,9 @@ namespace prism {
 
 using Clock = std::chrono::steady_clock;
 
-static double Seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+static double Seconds(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 std::unique_ptr<Program> Program::Compile(const Graph& g, const CompileOptions& opts) {
   if (g.outputs().empty()) throw Error("compile: the graph has no outputs");
@@ -31,7 +33,8 @@ std::unique_ptr<Program> Program::Compile(const Graph& g, const CompileOptions& 
   JitLibrary lib = [&] {
     if (opts.prebuilt_so.empty()) return JitLibrary::Load(source, &js);
     if (source != opts.prebuilt_source)
-      throw Error(opts.prebuilt_so + ": the artifact's kernels do not match this model and Prism version; compile it again");
+      throw Error(opts.prebuilt_so +
+                  ": the artifact's kernels do not match this model and Prism version; compile it again");
     js.cache_hit = true;
     js.so_path = opts.prebuilt_so;
     return JitLibrary::LoadFile(opts.prebuilt_so);
@@ -49,7 +52,10 @@ std::unique_ptr<Program> Program::Compile(const Graph& g, const CompileOptions& 
 }
 
 Program::Program(const Graph& g, KernelProgram kp, std::string source, JitLibrary lib, int threads)
-    : graph_(g), kp_(std::move(kp)), source_(std::move(source)), lib_(std::move(lib)),
+    : graph_(g),
+      kp_(std::move(kp)),
+      source_(std::move(source)),
+      lib_(std::move(lib)),
       pool_(std::make_unique<ThreadPool>(threads)) {
   for (const Kernel& k : kp_.kernels) {
     fns_.push_back(reinterpret_cast<KernelFn>(lib_.Symbol(k.name)));
@@ -63,7 +69,8 @@ Program::Program(const Graph& g, KernelProgram kp, std::string source, JitLibrar
   if (const char* mk = std::getenv("PRISM_MEGAKERNEL"); mk && std::string(mk) == "0") megakernel_ = false;
   // Static dependencies between kernels through the buffers they read and write.
   std::vector<std::set<int>> reads(kp_.kernels.size());
-  std::function<void(const KValuePtr&, std::set<int>*)> collect = [&](const KValuePtr& v, std::set<int>* out) {
+  std::function<void(const KValuePtr&, std::set<int>*)> collect = [&](const KValuePtr& v,
+                                                                      std::set<int>* out) {
     if (v->kind == KValue::Kind::Load) out->insert(v->buffer);
     for (const auto& gb : v->gathers) collect(gb.value, out);
     for (const auto& a : v->args) collect(a, out);
@@ -101,7 +108,8 @@ Program::~Program() {
 std::string Program::ProfileTable() const {
   std::vector<size_t> order(kp_.kernels.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return kernel_seconds_[a] > kernel_seconds_[b]; });
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return kernel_seconds_[a] > kernel_seconds_[b]; });
   double total = 0;
   for (double s : kernel_seconds_) total += s;
   std::string out = "kernel profile (" + std::to_string(kp_.kernels.size()) + " kernels, " +
@@ -109,8 +117,9 @@ std::string Program::ProfileTable() const {
   char line[256];
   for (size_t i = 0; i < order.size() && i < 25; ++i) {
     size_t k = order[i];
-    std::snprintf(line, sizeof line, "  %6.2f%%  %10.3f ms  %8lld calls  %s\n", total > 0 ? 100 * kernel_seconds_[k] / total : 0,
-                  kernel_seconds_[k] * 1e3, (long long)kernel_calls_[k], kp_.kernels[k].name.c_str());
+    std::snprintf(line, sizeof line, "  %6.2f%%  %10.3f ms  %8lld calls  %s\n",
+                  total > 0 ? 100 * kernel_seconds_[k] / total : 0, kernel_seconds_[k] * 1e3,
+                  (long long)kernel_calls_[k], kp_.kernels[k].name.c_str());
     out += line;
   }
   return out;
@@ -121,9 +130,10 @@ void Program::BindWeight(const std::string& name, HostTensor t) {
     const KBuffer& kb = kp_.buffers[b];
     if (kb.kind != BufferKind::Weight || kb.name != name) continue;
     if (t.dtype != kb.dtype)
-      throw Error("weight '" + name + "': dtype " + std::string(DTypeName(t.dtype)) + " given, graph expects " +
-                  std::string(DTypeName(kb.dtype)));
+      throw Error("weight '" + name + "': dtype " + std::string(DTypeName(t.dtype)) +
+                  " given, graph expects " + std::string(DTypeName(kb.dtype)));
     storage_[b] = std::move(t);
+    packed_.erase((int)b);  // repacked from the new weights when next needed
     return;
   }
   // Weights that fusion made unnecessary are not an error; unknown names are.
@@ -160,9 +170,13 @@ void Program::PlanSteps(const SymbolBindings& b) {
     st.parallel = threads > 1 && work >= (kn.gemm ? 65536 : 32768);
     st.use_template = kn.gemm.has_value();
     st.reduce_outer = false;
+    st.int8_dot = false;
     if (chosen != choices_.end() && k < chosen->second.size()) {
       const KernelChoice& c = chosen->second[k];
       st.use_template = st.use_template && c.use_template;
+      st.int8_dot =
+          st.use_template && c.int8_dot && Int8DotSupported(kp_.buffers[kn.gemm->w_buffer].dtype, kn.gemm->k);
+      if (st.int8_dot) PackedWeight(*kn.gemm);
       st.reduce_outer = !st.use_template && c.reduce_outer && fns_ro_[k];
       if (c.parallel >= 0) st.parallel = threads > 1 && c.parallel == 1;
     }
@@ -187,8 +201,12 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
       nb = std::min(gm.n, tiles * t / threads * 4);
       ne = std::min(gm.n, tiles * (t + 1) / threads * 4);
     }
-    GemmRows(static_cast<const float*>(bufs[gm.a_buffer]), st.m, gm.k, bufs[gm.w_buffer],
-             kp_.buffers[gm.w_buffer].dtype, static_cast<float*>(bufs[kn.out_buffer]), gm.n, nb, ne);
+    const float* a = static_cast<const float*>(bufs[gm.a_buffer]);
+    float* y = static_cast<float*>(bufs[kn.out_buffer]);
+    if (st.int8_dot)
+      GemmRowsInt8(a, st.m, packed_.at(gm.w_buffer), y, gm.n, nb, ne);
+    else
+      GemmRows(a, st.m, gm.k, bufs[gm.w_buffer], kp_.buffers[gm.w_buffer].dtype, y, gm.n, nb, ne);
     return;
   }
   int64_t begin = 0, end = st.total;
@@ -221,8 +239,10 @@ void Program::RunPerKernel(void* const* bufs, const int64_t* syms) {
   const int threads = pool_->size();
   for (size_t k = 0; k < steps_.size(); ++k) {
     auto t0 = Clock::now();
-    if (steps_[k].parallel) pool_->ParallelFor(threads, [&](int t) { RunChunk(k, t, threads, bufs, syms); });
-    else RunChunk(k, 0, threads, bufs, syms);
+    if (steps_[k].parallel)
+      pool_->ParallelFor(threads, [&](int t) { RunChunk(k, t, threads, bufs, syms); });
+    else
+      RunChunk(k, 0, threads, bufs, syms);
     if (profile_) {
       kernel_seconds_[k] += Seconds(t0);
       kernel_calls_[k]++;
@@ -265,13 +285,35 @@ nlohmann::json Program::MemoryReport() const {
   return {{"scratch_buffers", items.size()}, {"scratch_bytes_held", held}, {"arena_peak_bytes", peak}};
 }
 
+nlohmann::json ChoiceToJson(const KernelChoice& c) {
+  return {{"template", c.use_template},
+          {"parallel", c.parallel},
+          {"reduce_outer", c.reduce_outer},
+          {"int8_dot", c.int8_dot}};
+}
+
+KernelChoice ChoiceFromJson(const nlohmann::json& j) {
+  return {j.value("template", true), j.value("parallel", -1), j.value("reduce_outer", false),
+          j.value("int8_dot", false)};
+}
+
+const Int8PackedWeight& Program::PackedWeight(const GemmTemplate& gm) {
+  auto it = packed_.find(gm.w_buffer);
+  if (it != packed_.end()) return it->second;
+  const KBuffer& kb = kp_.buffers[gm.w_buffer];
+  if (!storage_[gm.w_buffer].data) throw Error("weight '" + kb.name + "' was not bound");
+  return packed_.emplace(gm.w_buffer, PackForInt8Dot(storage_[gm.w_buffer].data, kb.dtype, gm.n, gm.k))
+      .first->second;
+}
+
 std::string Program::BucketOf(const SymbolBindings& b) {
   auto it = b.find("seq");
   if (it == b.end()) return "all";
   return it->second <= 1 ? "decode" : "prefill";
 }
 
-std::vector<void*> Program::PrepareBuffers(const std::map<std::string, HostTensor>& inputs, const SymbolBindings& b) {
+std::vector<void*> Program::PrepareBuffers(const std::map<std::string, HostTensor>& inputs,
+                                           const SymbolBindings& b) {
   std::vector<void*> ptrs(kp_.buffers.size(), nullptr);
   for (size_t i = 0; i < kp_.buffers.size(); ++i) {
     const KBuffer& kb = kp_.buffers[i];
@@ -282,8 +324,8 @@ std::vector<void*> Program::PrepareBuffers(const std::map<std::string, HostTenso
       case BufferKind::Weight:
         if (!storage_[i].data) throw Error("weight '" + kb.name + "' was not bound");
         if (storage_[i].shape != shape)
-          throw Error("weight '" + kb.name + "': bound shape " + storage_[i].ShapeString() + ", graph expects " +
-                      ShapeStr(kb.shape));
+          throw Error("weight '" + kb.name + "': bound shape " + storage_[i].ShapeString() +
+                      ", graph expects " + ShapeStr(kb.shape));
         ptrs[i] = storage_[i].data;
         break;
       case BufferKind::State:  // persistent: a new shape starts from zeros
@@ -293,7 +335,8 @@ std::vector<void*> Program::PrepareBuffers(const std::map<std::string, HostTenso
       case BufferKind::Intermediate:
       case BufferKind::Output: {
         // Scratch is reused across steps and grows geometrically: decode steps change `past` each time.
-        int64_t bytes = StorageBytes(kb.dtype, std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>()));
+        int64_t bytes = StorageBytes(
+            kb.dtype, std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>()));
         if (!storage_[i].data || bytes > capacity_[i]) {
           int64_t cap = std::max<int64_t>(bytes, capacity_[i] + capacity_[i] / 2);
           storage_[i] = HostTensor::Zeros(DType::U8, {cap});
@@ -307,20 +350,24 @@ std::vector<void*> Program::PrepareBuffers(const std::map<std::string, HostTenso
   return ptrs;
 }
 
-std::vector<HostTensor> Program::Run(const std::map<std::string, HostTensor>& inputs, const SymbolBindings& syms) {
+std::vector<HostTensor> Program::Run(const std::map<std::string, HostTensor>& inputs,
+                                     const SymbolBindings& syms) {
   SymbolBindings b = BindSymbols(input_nodes_, kp_.symbols, inputs, syms);
   std::vector<int64_t> sym_values;
   for (const std::string& s : kp_.symbols) sym_values.push_back(b.at(s));
   std::vector<void*> ptrs = PrepareBuffers(inputs, b);
   CheckStateWrites(graph_, kp_, b);  // here, not in the kernels
   PlanSteps(b);
-  if (megakernel_ && !profile_) RunMegakernel(ptrs.data(), sym_values.data());
-  else RunPerKernel(ptrs.data(), sym_values.data());
+  if (megakernel_ && !profile_)
+    RunMegakernel(ptrs.data(), sym_values.data());
+  else
+    RunPerKernel(ptrs.data(), sym_values.data());
   std::vector<HostTensor> outs;
   for (int ob : kp_.output_buffers) {
     DType src_t = kp_.buffers[ob].dtype, t = IsFloat(src_t) ? DType::F32 : DType::I32;
     HostTensor r = HostTensor::Zeros(t, shapes_[ob]);
-    if (src_t == t) std::memcpy(r.data, ptrs[ob], r.nbytes());
+    if (src_t == t)
+      std::memcpy(r.data, ptrs[ob], r.nbytes());
     else
       for (int64_t i = 0; i < r.numel(); ++i) StoreFromDouble(r.data, t, i, LoadAsDouble(ptrs[ob], src_t, i));
     outs.push_back(std::move(r));

@@ -3,11 +3,11 @@
 
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "backends/cpu/gemm_int8.h"
 #include "backends/cpu/jit.h"
 #include "backends/cpu/thread_pool.h"
 #include "compiler/kernel_ir.h"
@@ -35,14 +35,19 @@ struct CompileStats {
 
 // What the search decided for one kernel in one size bucket.
 struct KernelChoice {
-  bool use_template = true;  // template micro-kernel when the kernel has one, else generated code
-  int parallel = -1;         // -1: by work size; 0: one thread; 1: split across the team
-  bool reduce_outer = false; // generated code with the reduce-outer loop order (when rendered)
+  bool use_template = true;   // template micro-kernel when the kernel has one, else generated code
+  int parallel = -1;          // -1: by work size; 0: one thread; 1: split across the team
+  bool reduce_outer = false;  // generated code with the reduce-outer loop order (when rendered)
+  bool int8_dot = false;      // quantized weights: the int8 (VNNI) template, activations rounded to 8 bits
 };
+// The form a choice takes in the tuning database and in an artifact's schedule.
+nlohmann::json ChoiceToJson(const KernelChoice& c);
+KernelChoice ChoiceFromJson(const nlohmann::json& j);
 using KernelChoices = std::map<std::string, std::vector<KernelChoice>>;  // bucket -> per kernel
 
 struct TuneOptions {
-  std::vector<std::pair<std::string, SymbolBindings>> buckets;  // e.g. {"decode", seq=1}, {"prefill", seq=128}
+  std::vector<std::pair<std::string, SymbolBindings>>
+      buckets;                 // e.g. {"decode", seq=1}, {"prefill", seq=128}
   double budget_seconds = 30;  // wall-clock search budget over all buckets
   std::string db_path;         // tuning database (JSON); "" = none
   std::string only_kernel;     // replay the search for one kernel only
@@ -58,7 +63,8 @@ class Program {
   void BindWeight(const std::string& name, HostTensor t);
   // Runs one step. Symbols bind from input shapes or explicitly; outputs come back as f32
   // (integer outputs as i32), in the graph's output order.
-  std::vector<HostTensor> Run(const std::map<std::string, HostTensor>& inputs, const SymbolBindings& syms = {});
+  std::vector<HostTensor> Run(const std::map<std::string, HostTensor>& inputs,
+                              const SymbolBindings& syms = {});
   void ResetState();
 
   const Graph& graph() const { return graph_; }
@@ -92,8 +98,11 @@ class Program {
     bool parallel = false;
     bool use_template = false;
     bool reduce_outer = false;
+    bool int8_dot = false;
     bool barrier_before = false;
   };
+  // Weights repacked for the int8 template, made on first use and kept (by weight buffer).
+  const Int8PackedWeight& PackedWeight(const GemmTemplate& gm);
   void PlanSteps(const SymbolBindings& b);
   std::vector<void*> PrepareBuffers(const std::map<std::string, HostTensor>& inputs, const SymbolBindings& b);
   void RunChunk(size_t k, int thread, int threads, void* const* bufs, const int64_t* syms);
@@ -106,12 +115,14 @@ class Program {
   JitLibrary lib_;
   std::vector<KernelFn> fns_, fns_ro_;  // per kernel: generated code, and its reduce-outer variant or null
   std::unique_ptr<ThreadPool> pool_;
+  std::map<int, Int8PackedWeight> packed_;
   std::vector<HostTensor> storage_;  // per buffer: weights, state and scratch; inputs are borrowed per run
   std::vector<int64_t> capacity_;    // bytes allocated per scratch buffer (reused while big enough)
   std::vector<std::vector<int64_t>> shapes_;  // per buffer, this step's shape
   std::vector<const Node*> input_nodes_;
   std::vector<std::vector<int>> deps_;
-  std::vector<int> first_use_, last_use_;  // per buffer: first and last kernel touching it  // per kernel: earlier kernels it must wait for (RAW, WAR, WAW)
+  std::vector<int> first_use_, last_use_;  // per buffer: first and last kernel touching it  // per kernel:
+                                           // earlier kernels it must wait for (RAW, WAR, WAW)
   std::vector<Step> steps_;
   std::unique_ptr<SpinBarrier> barrier_;
   bool megakernel_ = true;

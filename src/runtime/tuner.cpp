@@ -1,6 +1,9 @@
 // Schedule search: per kernel and size bucket, candidates (tier x threading) are checked against the
 // kernel's reference evaluation, timed on this machine, and the fastest kept, with receipts.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -9,7 +12,6 @@
 #include <map>
 #include <random>
 #include <set>
-#include <unistd.h>
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/jit.h"
@@ -25,8 +27,9 @@ using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Canonical identity of a kernel for the tuning database: its loop nest and value tree as text
-// (buffer names included only through their dtypes and shapes).
+// Canonical identity of a kernel for the tuning database: its loop nest and value tree as text, with
+// buffers renamed by order of appearance and known by their dtypes and shapes. So every layer's
+// copy of a kernel shares one decision, and another context size changes only the attention kernels'.
 std::string KernelKey(const Graph& g, const KernelProgram& p, const Kernel& k) {
   KernelProgram one = p;
   one.kernels = {k};
@@ -34,7 +37,44 @@ std::string KernelKey(const Graph& g, const KernelProgram& p, const Kernel& k) {
   text = text.substr(text.find('\n') + 1);
   text = text.substr(text.find(':'));  // drop the kernel's position-dependent name
   text = text.substr(0, text.find("\n    fuses"));
-  for (const KBuffer& b : p.buffers) text += "|" + std::string(DTypeName(b.dtype)) + ShapeStr(b.shape);
+  std::set<int> touched{k.out_buffer};
+  std::function<void(const KValuePtr&)> collect = [&](const KValuePtr& v) {
+    if (v->kind == KValue::Kind::Load) touched.insert(v->buffer);
+    for (const auto& gb : v->gathers) collect(gb.value);
+    for (const auto& a : v->args) collect(a);
+  };
+  collect(k.value);
+  if (k.gemm) touched.insert({k.gemm->a_buffer, k.gemm->w_buffer});
+  // Buffers appear in the text as `name[`; the longest name matching at a word start wins.
+  std::string canonical;
+  std::vector<int> order;
+  auto word_char = [](char c) { return std::isalnum((unsigned char)c) || c == '_' || c == '.'; };
+  for (size_t i = 0; i < text.size();) {
+    int match = -1;
+    size_t len = 0;
+    if (i == 0 || !word_char(text[i - 1]))
+      for (int b : touched) {
+        const std::string& name = p.buffers[b].name;
+        if (name.size() > len && text.compare(i, name.size(), name) == 0 && i + name.size() < text.size() &&
+            text[i + name.size()] == '[') {
+          match = b;
+          len = name.size();
+        }
+      }
+    if (match < 0) {
+      canonical += text[i++];
+      continue;
+    }
+    auto at = std::find(order.begin(), order.end(), match);
+    if (at == order.end()) at = order.insert(order.end(), match);
+    canonical += "b" + std::to_string(at - order.begin());
+    i += len;
+  }
+  text = canonical;
+  for (int b : order) text += "|" + std::string(DTypeName(p.buffers[b].dtype)) + ShapeStr(p.buffers[b].shape);
+  if (k.gemm)  // the template's operands, by canonical position
+    for (int b : {k.gemm->a_buffer, k.gemm->w_buffer})
+      text += "|g" + std::to_string(std::find(order.begin(), order.end(), b) - order.begin());
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
   char buf[20];
@@ -70,13 +110,15 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
       std::vector<KernelChoice>& chosen = choices_[bucket];
       chosen.assign(kp_.kernels.size(), KernelChoice{});
       for (size_t k = 0; k < kp_.kernels.size(); ++k) {
-        std::string key = KernelKey(graph_, kp_, kp_.kernels[k]) + "|" + cpu + "|" + bucket + "|t" + std::to_string(threads);
+        std::string key = KernelKey(graph_, kp_, kp_.kernels[k]) + "|" + cpu + "|" + bucket + "|t" +
+                          std::to_string(threads);
         if (!db.contains(key)) continue;
-        chosen[k].use_template = db[key].value("template", true);
-        chosen[k].parallel = db[key].value("parallel", -1);
-        chosen[k].reduce_outer = db[key].value("reduce_outer", false);
-        receipts.push_back({{"kernel", kp_.kernels[k].name}, {"bucket", bucket}, {"key", key},
-                            {"chosen", db[key].value("candidate", "")}, {"median_us", db[key].value("median_us", 0.0)},
+        chosen[k] = ChoiceFromJson(db[key]);
+        receipts.push_back({{"kernel", kp_.kernels[k].name},
+                            {"bucket", bucket},
+                            {"key", key},
+                            {"chosen", db[key].value("candidate", "")},
+                            {"median_us", db[key].value("median_us", 0.0)},
                             {"reason", "tuning database"}});
       }
     }
@@ -116,7 +158,8 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
     for (size_t k = 0; k < kp_.kernels.size(); ++k) {
       const Kernel& kn = kp_.kernels[k];
       if (!opts.only_kernel.empty() && kn.name != opts.only_kernel) continue;
-      std::string key = KernelKey(graph_, kp_, kn) + "|" + cpu + "|" + bucket + "|t" + std::to_string(threads);
+      std::string key =
+          KernelKey(graph_, kp_, kn) + "|" + cpu + "|" + bucket + "|t" + std::to_string(threads);
       nlohmann::json r{{"kernel", kn.name}, {"bucket", bucket}, {"key", key}};
       // Roofline floor of the kernel: flops of its products and bytes of every buffer it touches.
       const Step& st = defaults[k];
@@ -150,19 +193,19 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
 
       if (db.contains(key)) {  // decided before on this machine: no search
         const auto& e = db[key];
-        chosen[k].use_template = e.value("template", true);
-        chosen[k].parallel = e.value("parallel", -1);
-        chosen[k].reduce_outer = e.value("reduce_outer", false);
+        chosen[k] = ChoiceFromJson(e);
         r["chosen"] = e.value("candidate", "");
         r["median_us"] = e.value("median_us", 0.0);
         r["reason"] = "tuning database";
-        r["fraction_of_roofline"] = r["median_us"].get<double>() > 0 ? floor_s * 1e6 / r["median_us"].get<double>() : 0;
+        r["fraction_of_roofline"] =
+            r["median_us"].get<double>() > 0 ? floor_s * 1e6 / r["median_us"].get<double>() : 0;
         receipts.push_back(r);
         continue;
       }
       if (Since(start) > opts.budget_seconds) {
         r["reason"] = "search budget exhausted: default schedule";
-        r["chosen"] = std::string(st.use_template ? "template" : "generated") + (st.parallel ? "/parallel" : "/serial");
+        r["chosen"] =
+            std::string(st.use_template ? "template" : "generated") + (st.parallel ? "/parallel" : "/serial");
         receipts.push_back(r);
         continue;
       }
@@ -180,15 +223,21 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
         bool tmpl;
         bool par;
         bool ro;
+        bool i8;
       };
-      // The space: tier (template micro-kernel / generated) x loop order (generated only) x threads.
+      // The space: tier (template micro-kernel, its int8 form for quantized weights, generated code) x
+      // loop order (generated only) x threads.
+      const bool int8_ok = kn.gemm && Int8DotSupported(kp_.buffers[kn.gemm->w_buffer].dtype, kn.gemm->k);
       std::vector<Cand> cands;
-      for (int variant = 0; variant < 3; ++variant) {
-        bool tmpl = variant == 0, ro = variant == 2;
-        if ((tmpl && !kn.gemm) || (ro && !fns_ro_[k])) continue;
-        std::string name = tmpl ? "template" : ro ? "generated-reduce-outer" : "generated";
-        cands.push_back({name + "/serial", tmpl, false, ro});
-        if (threads > 1) cands.push_back({name + "/parallel", tmpl, true, ro});
+      for (int variant = 0; variant < 4; ++variant) {
+        bool tmpl = variant <= 1, i8 = variant == 1, ro = variant == 3;
+        if ((tmpl && !kn.gemm) || (i8 && !int8_ok) || (ro && !fns_ro_[k])) continue;
+        std::string name = i8     ? "template-int8"
+                           : tmpl ? "template"
+                           : ro   ? "generated-reduce-outer"
+                                  : "generated";
+        cands.push_back({name + "/serial", tmpl, false, ro, i8});
+        if (threads > 1) cands.push_back({name + "/parallel", tmpl, true, ro, i8});
       }
       nlohmann::json tried = nlohmann::json::array();
       double best = INFINITY;
@@ -198,23 +247,38 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
         steps_[k].use_template = c.tmpl;
         steps_[k].parallel = c.par;
         steps_[k].reduce_outer = c.ro;
+        steps_[k].int8_dot = c.i8;
+        if (c.i8) PackedWeight(*kn.gemm);
         auto run_once = [&] {
-          if (c.par) pool_->ParallelFor(threads, [&](int t) { RunChunk(k, t, threads, ptrs.data(), sym_values.data()); });
-          else RunChunk(k, 0, threads, ptrs.data(), sym_values.data());
+          if (c.par)
+            pool_->ParallelFor(threads,
+                               [&](int t) { RunChunk(k, t, threads, ptrs.data(), sym_values.data()); });
+          else
+            RunChunk(k, 0, threads, ptrs.data(), sym_values.data());
         };
         run_once();
-        double max_err = 0;
+        // Exact tiers must agree to 2e-3 of the output scale. The int8 tier rounds activations, so each
+        // output may also differ by its own rounding bound (from this output's actual inputs).
+        double max_err = 0, max_bound = 0;
         bool ok = true;
         for (const KernelElement& e : ref) {
           double got = LoadAsDouble(ptrs[kn.out_buffer], kp_.buffers[kn.out_buffer].dtype, e.out_index);
           double want = RoundToDType(e.value, kp_.buffers[kn.out_buffer].dtype);
           if (std::isnan(got) != std::isnan(want)) ok = false;
           if (!std::isnan(got) && !std::isnan(want) && !(std::isinf(got) && got == want)) {
+            double bound = 0;
+            if (c.i8) {
+              const GemmTemplate& gm = *kn.gemm;
+              const float* a_row = static_cast<const float*>(ptrs[gm.a_buffer]) + e.out_index / gm.n * gm.k;
+              bound = Int8DotErrorBound(a_row, ptrs[gm.w_buffer], kp_.buffers[gm.w_buffer].dtype, gm.k,
+                                        e.out_index % gm.n);
+              max_bound = std::max(max_bound, bound / scale);
+            }
             double err = std::fabs(got - want);
+            ok = ok && err <= 2e-3 * scale + bound * 1.01;
             max_err = std::max(max_err, err / scale);
           }
         }
-        ok = ok && max_err <= 2e-3;
         std::vector<double> times;
         auto t_all = Clock::now();
         for (int rep = 0; rep < 12 && (rep < 3 || Since(t_all) < 0.05); ++rep) {  // warm-up is rep 0
@@ -224,8 +288,14 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
         }
         std::sort(times.begin(), times.end());
         double med = times[times.size() / 2];
-        tried.push_back({{"candidate", c.name}, {"max_rel_error", max_err}, {"passed", ok}, {"median_us", med},
-                         {"min_us", times.front()}, {"max_us", times.back()}, {"runs", times.size()}});
+        tried.push_back({{"candidate", c.name},
+                         {"max_rel_error", max_err},
+                         {"passed", ok},
+                         {"median_us", med},
+                         {"min_us", times.front()},
+                         {"max_us", times.back()},
+                         {"runs", times.size()}});
+        if (c.i8) tried.back()["rel_error_bound"] = max_bound;  // beyond the exact tiers' 2e-3
         if (ok && med < best) {
           best = med;
           best_c = &c;
@@ -239,15 +309,14 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
         receipts.push_back(r);
         continue;
       }
-      chosen[k].use_template = best_c->tmpl;
-      chosen[k].parallel = best_c->par ? 1 : 0;
-      chosen[k].reduce_outer = best_c->ro;
+      chosen[k] = {best_c->tmpl, best_c->par ? 1 : 0, best_c->ro, best_c->i8};
       r["chosen"] = best_c->name;
       r["median_us"] = best;
       r["fraction_of_roofline"] = floor_s * 1e6 / best;
       r["reason"] = "fastest of " + std::to_string(tried.size()) + " candidates that passed the check";
-      db[key] = {{"candidate", best_c->name}, {"template", best_c->tmpl}, {"parallel", best_c->par ? 1 : 0},
-                 {"reduce_outer", best_c->ro}, {"median_us", best}};
+      db[key] = ChoiceToJson(chosen[k]);
+      db[key]["candidate"] = best_c->name;
+      db[key]["median_us"] = best;
       db_changed = true;
       receipts.push_back(r);
     }

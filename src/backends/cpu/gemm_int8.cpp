@@ -1,0 +1,232 @@
+// Template-tier CPU micro-kernel for quantized weights as AVX512-VNNI integer dot products against
+// an activation quantized per 32-element block; weights are repacked once so lanes hold blocks.
+#include "backends/cpu/gemm_int8.h"
+
+// GCC 12 warns inside its own AVX-512 reduction intrinsics (_mm512_reduce_add_ps): false positives.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "ir/error.h"
+
+namespace prism {
+namespace {
+
+constexpr int64_t kGroupBlocks = 16;                          // blocks per group: one per 32-bit lane
+constexpr int64_t kGroupValues = kGroupBlocks * kQuantBlock;  // 512
+constexpr int64_t kScaleBytes = kGroupBlocks * 2;             // f16 weight scales after the values
+// A quantized activation group: 512 signed values, then 16 f32 scales, then 16 i32 block sums.
+constexpr int64_t kActGroupBytes = kGroupValues + kGroupBlocks * 4 * 2;
+
+constexpr int64_t ValueBytes(DType t) { return t == DType::Q8_0 ? kGroupValues : kGroupValues / 2; }
+
+// Position of value kk (0..31) of lane l's block inside a group's value bytes, for 8-bit values.
+constexpr int64_t LaneOffset(int64_t l, int64_t kk) { return (kk / 4) * 64 + l * 4 + kk % 4; }
+
+bool HasVnni() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  return has;
+}
+
+#define PRISM_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
+
+// One activation row into groups: each block scaled to [-127, 127] by d = max|a| / 127.
+PRISM_VNNI void QuantizeRow(const float* a, int64_t k, int64_t groups, uint8_t* out) {
+  for (int64_t g = 0; g < groups; ++g) {
+    uint8_t* values = out + g * kActGroupBytes;
+    float* scales = reinterpret_cast<float*>(values + kGroupValues);
+    int32_t* sums = reinterpret_cast<int32_t*>(scales + kGroupBlocks);
+    std::memset(values, 0, kGroupValues);
+    for (int64_t l = 0; l < kGroupBlocks; ++l) {
+      int64_t k0 = (g * kGroupBlocks + l) * kQuantBlock;
+      scales[l] = 0;
+      sums[l] = 0;
+      if (k0 >= k) continue;  // padding block: zero values, zero scale
+      __m512 x0 = _mm512_loadu_ps(a + k0), x1 = _mm512_loadu_ps(a + k0 + 16);
+      float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+      float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
+      __m512i q0 = _mm512_cvtps_epi32(
+          _mm512_roundscale_ps(_mm512_mul_ps(x0, _mm512_set1_ps(id)), _MM_FROUND_TO_NEAREST_INT));
+      __m512i q1 = _mm512_cvtps_epi32(
+          _mm512_roundscale_ps(_mm512_mul_ps(x1, _mm512_set1_ps(id)), _MM_FROUND_TO_NEAREST_INT));
+      scales[l] = d;
+      sums[l] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+      alignas(16) int8_t q[32];
+      _mm_store_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(q0));
+      _mm_store_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtepi32_epi8(q1));
+      for (int64_t c = 0; c < 8; ++c) std::memcpy(values + LaneOffset(l, c * 4), q + c * 4, 4);
+    }
+  }
+}
+
+// MR activation rows x NR weight rows over all groups. Per group, integer sums per lane (= block),
+// corrected for the weights' offset (Q8_0 stored +128, Q4_0 nibbles +8), then scaled in f32.
+template <DType T, int MR, int NR>
+PRISM_VNNI void Tile(const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t w_row, int64_t groups,
+                     float* y, int64_t ldy) {
+  constexpr int64_t kValues = ValueBytes(T), kGroup = kValues + kScaleBytes;
+  constexpr int kOffsetShift = T == DType::Q8_0 ? 7 : 3;
+  __m512 acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512i p[MR][NR];
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NR; ++j) p[i][j] = _mm512_setzero_si512();
+    const uint8_t* ag = a + g * kActGroupBytes;
+    const uint8_t* wg = w + g * kGroup;
+    if constexpr (T == DType::Q8_0) {
+      for (int c = 0; c < 8; ++c) {
+        __m512i wv[NR];
+        for (int j = 0; j < NR; ++j) wv[j] = _mm512_loadu_si512(wg + j * w_row + c * 64);
+        for (int i = 0; i < MR; ++i) {
+          __m512i av = _mm512_loadu_si512(ag + i * a_row + c * 64);
+          for (int j = 0; j < NR; ++j) p[i][j] = _mm512_dpbusd_epi32(p[i][j], wv[j], av);
+        }
+      }
+    } else {  // a byte holds value c (low nibble) and value c + 4 chunks (high nibble)
+      const __m512i low = _mm512_set1_epi8(0x0f);
+      for (int c = 0; c < 4; ++c) {
+        __m512i lo[NR], hi[NR];
+        for (int j = 0; j < NR; ++j) {
+          __m512i raw = _mm512_loadu_si512(wg + j * w_row + c * 64);
+          lo[j] = _mm512_and_si512(raw, low);
+          hi[j] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
+        }
+        for (int i = 0; i < MR; ++i) {
+          __m512i a0 = _mm512_loadu_si512(ag + i * a_row + c * 64);
+          __m512i a1 = _mm512_loadu_si512(ag + i * a_row + (c + 4) * 64);
+          for (int j = 0; j < NR; ++j)
+            p[i][j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(p[i][j], lo[j], a0), hi[j], a1);
+        }
+      }
+    }
+    __m512 dw[NR];
+    for (int j = 0; j < NR; ++j)
+      dw[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg + j * w_row + kValues)));
+    for (int i = 0; i < MR; ++i) {
+      const uint8_t* scales = ag + i * a_row + kGroupValues;
+      __m512 da = _mm512_loadu_ps(reinterpret_cast<const float*>(scales));
+      __m512i offset = _mm512_slli_epi32(_mm512_loadu_si512(scales + 64), kOffsetShift);
+      for (int j = 0; j < NR; ++j)
+        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(p[i][j], offset)),
+                                    _mm512_mul_ps(dw[j], da), acc[i][j]);
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) y[i * ldy + j] = _mm512_reduce_add_ps(acc[i][j]);
+}
+
+template <DType T, int NR>
+PRISM_VNNI void TileRows(int mr, const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t w_row,
+                         int64_t groups, float* y, int64_t ldy) {
+  switch (mr) {
+    case 3: return Tile<T, 3, NR>(a, a_row, w, w_row, groups, y, ldy);
+    case 2: return Tile<T, 2, NR>(a, a_row, w, w_row, groups, y, ldy);
+    default: return Tile<T, 1, NR>(a, a_row, w, w_row, groups, y, ldy);
+  }
+}
+
+template <DType T>
+PRISM_VNNI void GemmVnni(const uint8_t* a, int64_t m, const Int8PackedWeight& w, float* y, int64_t n_total,
+                         int64_t n_begin, int64_t n_end) {
+  const int64_t a_row = w.groups * kActGroupBytes;
+  constexpr int64_t kMBlock = 48;  // quantized activation rows kept hot in cache while weight tiles stream
+  for (int64_t m0 = 0; m0 < m; m0 += kMBlock) {
+    int64_t m1 = std::min(m, m0 + kMBlock);
+    for (int64_t n = n_begin; n < n_end; n += 4) {
+      int nr = (int)std::min<int64_t>(4, n_end - n);
+      const uint8_t* wn = w.data.get() + n * w.row_bytes;
+      for (int64_t i = m0; i < m1; i += 3) {
+        int mr = (int)std::min<int64_t>(3, m1 - i);
+        const uint8_t* ai = a + i * a_row;
+        float* yi = y + i * n_total + n;
+        switch (nr) {
+          case 4: TileRows<T, 4>(mr, ai, a_row, wn, w.row_bytes, w.groups, yi, n_total); break;
+          case 3: TileRows<T, 3>(mr, ai, a_row, wn, w.row_bytes, w.groups, yi, n_total); break;
+          case 2: TileRows<T, 2>(mr, ai, a_row, wn, w.row_bytes, w.groups, yi, n_total); break;
+          default: TileRows<T, 1>(mr, ai, a_row, wn, w.row_bytes, w.groups, yi, n_total); break;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool Int8DotSupported(DType wt, int64_t k) {
+  return HasVnni() && (wt == DType::Q8_0 || wt == DType::Q4_0) && k > 0 && k % kQuantBlock == 0;
+}
+
+Int8PackedWeight PackForInt8Dot(const void* w, DType wt, int64_t n, int64_t k) {
+  if (!Int8DotSupported(wt, k))
+    throw Error("int8 dot: weights of type " + std::string(DTypeName(wt)) + " with K=" + std::to_string(k) +
+                " cannot be packed on this CPU");
+  Int8PackedWeight p;
+  p.type = wt;
+  p.n = n;
+  p.k = k;
+  p.groups = (k / kQuantBlock + kGroupBlocks - 1) / kGroupBlocks;
+  p.row_bytes = p.groups * (ValueBytes(wt) + kScaleBytes);
+  size_t bytes = (size_t)((n * p.row_bytes + 63) / 64 * 64);
+  p.data = {static_cast<uint8_t*>(std::aligned_alloc(64, bytes)), std::free};
+  if (!p.data)
+    throw Error("int8 dot: cannot allocate " + std::to_string(bytes) + " bytes for packed weights");
+  std::memset(p.data.get(), 0, bytes);  // padding blocks: zero values and zero scales
+  const int64_t blocks = k / kQuantBlock;
+  const uint8_t* src = static_cast<const uint8_t*>(w);
+  for (int64_t r = 0; r < n; ++r) {
+    uint8_t* row = p.data.get() + r * p.row_bytes;
+    for (int64_t b = 0; b < blocks; ++b) {
+      int64_t g = b / kGroupBlocks, l = b % kGroupBlocks;
+      uint8_t* values = row + g * (ValueBytes(wt) + kScaleBytes);
+      uint16_t* scales = reinterpret_cast<uint16_t*>(values + ValueBytes(wt));
+      if (wt == DType::Q8_0) {
+        const auto* blk = reinterpret_cast<const BlockQ8_0*>(src) + r * blocks + b;
+        scales[l] = blk->d;
+        for (int64_t kk = 0; kk < kQuantBlock; ++kk) values[LaneOffset(l, kk)] = (uint8_t)(blk->qs[kk] + 128);
+      } else {  // the GGUF byte j holds values j and j + 16: exactly a packed byte of chunk j / 4
+        const auto* blk = reinterpret_cast<const BlockQ4_0*>(src) + r * blocks + b;
+        scales[l] = blk->d;
+        for (int64_t j = 0; j < kQuantBlock / 2; ++j) values[LaneOffset(l, j)] = blk->qs[j];
+      }
+    }
+  }
+  return p;
+}
+
+void GemmRowsInt8(const float* a, int64_t m, const Int8PackedWeight& w, float* y, int64_t n_total,
+                  int64_t n_begin, int64_t n_end) {
+  if (n_begin >= n_end || m <= 0) return;
+  // Every thread quantizes the activation itself: it is small next to the weights it meets.
+  thread_local std::vector<uint8_t> act;
+  act.resize((size_t)(m * w.groups * kActGroupBytes));
+  for (int64_t i = 0; i < m; ++i)
+    QuantizeRow(a + i * w.k, w.k, w.groups, act.data() + i * w.groups * kActGroupBytes);
+  if (w.type == DType::Q8_0)
+    GemmVnni<DType::Q8_0>(act.data(), m, w, y, n_total, n_begin, n_end);
+  else
+    GemmVnni<DType::Q4_0>(act.data(), m, w, y, n_total, n_begin, n_end);
+}
+
+double Int8DotErrorBound(const float* a, const void* w, DType wt, int64_t k, int64_t n) {
+  double bound = 0;
+  for (int64_t b = 0; b < k; b += kQuantBlock) {
+    double amax = 0, wsum = 0;
+    for (int64_t kk = b; kk < b + kQuantBlock; ++kk) {
+      amax = std::max(amax, (double)std::fabs(a[kk]));
+      wsum += std::fabs(LoadAsDouble(w, wt, n * k + kk));
+    }
+    bound += wsum * amax / 127 / 2;
+  }
+  return bound;
+}
+
+}  // namespace prism

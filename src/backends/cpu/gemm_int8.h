@@ -1,0 +1,38 @@
+// Template-tier CPU micro-kernel for quantized weights (Q8_0, Q4_0) as integer dot products: the
+// activation is quantized to 8 bits per 32-element block (as llama.cpp does) and multiplied with
+// AVX512-VNNI, against weights repacked once at load so that each vector lane holds one block.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "ir/dtype.h"
+
+namespace prism {
+
+// Q8_0 or Q4_0 weights (N x K, GGUF block layout) repacked for GemmRowsInt8. Blocks are taken 16 at
+// a time (one group, zero-padded at the end of a row): lane l of every 64-byte chunk holds 4 values
+// of block l, so a VNNI instruction advances 16 block sums at once, followed by the 16 block scales
+// (f16). The packed rows are exactly as many bytes as the GGUF rows when K is a multiple of 512.
+struct Int8PackedWeight {
+  DType type = DType::Q8_0;
+  int64_t n = 0, k = 0, groups = 0, row_bytes = 0;
+  std::unique_ptr<uint8_t, void (*)(void*)> data{nullptr, nullptr};
+};
+
+// True when this CPU has the instructions GemmRowsInt8 needs (AVX512-BW and AVX512-VNNI) and the
+// weight type and reduction size suit it.
+bool Int8DotSupported(DType wt, int64_t k);
+
+Int8PackedWeight PackForInt8Dot(const void* w, DType wt, int64_t n, int64_t k);
+
+// Y[m, n] = sum_k A[m, k] * W[n, k] for n in [n_begin, n_end), with A quantized to Q8_0 blocks on
+// the way in. Each row's error is bounded by the activation rounding: |dy| <= sum_k |W[n,k]| d_k / 2,
+// d_k = max|A| / 127 over the block holding k.
+void GemmRowsInt8(const float* a, int64_t m, const Int8PackedWeight& w, float* y, int64_t n_total,
+                  int64_t n_begin, int64_t n_end);
+
+// That bound for one output: activation row a (K values) against weight row n of w (GGUF layout).
+double Int8DotErrorBound(const float* a, const void* w, DType wt, int64_t k, int64_t n);
+
+}  // namespace prism
