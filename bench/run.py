@@ -330,10 +330,26 @@ def run_cmd(cmd, timeout, env=None):
 
 
 def run_prism(args, conf, threads):
+    info = {}
+    if args.search_budget > 0:
+        # Search schedules first, for these threads and this context size (what `prism bench` loads):
+        # decisions land in the tuning database, where the bench process finds them.
+        ctx = max(args.prompts + [args.gen]) + 8
+        out = tempfile.mkdtemp(prefix="prism-compile-")
+        cmd = [str(args.prism), "compile", conf["prism"], "-o", out, "--search-budget", str(args.search_budget),
+               "--threads", str(threads), "--ctx", str(ctx)]
+        log("$ " + " ".join(cmd))
+        t0 = time.time()
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        key = f"{conf['id']} compile t{threads}"
+        info[key] = dict(seconds=round(time.time() - t0, 1), rc=p.returncode,
+                                           summary=(p.stdout.strip().splitlines() or [""])[-1])
+        log(f"  {info[key]['summary']}")
+        shutil.rmtree(out, ignore_errors=True)
     cmd = [str(args.prism), "bench", conf["prism"], "-p", ",".join(map(str, args.prompts)), "-n", str(args.gen),
            "-t", str(threads), "-r", str(args.reps), "--json"]
     lines, err = run_cmd(cmd, args.timeout)
-    return {(l["test"], int(l["threads"])): l["samples"] for l in lines if "test" in l}, {}, err
+    return {(l["test"], int(l["threads"])): l["samples"] for l in lines if "test" in l}, info, err
 
 
 def run_python_worker(args, engine, conf, threads):
@@ -398,6 +414,9 @@ def main():
     ap.add_argument("--prism-formats", default="gguf",
                     help="Prism runs the 1B shape from: gguf (the llama.cpp files), hf (the safetensors "
                          "folders, extra rows for f32/f16/bf16), or gguf,hf")
+    ap.add_argument("--search-budget", type=float, default=600,
+                    help="seconds of Prism schedule search per model and thread count before its bench "
+                         "(`prism compile`; decisions already in the tuning database cost nothing); 0: none")
     ap.add_argument("--skip-prism", action="store_true")
     ap.add_argument("--skip-llamacpp", action="store_true")
     ap.add_argument("--skip-torch", action="store_true")

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "backends/cpu/gemm_bf16.h"
 #include "backends/cpu/gemm_int8.h"
 #include "frontend/nn.h"
 #include "graph_check.h"
@@ -83,6 +84,33 @@ TEST(Gemm, Int8DotStaysWithinItsActivationRoundingBound) {
         EXPECT_GT(total_error, 0.0)
             << "the int8 path rounds its activations: an exact result means it did not run";
       }
+}
+
+TEST(Gemm, Bf16DotStaysWithinItsActivationRoundingBound) {
+  if (!Bf16DotSupported()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  for (int64_t k : {1, 31, 32, 33, 200, 2048})
+    for (int64_t m : {1, 3, 6}) {
+      const int64_t n = 9;
+      auto a = testing::RandomFloats(m * k, 5), wf = testing::RandomFloats(n * k, 6);
+      std::vector<uint16_t> w(n * k);
+      for (int64_t i = 0; i < n * k; ++i) w[i] = FloatToBF16(wf[i]);
+      std::vector<float> y(m * n, NAN);
+      GemmRowsBf16Dot(a.data(), m, k, w.data(), y.data(), n, 0, 5);
+      GemmRowsBf16Dot(a.data(), m, k, w.data(), y.data(), n, 5, n);
+      double total_error = 0;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double exact = 0;
+          for (int64_t kk = 0; kk < k; ++kk) exact += (double)a[i * k + kk] * BF16ToFloat(w[j * k + kk]);
+          double bound = Bf16DotErrorBound(a.data() + i * k, w.data(), k, j);
+          ASSERT_FALSE(std::isnan(y[i * n + j]));
+          EXPECT_NEAR(y[i * n + j], exact, bound) << "k=" << k << " m=" << m << " at " << i << "," << j;
+          total_error += std::fabs(y[i * n + j] - exact);
+        }
+      if (k >= 32) {
+        EXPECT_GT(total_error, 0.0) << "bf16 rounding of the activation should show";
+      }
+    }
 }
 
 }  // namespace prism

@@ -24,7 +24,8 @@ GenerateResult Generate(LanguageModel& lm, const std::string& prompt, const Gene
   return GenerateFromTokens(lm, ids, opts, on_text);
 }
 
-GenerateResult GenerateFromTokens(LanguageModel& lm, const std::vector<int32_t>& input, const GenerateOptions& opts,
+GenerateResult GenerateFromTokens(LanguageModel& lm, const std::vector<int32_t>& input,
+                                  const GenerateOptions& opts,
                                   const std::function<void(const std::string&)>& on_text) {
   GenerateResult r;
   r.prompt_tokens = (int)input.size();

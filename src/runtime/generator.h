@@ -32,7 +32,8 @@ struct GenerateResult {
 GenerateResult Generate(LanguageModel& lm, const std::string& prompt, const GenerateOptions& opts,
                         const std::function<void(const std::string&)>& on_text = nullptr);
 // Continues from the model's current KV cache with already-tokenized input (chat turns).
-GenerateResult GenerateFromTokens(LanguageModel& lm, const std::vector<int32_t>& input, const GenerateOptions& opts,
+GenerateResult GenerateFromTokens(LanguageModel& lm, const std::vector<int32_t>& input,
+                                  const GenerateOptions& opts,
                                   const std::function<void(const std::string&)>& on_text = nullptr);
 
 }  // namespace prism

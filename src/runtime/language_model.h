@@ -15,10 +15,12 @@
 namespace prism {
 
 struct LoadOptions {
-  std::string tokenizer_path;  // llama2.c checkpoints: defaults to a tok*.bin / tokenizer.bin beside the model
-  int64_t max_context = 0;     // 0: the model's maximum, capped at 4096
-  int threads = 0;             // 0: all cores
-  double search_budget = -1;   // seconds of schedule search (< 0: none; decisions from the tuning database only)
+  std::string
+      tokenizer_path;       // llama2.c checkpoints: defaults to a tok*.bin / tokenizer.bin beside the model
+  int64_t max_context = 0;  // 0: the model's maximum, capped at 4096
+  int threads = 0;          // 0: all cores
+  double search_budget =
+      -1;  // seconds of schedule search (< 0: none; decisions from the tuning database only)
 };
 
 // The tuning database shared by every compile on this machine: KernelCacheDir()/tuning.json.
@@ -30,8 +32,8 @@ struct ModelFiles {
   std::shared_ptr<const WeightStore> weights;
   std::unique_ptr<Tokenizer> tokenizer;
   std::shared_ptr<const ChatTemplate> chat_template;  // null when the model ships none
-  nlohmann::json chat_variables;   // bos_token, eos_token, ... for the template
-  bool conv1d_transposed = false;  // GPT-2 weights from GGUF are [out, in]
+  nlohmann::json chat_variables;                      // bos_token, eos_token, ... for the template
+  bool conv1d_transposed = false;                     // GPT-2 weights from GGUF are [out, in]
   WeightLookup Lookup() const;
 };
 ModelFiles OpenModelFiles(const std::string& path, const std::string& tokenizer_path = "");

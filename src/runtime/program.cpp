@@ -11,6 +11,7 @@
 #include <set>
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/gemm_bf16.h"
 #include "codegen/cpp_renderer.h"
 #include "ir/error.h"
 
@@ -170,13 +171,15 @@ void Program::PlanSteps(const SymbolBindings& b) {
     st.parallel = threads > 1 && work >= (kn.gemm ? 65536 : 32768);
     st.use_template = kn.gemm.has_value();
     st.reduce_outer = false;
-    st.int8_dot = false;
+    st.round_activation = false;
     if (chosen != choices_.end() && k < chosen->second.size()) {
       const KernelChoice& c = chosen->second[k];
       st.use_template = st.use_template && c.use_template;
-      st.int8_dot =
-          st.use_template && c.int8_dot && Int8DotSupported(kp_.buffers[kn.gemm->w_buffer].dtype, kn.gemm->k);
-      if (st.int8_dot) PackedWeight(*kn.gemm);
+      if (st.use_template && c.round_activation) {
+        DType wt = kp_.buffers[kn.gemm->w_buffer].dtype;
+        st.round_activation = RoundedActivationSupported(wt, kn.gemm->k);
+        if (st.round_activation && IsQuantized(wt)) PackedWeight(*kn.gemm);
+      }
       st.reduce_outer = !st.use_template && c.reduce_outer && fns_ro_[k];
       if (c.parallel >= 0) st.parallel = threads > 1 && c.parallel == 1;
     }
@@ -203,7 +206,10 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
     }
     const float* a = static_cast<const float*>(bufs[gm.a_buffer]);
     float* y = static_cast<float*>(bufs[kn.out_buffer]);
-    if (st.int8_dot)
+    DType wt = kp_.buffers[gm.w_buffer].dtype;
+    if (st.round_activation && wt == DType::BF16)
+      GemmRowsBf16Dot(a, st.m, gm.k, static_cast<const uint16_t*>(bufs[gm.w_buffer]), y, gm.n, nb, ne);
+    else if (st.round_activation)
       GemmRowsInt8(a, st.m, packed_.at(gm.w_buffer), y, gm.n, nb, ne);
     else
       GemmRows(a, st.m, gm.k, bufs[gm.w_buffer], kp_.buffers[gm.w_buffer].dtype, y, gm.n, nb, ne);
@@ -289,12 +295,12 @@ nlohmann::json ChoiceToJson(const KernelChoice& c) {
   return {{"template", c.use_template},
           {"parallel", c.parallel},
           {"reduce_outer", c.reduce_outer},
-          {"int8_dot", c.int8_dot}};
+          {"round_activation", c.round_activation}};
 }
 
 KernelChoice ChoiceFromJson(const nlohmann::json& j) {
   return {j.value("template", true), j.value("parallel", -1), j.value("reduce_outer", false),
-          j.value("int8_dot", false)};
+          j.value("round_activation", false)};
 }
 
 const Int8PackedWeight& Program::PackedWeight(const GemmTemplate& gm) {

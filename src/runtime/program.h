@@ -35,10 +35,10 @@ struct CompileStats {
 
 // What the search decided for one kernel in one size bucket.
 struct KernelChoice {
-  bool use_template = true;   // template micro-kernel when the kernel has one, else generated code
-  int parallel = -1;          // -1: by work size; 0: one thread; 1: split across the team
-  bool reduce_outer = false;  // generated code with the reduce-outer loop order (when rendered)
-  bool int8_dot = false;      // quantized weights: the int8 (VNNI) template, activations rounded to 8 bits
+  bool use_template = true;       // template micro-kernel when the kernel has one, else generated code
+  int parallel = -1;              // -1: by work size; 0: one thread; 1: split across the team
+  bool reduce_outer = false;      // generated code with the reduce-outer loop order (when rendered)
+  bool round_activation = false;  // the template's rounded-activation form (int8 or bf16 dot products)
 };
 // The form a choice takes in the tuning database and in an artifact's schedule.
 nlohmann::json ChoiceToJson(const KernelChoice& c);
@@ -98,10 +98,10 @@ class Program {
     bool parallel = false;
     bool use_template = false;
     bool reduce_outer = false;
-    bool int8_dot = false;
+    bool round_activation = false;
     bool barrier_before = false;
   };
-  // Weights repacked for the int8 template, made on first use and kept (by weight buffer).
+  // Quantized weights repacked for the int8 template, made on first use and kept (by weight buffer).
   const Int8PackedWeight& PackedWeight(const GemmTemplate& gm);
   void PlanSteps(const SymbolBindings& b);
   std::vector<void*> PrepareBuffers(const std::map<std::string, HostTensor>& inputs, const SymbolBindings& b);

@@ -223,21 +223,22 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
         bool tmpl;
         bool par;
         bool ro;
-        bool i8;
+        bool rounded;
       };
-      // The space: tier (template micro-kernel, its int8 form for quantized weights, generated code) x
-      // loop order (generated only) x threads.
-      const bool int8_ok = kn.gemm && Int8DotSupported(kp_.buffers[kn.gemm->w_buffer].dtype, kn.gemm->k);
+      // The space: tier (template micro-kernel, its rounded-activation form, generated code) x loop
+      // order (generated only) x threads.
+      const DType wt = kn.gemm ? kp_.buffers[kn.gemm->w_buffer].dtype : DType::F32;
+      const bool rounded_ok = kn.gemm && RoundedActivationSupported(wt, kn.gemm->k);
       std::vector<Cand> cands;
       for (int variant = 0; variant < 4; ++variant) {
-        bool tmpl = variant <= 1, i8 = variant == 1, ro = variant == 3;
-        if ((tmpl && !kn.gemm) || (i8 && !int8_ok) || (ro && !fns_ro_[k])) continue;
-        std::string name = i8     ? "template-int8"
-                           : tmpl ? "template"
-                           : ro   ? "generated-reduce-outer"
-                                  : "generated";
-        cands.push_back({name + "/serial", tmpl, false, ro, i8});
-        if (threads > 1) cands.push_back({name + "/parallel", tmpl, true, ro, i8});
+        bool tmpl = variant <= 1, rounded = variant == 1, ro = variant == 3;
+        if ((tmpl && !kn.gemm) || (rounded && !rounded_ok) || (ro && !fns_ro_[k])) continue;
+        std::string name = rounded ? "template-" + std::string(RoundedActivationName(wt))
+                           : tmpl  ? "template"
+                           : ro    ? "generated-reduce-outer"
+                                   : "generated";
+        cands.push_back({name + "/serial", tmpl, false, ro, rounded});
+        if (threads > 1) cands.push_back({name + "/parallel", tmpl, true, ro, rounded});
       }
       nlohmann::json tried = nlohmann::json::array();
       double best = INFINITY;
@@ -247,8 +248,8 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
         steps_[k].use_template = c.tmpl;
         steps_[k].parallel = c.par;
         steps_[k].reduce_outer = c.ro;
-        steps_[k].int8_dot = c.i8;
-        if (c.i8) PackedWeight(*kn.gemm);
+        steps_[k].round_activation = c.rounded;
+        if (c.rounded && IsQuantized(wt)) PackedWeight(*kn.gemm);
         auto run_once = [&] {
           if (c.par)
             pool_->ParallelFor(threads,
@@ -257,8 +258,8 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
             RunChunk(k, 0, threads, ptrs.data(), sym_values.data());
         };
         run_once();
-        // Exact tiers must agree to 2e-3 of the output scale. The int8 tier rounds activations, so each
-        // output may also differ by its own rounding bound (from this output's actual inputs).
+        // Exact tiers must agree to 2e-3 of the output scale. The rounded-activation tier may also differ
+        // by each output's own rounding bound (computed from this output's actual inputs).
         double max_err = 0, max_bound = 0;
         bool ok = true;
         for (const KernelElement& e : ref) {
@@ -267,11 +268,10 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
           if (std::isnan(got) != std::isnan(want)) ok = false;
           if (!std::isnan(got) && !std::isnan(want) && !(std::isinf(got) && got == want)) {
             double bound = 0;
-            if (c.i8) {
+            if (c.rounded) {
               const GemmTemplate& gm = *kn.gemm;
               const float* a_row = static_cast<const float*>(ptrs[gm.a_buffer]) + e.out_index / gm.n * gm.k;
-              bound = Int8DotErrorBound(a_row, ptrs[gm.w_buffer], kp_.buffers[gm.w_buffer].dtype, gm.k,
-                                        e.out_index % gm.n);
+              bound = RoundedActivationErrorBound(a_row, ptrs[gm.w_buffer], wt, gm.k, e.out_index % gm.n);
               max_bound = std::max(max_bound, bound / scale);
             }
             double err = std::fabs(got - want);
@@ -295,7 +295,7 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
                          {"min_us", times.front()},
                          {"max_us", times.back()},
                          {"runs", times.size()}});
-        if (c.i8) tried.back()["rel_error_bound"] = max_bound;  // beyond the exact tiers' 2e-3
+        if (c.rounded) tried.back()["rel_error_bound"] = max_bound;  // beyond the exact tiers' 2e-3
         if (ok && med < best) {
           best = med;
           best_c = &c;
@@ -309,7 +309,7 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
         receipts.push_back(r);
         continue;
       }
-      chosen[k] = {best_c->tmpl, best_c->par ? 1 : 0, best_c->ro, best_c->i8};
+      chosen[k] = {best_c->tmpl, best_c->par ? 1 : 0, best_c->ro, best_c->rounded};
       r["chosen"] = best_c->name;
       r["median_us"] = best;
       r["fraction_of_roofline"] = floor_s * 1e6 / best;

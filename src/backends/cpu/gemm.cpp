@@ -10,6 +10,9 @@
 
 #include <algorithm>
 
+#include "backends/cpu/gemm_bf16.h"
+#include "backends/cpu/gemm_int8.h"
+
 namespace prism {
 namespace {
 
@@ -18,9 +21,7 @@ constexpr bool IsQuantizedType(DType t) { return t == DType::Q8_0 || t == DType:
 // Byte offset of weight row n for each storage type.
 int64_t RowBytes(DType t, int64_t k) { return StorageBytes(t, k); }
 
-float LoadScalar(const uint8_t* row, DType t, int64_t kk) {
-  return (float)LoadAsDouble(row, t, kk);
-}
+float LoadScalar(const uint8_t* row, DType t, int64_t kk) { return (float)LoadAsDouble(row, t, kk); }
 
 void GemmScalar(const float* a, int64_t m, int64_t k, const void* w, DType wt, float* y, int64_t n_total,
                 int64_t n_begin, int64_t n_end) {
@@ -56,8 +57,10 @@ PRISM_AVX512 inline __m512 LoadW16(const uint8_t* row, int64_t kk, __mmask16 mas
 template <DType T>
 PRISM_AVX512 inline __m512 LoadBlock(const uint8_t* blk, __m512* lo, __m512* hi) {
   if constexpr (T == DType::Q8_0) {
-    *lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2))));
-    *hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18))));
+    *lo =
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2))));
+    *hi =
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18))));
   } else {
     __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
     const __m512i eight = _mm512_set1_epi32(8);
@@ -69,8 +72,8 @@ PRISM_AVX512 inline __m512 LoadBlock(const uint8_t* blk, __m512* lo, __m512* hi)
 
 // Plain (f32/f16/bf16) weights, 16 at a time with a masked tail.
 template <DType T, int MR, int NR>
-PRISM_AVX512 inline void TilePlain(const float* a, int64_t lda, const uint8_t* w, int64_t row_bytes, int64_t k,
-                                   __m512 (&acc)[MR][NR]) {
+PRISM_AVX512 inline void TilePlain(const float* a, int64_t lda, const uint8_t* w, int64_t row_bytes,
+                                   int64_t k, __m512 (&acc)[MR][NR]) {
   for (int64_t kk = 0; kk < k; kk += 16) {
     __mmask16 mask = k - kk >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - kk)) - 1);
     __m512 wv[NR];
@@ -109,8 +112,8 @@ PRISM_AVX512 void Tile(const float* a, int64_t lda, const uint8_t* w, int64_t ro
 }
 
 template <DType T, int NR>
-PRISM_AVX512 void TileRows(int mr, const float* a, int64_t lda, const uint8_t* w, int64_t rb, int64_t k, float* y,
-                           int64_t ldy) {
+PRISM_AVX512 void TileRows(int mr, const float* a, int64_t lda, const uint8_t* w, int64_t rb, int64_t k,
+                           float* y, int64_t ldy) {
   switch (mr) {
     case 4: return Tile<T, 4, NR>(a, lda, w, rb, k, y, ldy);
     case 3: return Tile<T, 3, NR>(a, lda, w, rb, k, y, ldy);
@@ -157,8 +160,11 @@ const char* GemmIsa() { return HasAvx512() ? "avx512" : "scalar"; }
 
 bool GemmSupports(DType wt, int64_t k) {
   switch (wt) {
-    case DType::F32: case DType::F16: case DType::BF16: return k > 0;
-    case DType::Q8_0: case DType::Q4_0: return k > 0 && k % kQuantBlock == 0;
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16: return k > 0;
+    case DType::Q8_0:
+    case DType::Q4_0: return k > 0 && k % kQuantBlock == 0;
     default: return false;
   }
 }
@@ -175,6 +181,17 @@ void GemmRows(const float* a, int64_t m, int64_t k, const void* w, DType wt, flo
     case DType::Q4_0: return GemmAvx512<DType::Q4_0>(a, m, k, w, y, n_total, n_begin, n_end);
     default: return GemmScalar(a, m, k, w, wt, y, n_total, n_begin, n_end);
   }
+}
+
+bool RoundedActivationSupported(DType wt, int64_t k) {
+  return wt == DType::BF16 ? Bf16DotSupported() && k > 0 : Int8DotSupported(wt, k);
+}
+
+const char* RoundedActivationName(DType wt) { return wt == DType::BF16 ? "bf16dot" : "int8"; }
+
+double RoundedActivationErrorBound(const float* a, const void* w, DType wt, int64_t k, int64_t n) {
+  if (wt == DType::BF16) return Bf16DotErrorBound(a, static_cast<const uint16_t*>(w), k, n);
+  return Int8DotErrorBound(a, w, wt, k, n);
 }
 
 }  // namespace prism

@@ -19,4 +19,12 @@ const char* GemmIsa();
 // True if GemmRows supports this weight dtype and reduction size.
 bool GemmSupports(DType wt, int64_t k);
 
+// The template's rounded-activation form, where this CPU and weight type have one: the activation
+// is rounded so that integer (Q8_0, Q4_0: AVX512-VNNI on 8-bit blocks) or bf16 (BF16: AVX512_BF16)
+// dot-product instructions apply. Its name in receipts ("int8", "bf16dot"), and the bound on one
+// output's error that the rounding allows (activation row a against weight row n).
+bool RoundedActivationSupported(DType wt, int64_t k);
+const char* RoundedActivationName(DType wt);
+double RoundedActivationErrorBound(const float* a, const void* w, DType wt, int64_t k, int64_t n);
+
 }  // namespace prism
