@@ -61,12 +61,21 @@ Runner AddReportCommand(CLI::App& app) {
     for (const char* bucket : {"decode", "prefill"}) {
       std::vector<nlohmann::json> rows;
       double total = 0;
-      for (const auto& r : receipts)
-        if (r.value("bucket", "") == bucket) {
-          rows.push_back(r);
-          total += r.value("median_us", 0.0);
+      std::string step_line;  // the whole-step decision (team or one thread), not a kernel
+      for (const auto& r : receipts) {
+        if (r.value("bucket", "") != bucket) continue;
+        if (r.value("scope", "kernel") == "step") {
+          step_line = std::string(bucket) + " step runs on: " + r.value("chosen", "") + " (" + r.value("reason", "") + ")";
+          continue;
         }
+        rows.push_back(r);
+        total += r.value("median_us", 0.0);
+      }
       if (rows.empty()) continue;
+      if (!step_line.empty()) {
+        std::printf("%s\n", step_line.c_str());
+        html += "<p>" + step_line + "</p>";
+      }
       std::sort(rows.begin(), rows.end(),
                 [](const auto& a, const auto& b) { return a.value("median_us", 0.0) > b.value("median_us", 0.0); });
       std::printf("%s step: %zu kernels, %.1f us summed\n", bucket, rows.size(), total);

@@ -27,6 +27,14 @@ using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+std::string Fnv(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
+  return buf;
+}
+
 // Canonical identity of a kernel for the tuning database: its loop nest and value tree as text, with
 // buffers renamed by order of appearance and known by their dtypes and shapes. So every layer's
 // copy of a kernel shares one decision, and another context size changes only the attention kernels'.
@@ -75,11 +83,14 @@ std::string KernelKey(const Graph& g, const KernelProgram& p, const Kernel& k) {
   if (k.gemm)  // the template's operands, by canonical position
     for (int b : {k.gemm->a_buffer, k.gemm->w_buffer})
       text += "|g" + std::to_string(std::find(order.begin(), order.end(), b) - order.begin());
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
-  char buf[20];
-  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
-  return buf;
+  return Fnv(text);
+}
+
+// The whole step's identity (one bucket, one team size): its kernels' keys together.
+std::string StepKey(const std::vector<std::string>& kernel_keys) {
+  std::string all;
+  for (const std::string& k : kernel_keys) all += k + ";";
+  return "step:" + Fnv(all);
 }
 
 void FillRandom(void* data, DType t, int64_t n, std::mt19937& rng) {
@@ -104,14 +115,31 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
   const std::string cpu = CpuModelName();
   const int threads = pool_->size();
   nlohmann::json receipts = nlohmann::json::array();
+  auto kernel_keys = [&](const std::string& bucket) {
+    std::vector<std::string> keys;
+    for (const Kernel& kn : kp_.kernels)
+      keys.push_back(KernelKey(graph_, kp_, kn) + "|" + cpu + "|" + bucket + "|t" + std::to_string(threads));
+    return keys;
+  };
+  // A step decided to run on one thread (see below) keeps every kernel off the team.
+  auto apply_step_decision = [&](const std::string& bucket, const std::vector<std::string>& keys,
+                                 std::vector<KernelChoice>& chosen) {
+    std::string key = StepKey(keys) + "|" + cpu + "|" + bucket + "|t" + std::to_string(threads);
+    if (!db.contains(key)) return;
+    bool one = db[key].value("one_thread", false);
+    if (one)
+      for (KernelChoice& c : chosen) c.parallel = 0;
+    receipts.push_back({{"kernel", "(whole step)"}, {"scope", "step"}, {"bucket", bucket}, {"key", key},
+                        {"chosen", one ? "one thread" : "team"}, {"reason", "tuning database"}});
+  };
   if (opts.budget_seconds <= 0) {
     // No search: apply what the database already knows, at the cost of hashing each kernel.
     for (const auto& [bucket, sizes] : opts.buckets) {
       std::vector<KernelChoice>& chosen = choices_[bucket];
       chosen.assign(kp_.kernels.size(), KernelChoice{});
+      const std::vector<std::string> keys = kernel_keys(bucket);
       for (size_t k = 0; k < kp_.kernels.size(); ++k) {
-        std::string key = KernelKey(graph_, kp_, kp_.kernels[k]) + "|" + cpu + "|" + bucket + "|t" +
-                          std::to_string(threads);
+        const std::string& key = keys[k];
         if (!db.contains(key)) continue;
         chosen[k] = ChoiceFromJson(db[key]);
         receipts.push_back({{"kernel", kp_.kernels[k].name},
@@ -121,6 +149,7 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
                             {"median_us", db[key].value("median_us", 0.0)},
                             {"reason", "tuning database"}});
       }
+      apply_step_decision(bucket, keys, chosen);
     }
     return receipts;
   }
@@ -154,12 +183,13 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
     chosen.assign(kp_.kernels.size(), KernelChoice{});
     PlanSteps(b);
     const std::vector<Step> defaults = steps_;
+    const std::vector<std::string> keys = kernel_keys(bucket);
+    double step_floor_us = 0;
 
     for (size_t k = 0; k < kp_.kernels.size(); ++k) {
       const Kernel& kn = kp_.kernels[k];
       if (!opts.only_kernel.empty() && kn.name != opts.only_kernel) continue;
-      std::string key =
-          KernelKey(graph_, kp_, kn) + "|" + cpu + "|" + bucket + "|t" + std::to_string(threads);
+      const std::string& key = keys[k];
       nlohmann::json r{{"kernel", kn.name}, {"bucket", bucket}, {"key", key}};
       // Roofline floor of the kernel: flops of its products and bytes of every buffer it touches.
       const Step& st = defaults[k];
@@ -188,6 +218,7 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
       r["flops"] = flops;
       r["bytes"] = bytes;
       r["floor_us"] = floor_s * 1e6;
+      step_floor_us += floor_s * 1e6;
       r["peak_gflops"] = peaks.fp32_gflops;
       r["read_gbps"] = peaks.read_gbps;
 
@@ -319,6 +350,44 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
       db[key]["median_us"] = best;
       db_changed = true;
       receipts.push_back(r);
+    }
+    if (threads > 1 && opts.only_kernel.empty()) {
+      // The whole step on the team (with its barriers) against thread 0 alone: for a small model the
+      // barriers can cost more than splitting gains, which timing kernels one at a time cannot see.
+      std::string key = StepKey(keys) + "|" + cpu + "|" + bucket + "|t" + std::to_string(threads);
+      if (db.contains(key) || Since(start) > opts.budget_seconds) {
+        apply_step_decision(bucket, keys, chosen);
+        continue;
+      }
+      nlohmann::json tried = nlohmann::json::array();
+      double med[2];
+      for (int one_thread = 0; one_thread < 2; ++one_thread) {
+        std::vector<KernelChoice> saved = chosen;
+        if (one_thread)
+          for (KernelChoice& c : chosen) c.parallel = 0;
+        PlanSteps(b);
+        chosen = saved;
+        std::vector<double> times;
+        for (int rep = 0; rep < 9; ++rep) {  // warm-up is rep 0
+          auto t0 = Clock::now();
+          RunMegakernel(ptrs.data(), sym_values.data());
+          if (rep > 0) times.push_back(Since(t0) * 1e6);
+        }
+        std::sort(times.begin(), times.end());
+        med[one_thread] = times[times.size() / 2];
+        tried.push_back({{"candidate", one_thread ? "one thread" : "team"}, {"passed", true},
+                         {"max_rel_error", 0.0}, {"median_us", med[one_thread]}, {"min_us", times.front()},
+                         {"max_us", times.back()}, {"runs", times.size()}});
+      }
+      bool one = med[1] < med[0];
+      if (one)
+        for (KernelChoice& c : chosen) c.parallel = 0;
+      receipts.push_back({{"kernel", "(whole step)"}, {"scope", "step"}, {"bucket", bucket}, {"key", key},
+                          {"candidates", tried}, {"chosen", one ? "one thread" : "team"},
+                          {"median_us", std::min(med[0], med[1])}, {"floor_us", step_floor_us},
+                          {"reason", "faster of the team and one thread over the whole step"}});
+      db[key] = {{"one_thread", one}, {"candidate", one ? "one thread" : "team"}};
+      db_changed = true;
     }
   }
   ResetState();  // tuning ran kernels on random data
