@@ -13,7 +13,8 @@ namespace prism {
 // Q8_0 or Q4_0 weights (N x K, GGUF block layout) repacked for GemmRowsInt8. Blocks are taken 16 at
 // a time (one group, zero-padded at the end of a row): lane l of every 64-byte chunk holds 4 values
 // of block l, so a VNNI instruction advances 16 block sums at once, followed by the 16 block scales
-// (f16). The packed rows are exactly as many bytes as the GGUF rows when K is a multiple of 512.
+// (f16); rows are interleaved group by group in tiles of 4. The packed rows are exactly as many
+// bytes as the GGUF rows when K is a multiple of 512.
 struct Int8PackedWeight {
   DType type = DType::Q8_0;
   int64_t n = 0, k = 0, groups = 0, row_bytes = 0;
