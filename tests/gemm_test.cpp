@@ -5,6 +5,7 @@
 
 #include "backends/cpu/gemm_bf16.h"
 #include "backends/cpu/gemm_int8.h"
+#include "backends/cpu/gemm_panels.h"
 #include "frontend/nn.h"
 #include "graph_check.h"
 #include "test_util.h"
@@ -111,6 +112,34 @@ TEST(Gemm, Bf16DotStaysWithinItsActivationRoundingBound) {
         EXPECT_GT(total_error, 0.0) << "bf16 rounding of the activation should show";
       }
     }
+}
+
+TEST(Gemm, PanelsMatchExactProductsOverOddShapesAndSplits) {
+  if (!PanelGemmSupported(DType::F32)) GTEST_SKIP() << "this CPU has no AVX-512";
+  for (DType wt : {DType::F32, DType::F16, DType::BF16})
+    for (int64_t m : {1, 5, 7, 13})
+      for (int64_t n : {1, 31, 33, 70})
+        for (int64_t k : {1, 17, 64}) {
+          auto a = testing::RandomFloats(m * k, 7), wf = testing::RandomFloats(n * k, 8);
+          std::vector<uint8_t> w(StorageBytes(wt, n * k));
+          for (int64_t i = 0; i < n * k; ++i) StoreFromDouble(w.data(), wt, i, wf[i]);
+          PanelPackedWeight packed = PackPanels(w.data(), wt, n, k);
+          std::vector<float> y(m * n, NAN);
+          const int64_t split = n / 3;  // two ranges, the second starting inside a panel
+          GemmPanels(a.data(), m, packed, y.data(), n, 0, split);
+          GemmPanels(a.data(), m, packed, y.data(), n, split, n);
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              double exact = 0, mag = 0;
+              for (int64_t kk = 0; kk < k; ++kk) {
+                double p = (double)a[i * k + kk] * LoadAsDouble(w.data(), wt, j * k + kk);
+                exact += p;
+                mag += std::fabs(p);
+              }
+              ASSERT_NEAR(y[i * n + j], exact, 1e-6 * mag + 1e-7)
+                  << DTypeName(wt) << " m=" << m << " n=" << n << " k=" << k << " at " << i << "," << j;
+            }
+        }
 }
 
 }  // namespace prism

@@ -16,25 +16,33 @@ namespace {
 std::string Svg(const std::vector<nlohmann::json>& rows, double peak_gflops, double bw_gbps) {
   // Log-log roofline: x = arithmetic intensity (flop/byte), y = GFLOP/s reached.
   const double w = 640, h = 400, x0 = 1e-2, x1 = 1e3, y0 = 1e-2, y1 = std::max(1e3, peak_gflops * 2);
-  auto X = [&](double v) { return 50 + (std::log10(std::max(v, x0)) - std::log10(x0)) / (std::log10(x1) - std::log10(x0)) * (w - 60); };
-  auto Y = [&](double v) { return h - 30 - (std::log10(std::max(v, y0)) - std::log10(y0)) / (std::log10(y1) - std::log10(y0)) * (h - 40); };
+  auto X = [&](double v) {
+    return 50 + (std::log10(std::max(v, x0)) - std::log10(x0)) / (std::log10(x1) - std::log10(x0)) * (w - 60);
+  };
+  auto Y = [&](double v) {
+    return h - 30 -
+           (std::log10(std::max(v, y0)) - std::log10(y0)) / (std::log10(y1) - std::log10(y0)) * (h - 40);
+  };
   std::string s = "<svg xmlns='http://www.w3.org/2000/svg' width='" + std::to_string((int)w) + "' height='" +
                   std::to_string((int)h) + "'><rect width='100%' height='100%' fill='white'/>";
   // The roof: bandwidth slope up to the ridge, then the compute ceiling.
   double ridge = peak_gflops / std::max(bw_gbps, 1e-9);
   char buf[512];
-  std::snprintf(buf, sizeof buf, "<polyline fill='none' stroke='black' points='%.1f,%.1f %.1f,%.1f %.1f,%.1f'/>", X(x0),
+  std::snprintf(buf, sizeof buf,
+                "<polyline fill='none' stroke='black' points='%.1f,%.1f %.1f,%.1f %.1f,%.1f'/>", X(x0),
                 Y(x0 * bw_gbps), X(ridge), Y(peak_gflops), X(x1), Y(peak_gflops));
   s += buf;
   for (const auto& r : rows) {
     double flops = r.value("flops", 0.0), bytes = r.value("bytes", 1.0), us = r.value("median_us", 0.0);
     if (us <= 0 || flops <= 0) continue;
-    std::snprintf(buf, sizeof buf, "<circle cx='%.1f' cy='%.1f' r='4' fill='%s'><title>%s %s: %.1f us</title></circle>",
-                  X(flops / bytes), Y(flops / us / 1e3), r.value("bucket", "") == "decode" ? "steelblue" : "darkorange",
-                  r.value("kernel", "").c_str(), r.value("chosen", "").c_str(), us);
+    std::snprintf(
+        buf, sizeof buf, "<circle cx='%.1f' cy='%.1f' r='4' fill='%s'><title>%s %s: %.1f us</title></circle>",
+        X(flops / bytes), Y(flops / us / 1e3), r.value("bucket", "") == "decode" ? "steelblue" : "darkorange",
+        r.value("kernel", "").c_str(), r.value("chosen", "").c_str(), us);
     s += buf;
   }
-  s += "<text x='50' y='" + std::to_string((int)h - 8) + "' font-size='12'>arithmetic intensity (flop/byte, log)</text>";
+  s += "<text x='50' y='" + std::to_string((int)h - 8) +
+       "' font-size='12'>arithmetic intensity (flop/byte, log)</text>";
   s += "<text x='5' y='15' font-size='12'>GFLOP/s (log); blue: decode, orange: prefill</text></svg>";
   return s;
 }
@@ -42,7 +50,8 @@ std::string Svg(const std::vector<nlohmann::json>& rows, double peak_gflops, dou
 }  // namespace
 
 Runner AddReportCommand(CLI::App& app) {
-  auto* cmd = app.add_subcommand("report", "Print an artifact's receipts by share of step time; write report.html");
+  auto* cmd =
+      app.add_subcommand("report", "Print an artifact's receipts by share of step time; write report.html");
   struct Opts {
     std::string artifact, html;
     int top = 20;
@@ -56,7 +65,9 @@ Runner AddReportCommand(CLI::App& app) {
     if (!f) throw Error(o->artifact + ": no receipts.json (not an artifact written by `prism compile`)");
     nlohmann::json receipts = nlohmann::json::parse(f, nullptr, false);
     if (!receipts.is_array()) throw Error(o->artifact + "/receipts.json: not a receipts list");
-    std::string html = "<html><head><meta charset='utf-8'><title>Prism report</title></head><body style='font-family:sans-serif'>";
+    std::string html =
+        "<html><head><meta charset='utf-8'><title>Prism report</title></head><body "
+        "style='font-family:sans-serif'>";
     html += "<h1>Prism report: " + o->artifact + "</h1>";
     for (const char* bucket : {"decode", "prefill"}) {
       std::vector<nlohmann::json> rows;
@@ -65,7 +76,8 @@ Runner AddReportCommand(CLI::App& app) {
       for (const auto& r : receipts) {
         if (r.value("bucket", "") != bucket) continue;
         if (r.value("scope", "kernel") == "step") {
-          step_line = std::string(bucket) + " step runs on: " + r.value("chosen", "") + " (" + r.value("reason", "") + ")";
+          step_line = std::string(bucket) + " step runs on: " + r.value("chosen", "") + " (" +
+                      r.value("reason", "") + ")";
           continue;
         }
         rows.push_back(r);
@@ -76,12 +88,16 @@ Runner AddReportCommand(CLI::App& app) {
         std::printf("%s\n", step_line.c_str());
         html += "<p>" + step_line + "</p>";
       }
-      std::sort(rows.begin(), rows.end(),
-                [](const auto& a, const auto& b) { return a.value("median_us", 0.0) > b.value("median_us", 0.0); });
+      std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+        return a.value("median_us", 0.0) > b.value("median_us", 0.0);
+      });
       std::printf("%s step: %zu kernels, %.1f us summed\n", bucket, rows.size(), total);
-      std::printf("  %6s %10s %10s %7s  %-22s %s\n", "share", "median_us", "floor_us", "roof%", "chosen", "kernel");
-      html += std::string("<h2>") + bucket + "</h2><table border='1' cellpadding='3'><tr><th>share</th><th>median us</th>"
-              "<th>floor us</th><th>of roofline</th><th>chosen</th><th>kernel</th><th>why</th><th>candidates</th></tr>";
+      std::printf("  %6s %10s %10s %7s  %-22s %s\n", "share", "median_us", "floor_us", "roof%", "chosen",
+                  "kernel");
+      html += std::string("<h2>") + bucket +
+              "</h2><table border='1' cellpadding='3'><tr><th>share</th><th>median us</th>"
+              "<th>floor us</th><th>of "
+              "roofline</th><th>chosen</th><th>kernel</th><th>why</th><th>candidates</th></tr>";
       for (size_t i = 0; i < rows.size(); ++i) {
         const auto& r = rows[i];
         double us = r.value("median_us", 0.0), floor = r.value("floor_us", 0.0);
@@ -92,10 +108,13 @@ Runner AddReportCommand(CLI::App& app) {
         std::string cands;
         for (const auto& c : r.value("candidates", nlohmann::json::array()))
           cands += c.value("candidate", "") + " " + std::to_string(c.value("median_us", 0.0)) + "us err " +
-                   std::to_string(c.value("max_rel_error", 0.0)) + (c.value("passed", false) ? "" : " FAILED") + "<br>";
+                   std::to_string(c.value("max_rel_error", 0.0)) +
+                   (c.value("passed", false) ? "" : " FAILED") + "<br>";
         char row[512];
-        std::snprintf(row, sizeof row, "<tr><td>%.1f%%</td><td>%.2f</td><td>%.2f</td><td>%.1f%%</td><td>%s</td><td>%s</td><td>",
-                      share, us, floor, frac, r.value("chosen", "").c_str(), r.value("kernel", "").c_str());
+        std::snprintf(
+            row, sizeof row,
+            "<tr><td>%.1f%%</td><td>%.2f</td><td>%.2f</td><td>%.1f%%</td><td>%s</td><td>%s</td><td>", share,
+            us, floor, frac, r.value("chosen", "").c_str(), r.value("kernel", "").c_str());
         html += row + r.value("reason", "") + "</td><td>" + cands + "</td></tr>";
       }
       html += "</table>";
@@ -111,7 +130,8 @@ Runner AddReportCommand(CLI::App& app) {
       if (std::string(bucket) == "decode") html += Svg(all, peak, bw);
     }
     html += "</body></html>";
-    std::string out = o->html.empty() ? (std::filesystem::path(o->artifact) / "report.html").string() : o->html;
+    std::string out =
+        o->html.empty() ? (std::filesystem::path(o->artifact) / "report.html").string() : o->html;
     std::ofstream(out) << html;
     std::printf("wrote %s\n", out.c_str());
     return 0;

@@ -134,7 +134,8 @@ void Program::BindWeight(const std::string& name, HostTensor t) {
       throw Error("weight '" + name + "': dtype " + std::string(DTypeName(t.dtype)) +
                   " given, graph expects " + std::string(DTypeName(kb.dtype)));
     storage_[b] = std::move(t);
-    packed_.erase((int)b);  // repacked from the new weights when next needed
+    int8_packed_.erase((int)b);  // repacked from the new weights when next needed
+    panel_packed_.erase((int)b);
     return;
   }
   // Weights that fusion made unnecessary are not an error; unknown names are.
@@ -171,15 +172,11 @@ void Program::PlanSteps(const SymbolBindings& b) {
     st.parallel = threads > 1 && work >= (kn.gemm ? 65536 : 32768);
     st.use_template = kn.gemm.has_value();
     st.reduce_outer = false;
-    st.round_activation = false;
+    st.form = TemplateForm::Rows;
     if (chosen != choices_.end() && k < chosen->second.size()) {
       const KernelChoice& c = chosen->second[k];
       st.use_template = st.use_template && c.use_template;
-      if (st.use_template && c.round_activation) {
-        DType wt = kp_.buffers[kn.gemm->w_buffer].dtype;
-        st.round_activation = RoundedActivationSupported(wt, kn.gemm->k);
-        if (st.round_activation && IsQuantized(wt)) PackedWeight(*kn.gemm);
-      }
+      if (st.use_template && PrepareForm(*kn.gemm, c.form)) st.form = c.form;
       st.reduce_outer = !st.use_template && c.reduce_outer && fns_ro_[k];
       if (c.parallel >= 0) st.parallel = threads > 1 && c.parallel == 1;
     }
@@ -199,20 +196,22 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
     const GemmTemplate& gm = *kn.gemm;
     if (st.m <= 0) return;
     int64_t nb = 0, ne = gm.n;
-    if (st.parallel) {  // threads split the weight rows in tiles of 4: each weight byte is read once
-      int64_t tiles = (gm.n + 3) / 4;
-      nb = std::min(gm.n, tiles * t / threads * 4);
-      ne = std::min(gm.n, tiles * (t + 1) / threads * 4);
+    if (st.parallel) {  // threads split the weight rows in whole tiles: each weight byte is read once
+      const int64_t tile = st.form == TemplateForm::Panels ? kPanelCols : 4, tiles = (gm.n + tile - 1) / tile;
+      nb = std::min(gm.n, tiles * t / threads * tile);
+      ne = std::min(gm.n, tiles * (t + 1) / threads * tile);
     }
     const float* a = static_cast<const float*>(bufs[gm.a_buffer]);
     float* y = static_cast<float*>(bufs[kn.out_buffer]);
     DType wt = kp_.buffers[gm.w_buffer].dtype;
-    if (st.round_activation && wt == DType::BF16)
+    if (st.form == TemplateForm::Panels)
+      GemmPanels(a, st.m, panel_packed_.at(gm.w_buffer), y, gm.n, nb, ne);
+    else if (st.form == TemplateForm::RoundedActivation && wt == DType::BF16)
       GemmRowsBf16Dot(a, st.m, gm.k, static_cast<const uint16_t*>(bufs[gm.w_buffer]), y, gm.n, nb, ne);
-    else if (st.round_activation)
-      GemmRowsInt8(a, st.m, packed_.at(gm.w_buffer), y, gm.n, nb, ne);
+    else if (st.form == TemplateForm::RoundedActivation)
+      GemmRowsInt8(a, st.m, int8_packed_.at(gm.w_buffer), y, gm.n, nb, ne);
     else
-      GemmRows(a, st.m, gm.k, bufs[gm.w_buffer], kp_.buffers[gm.w_buffer].dtype, y, gm.n, nb, ne);
+      GemmRows(a, st.m, gm.k, bufs[gm.w_buffer], wt, y, gm.n, nb, ne);
     return;
   }
   int64_t begin = 0, end = st.total;
@@ -291,25 +290,48 @@ nlohmann::json Program::MemoryReport() const {
   return {{"scratch_buffers", items.size()}, {"scratch_bytes_held", held}, {"arena_peak_bytes", peak}};
 }
 
+std::string_view TemplateFormName(TemplateForm f) {
+  switch (f) {
+    case TemplateForm::RoundedActivation: return "rounded";
+    case TemplateForm::Panels: return "panels";
+    default: return "rows";
+  }
+}
+
 nlohmann::json ChoiceToJson(const KernelChoice& c) {
   return {{"template", c.use_template},
           {"parallel", c.parallel},
           {"reduce_outer", c.reduce_outer},
-          {"round_activation", c.round_activation}};
+          {"form", TemplateFormName(c.form)}};
 }
 
 KernelChoice ChoiceFromJson(const nlohmann::json& j) {
-  return {j.value("template", true), j.value("parallel", -1), j.value("reduce_outer", false),
-          j.value("round_activation", false)};
+  KernelChoice c{j.value("template", true), j.value("parallel", -1), j.value("reduce_outer", false)};
+  std::string form = j.value("form", "rows");
+  for (TemplateForm f : {TemplateForm::RoundedActivation, TemplateForm::Panels})
+    if (form == TemplateFormName(f)) c.form = f;
+  return c;
 }
 
-const Int8PackedWeight& Program::PackedWeight(const GemmTemplate& gm) {
-  auto it = packed_.find(gm.w_buffer);
-  if (it != packed_.end()) return it->second;
+bool Program::PrepareForm(const GemmTemplate& gm, TemplateForm form) {
   const KBuffer& kb = kp_.buffers[gm.w_buffer];
+  const bool quantized = IsQuantized(kb.dtype);
+  if (form == TemplateForm::RoundedActivation) {
+    if (!RoundedActivationSupported(kb.dtype, gm.k)) return false;
+    if (!quantized || int8_packed_.count(gm.w_buffer)) return true;
+  } else if (form == TemplateForm::Panels) {
+    if (!PanelGemmSupported(kb.dtype)) return false;
+    if (panel_packed_.count(gm.w_buffer)) return true;
+  } else {
+    return true;
+  }
   if (!storage_[gm.w_buffer].data) throw Error("weight '" + kb.name + "' was not bound");
-  return packed_.emplace(gm.w_buffer, PackForInt8Dot(storage_[gm.w_buffer].data, kb.dtype, gm.n, gm.k))
-      .first->second;
+  const void* w = storage_[gm.w_buffer].data;
+  if (form == TemplateForm::Panels)
+    panel_packed_.emplace(gm.w_buffer, PackPanels(w, kb.dtype, gm.n, gm.k));
+  else
+    int8_packed_.emplace(gm.w_buffer, PackForInt8Dot(w, kb.dtype, gm.n, gm.k));
+  return true;
 }
 
 std::string Program::BucketOf(const SymbolBindings& b) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backends/cpu/gemm_int8.h"
+#include "backends/cpu/gemm_panels.h"
 #include "backends/cpu/jit.h"
 #include "backends/cpu/thread_pool.h"
 #include "compiler/kernel_ir.h"
@@ -33,12 +34,18 @@ struct CompileStats {
   std::string so_path;
 };
 
+// Which template micro-kernel runs a GEMM: over the weights as stored (rows), with the activation
+// rounded for int8/bf16 dot products (weights repacked for int8), or over weights repacked into
+// K-major panels for many activation rows (prefill).
+enum class TemplateForm : uint8_t { Rows, RoundedActivation, Panels };
+std::string_view TemplateFormName(TemplateForm f);  // "rows", "rounded", "panels"
+
 // What the search decided for one kernel in one size bucket.
 struct KernelChoice {
-  bool use_template = true;       // template micro-kernel when the kernel has one, else generated code
-  int parallel = -1;              // -1: by work size; 0: one thread; 1: split across the team
-  bool reduce_outer = false;      // generated code with the reduce-outer loop order (when rendered)
-  bool round_activation = false;  // the template's rounded-activation form (int8 or bf16 dot products)
+  bool use_template = true;   // template micro-kernel when the kernel has one, else generated code
+  int parallel = -1;          // -1: by work size; 0: one thread; 1: split across the team
+  bool reduce_outer = false;  // generated code with the reduce-outer loop order (when rendered)
+  TemplateForm form = TemplateForm::Rows;
 };
 // The form a choice takes in the tuning database and in an artifact's schedule.
 nlohmann::json ChoiceToJson(const KernelChoice& c);
@@ -98,11 +105,12 @@ class Program {
     bool parallel = false;
     bool use_template = false;
     bool reduce_outer = false;
-    bool round_activation = false;
+    TemplateForm form = TemplateForm::Rows;
     bool barrier_before = false;
   };
-  // Quantized weights repacked for the int8 template, made on first use and kept (by weight buffer).
-  const Int8PackedWeight& PackedWeight(const GemmTemplate& gm);
+  // Weights repacked for a template form (int8 blocks or panels), made on first use and kept (by
+  // weight buffer). Returns false where this CPU or weight type has no such form.
+  bool PrepareForm(const GemmTemplate& gm, TemplateForm form);
   void PlanSteps(const SymbolBindings& b);
   std::vector<void*> PrepareBuffers(const std::map<std::string, HostTensor>& inputs, const SymbolBindings& b);
   void RunChunk(size_t k, int thread, int threads, void* const* bufs, const int64_t* syms);
@@ -115,7 +123,8 @@ class Program {
   JitLibrary lib_;
   std::vector<KernelFn> fns_, fns_ro_;  // per kernel: generated code, and its reduce-outer variant or null
   std::unique_ptr<ThreadPool> pool_;
-  std::map<int, Int8PackedWeight> packed_;
+  std::map<int, Int8PackedWeight> int8_packed_;
+  std::map<int, PanelPackedWeight> panel_packed_;
   std::vector<HostTensor> storage_;  // per buffer: weights, state and scratch; inputs are borrowed per run
   std::vector<int64_t> capacity_;    // bytes allocated per scratch buffer (reused while big enough)
   std::vector<std::vector<int64_t>> shapes_;  // per buffer, this step's shape

@@ -129,8 +129,12 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
     bool one = db[key].value("one_thread", false);
     if (one)
       for (KernelChoice& c : chosen) c.parallel = 0;
-    receipts.push_back({{"kernel", "(whole step)"}, {"scope", "step"}, {"bucket", bucket}, {"key", key},
-                        {"chosen", one ? "one thread" : "team"}, {"reason", "tuning database"}});
+    receipts.push_back({{"kernel", "(whole step)"},
+                        {"scope", "step"},
+                        {"bucket", bucket},
+                        {"key", key},
+                        {"chosen", one ? "one thread" : "team"},
+                        {"reason", "tuning database"}});
   };
   if (opts.budget_seconds <= 0) {
     // No search: apply what the database already knows, at the cost of hashing each kernel.
@@ -254,23 +258,25 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
         bool tmpl;
         bool par;
         bool ro;
-        bool rounded;
+        TemplateForm form;
       };
-      // The space: tier (template micro-kernel, its rounded-activation form, generated code) x loop
-      // order (generated only) x threads.
+      // The space: tier (the template in each form this CPU and weight type have, generated code) x
+      // loop order (generated only) x threads. Panels pay off only over many activation rows.
       const DType wt = kn.gemm ? kp_.buffers[kn.gemm->w_buffer].dtype : DType::F32;
-      const bool rounded_ok = kn.gemm && RoundedActivationSupported(wt, kn.gemm->k);
       std::vector<Cand> cands;
-      for (int variant = 0; variant < 4; ++variant) {
-        bool tmpl = variant <= 1, rounded = variant == 1, ro = variant == 3;
-        if ((tmpl && !kn.gemm) || (rounded && !rounded_ok) || (ro && !fns_ro_[k])) continue;
-        std::string name = rounded ? "template-" + std::string(RoundedActivationName(wt))
-                           : tmpl  ? "template"
-                           : ro    ? "generated-reduce-outer"
-                                   : "generated";
-        cands.push_back({name + "/serial", tmpl, false, ro, rounded});
-        if (threads > 1) cands.push_back({name + "/parallel", tmpl, true, ro, rounded});
+      auto add = [&](const std::string& name, bool tmpl, bool ro, TemplateForm form) {
+        cands.push_back({name + "/serial", tmpl, false, ro, form});
+        if (threads > 1) cands.push_back({name + "/parallel", tmpl, true, ro, form});
+      };
+      if (kn.gemm) {
+        add("template", true, false, TemplateForm::Rows);
+        if (RoundedActivationSupported(wt, kn.gemm->k))
+          add("template-" + std::string(RoundedActivationName(wt)), true, false,
+              TemplateForm::RoundedActivation);
+        if (st.m >= 6 && PanelGemmSupported(wt)) add("template-panels", true, false, TemplateForm::Panels);
       }
+      add("generated", false, false, TemplateForm::Rows);
+      if (fns_ro_[k]) add("generated-reduce-outer", false, true, TemplateForm::Rows);
       nlohmann::json tried = nlohmann::json::array();
       double best = INFINITY;
       const Cand* best_c = nullptr;
@@ -279,8 +285,8 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
         steps_[k].use_template = c.tmpl;
         steps_[k].parallel = c.par;
         steps_[k].reduce_outer = c.ro;
-        steps_[k].round_activation = c.rounded;
-        if (c.rounded && IsQuantized(wt)) PackedWeight(*kn.gemm);
+        steps_[k].form = c.form;
+        if (c.tmpl) PrepareForm(*kn.gemm, c.form);
         auto run_once = [&] {
           if (c.par)
             pool_->ParallelFor(threads,
@@ -299,7 +305,7 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
           if (std::isnan(got) != std::isnan(want)) ok = false;
           if (!std::isnan(got) && !std::isnan(want) && !(std::isinf(got) && got == want)) {
             double bound = 0;
-            if (c.rounded) {
+            if (c.form == TemplateForm::RoundedActivation) {
               const GemmTemplate& gm = *kn.gemm;
               const float* a_row = static_cast<const float*>(ptrs[gm.a_buffer]) + e.out_index / gm.n * gm.k;
               bound = RoundedActivationErrorBound(a_row, ptrs[gm.w_buffer], wt, gm.k, e.out_index % gm.n);
@@ -326,7 +332,8 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
                          {"min_us", times.front()},
                          {"max_us", times.back()},
                          {"runs", times.size()}});
-        if (c.rounded) tried.back()["rel_error_bound"] = max_bound;  // beyond the exact tiers' 2e-3
+        if (c.form == TemplateForm::RoundedActivation)
+          tried.back()["rel_error_bound"] = max_bound;  // beyond the exact tiers' 2e-3
         if (ok && med < best) {
           best = med;
           best_c = &c;
@@ -340,7 +347,7 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
         receipts.push_back(r);
         continue;
       }
-      chosen[k] = {best_c->tmpl, best_c->par ? 1 : 0, best_c->ro, best_c->rounded};
+      chosen[k] = {best_c->tmpl, best_c->par ? 1 : 0, best_c->ro, best_c->form};
       r["chosen"] = best_c->name;
       r["median_us"] = best;
       r["fraction_of_roofline"] = floor_s * 1e6 / best;
@@ -375,16 +382,25 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
         }
         std::sort(times.begin(), times.end());
         med[one_thread] = times[times.size() / 2];
-        tried.push_back({{"candidate", one_thread ? "one thread" : "team"}, {"passed", true},
-                         {"max_rel_error", 0.0}, {"median_us", med[one_thread]}, {"min_us", times.front()},
-                         {"max_us", times.back()}, {"runs", times.size()}});
+        tried.push_back({{"candidate", one_thread ? "one thread" : "team"},
+                         {"passed", true},
+                         {"max_rel_error", 0.0},
+                         {"median_us", med[one_thread]},
+                         {"min_us", times.front()},
+                         {"max_us", times.back()},
+                         {"runs", times.size()}});
       }
       bool one = med[1] < med[0];
       if (one)
         for (KernelChoice& c : chosen) c.parallel = 0;
-      receipts.push_back({{"kernel", "(whole step)"}, {"scope", "step"}, {"bucket", bucket}, {"key", key},
-                          {"candidates", tried}, {"chosen", one ? "one thread" : "team"},
-                          {"median_us", std::min(med[0], med[1])}, {"floor_us", step_floor_us},
+      receipts.push_back({{"kernel", "(whole step)"},
+                          {"scope", "step"},
+                          {"bucket", bucket},
+                          {"key", key},
+                          {"candidates", tried},
+                          {"chosen", one ? "one thread" : "team"},
+                          {"median_us", std::min(med[0], med[1])},
+                          {"floor_us", step_floor_us},
                           {"reason", "faster of the team and one thread over the whole step"}});
       db[key] = {{"one_thread", one}, {"candidate", one ? "one thread" : "team"}};
       db_changed = true;

@@ -77,9 +77,12 @@ PRISM_AVX512 inline void TilePlain(const float* a, int64_t lda, const uint8_t* w
   for (int64_t kk = 0; kk < k; kk += 16) {
     __mmask16 mask = k - kk >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - kk)) - 1);
     __m512 wv[NR];
+#pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) wv[j] = LoadW16<T>(w + j * row_bytes, kk, mask);
+#pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       __m512 av = _mm512_maskz_loadu_ps(mask, a + i * lda + kk);
+#pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_fmadd_ps(av, wv[j], acc[i][j]);
     }
   }
@@ -90,16 +93,21 @@ template <DType T, int MR, int NR>
 PRISM_AVX512 void Tile(const float* a, int64_t lda, const uint8_t* w, int64_t row_bytes, int64_t k, float* y,
                        int64_t ldy) {
   __m512 acc[MR][NR];
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
   if constexpr (IsQuantizedType(T)) {
     // Whole blocks: the block's dot product in raw values, then one multiply by its scale.
     constexpr int64_t kBlockBytes = T == DType::Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
     for (int64_t kk = 0, blk = 0; kk < k; kk += 32, blk += kBlockBytes) {
       __m512 lo[NR], hi[NR], d[NR];
+#pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) d[j] = LoadBlock<T>(w + j * row_bytes + blk, &lo[j], &hi[j]);
+#pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
         __m512 a0 = _mm512_loadu_ps(a + i * lda + kk), a1 = _mm512_loadu_ps(a + i * lda + kk + 16);
+#pragma GCC unroll 8
         for (int j = 0; j < NR; ++j)
           acc[i][j] = _mm512_fmadd_ps(_mm512_fmadd_ps(a1, hi[j], _mm512_mul_ps(a0, lo[j])), d[j], acc[i][j]);
       }
@@ -107,7 +115,9 @@ PRISM_AVX512 void Tile(const float* a, int64_t lda, const uint8_t* w, int64_t ro
   } else {
     TilePlain<T, MR, NR>(a, lda, w, row_bytes, k, acc);
   }
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) y[i * ldy + j] = _mm512_reduce_add_ps(acc[i][j]);
 }
 

@@ -41,18 +41,25 @@ PRISM_BF16 void RoundRow(const float* a, int64_t k, uint16_t* out) {
 template <int MR, int NR>
 PRISM_BF16 void Tile(const uint16_t* a, int64_t lda, const uint16_t* w, int64_t k, float* y, int64_t ldy) {
   __m512 acc[MR][NR];
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
   for (int64_t kk = 0; kk < k; kk += 32) {
     const __mmask32 mask = Lanes(k - kk);
     __m512bh wv[NR];
+#pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) wv[j] = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + j * k + kk);
+#pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       __m512bh av = (__m512bh)_mm512_loadu_si512(a + i * lda + kk);
+#pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, wv[j]);
     }
   }
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) y[i * ldy + j] = _mm512_reduce_add_ps(acc[i][j]);
 }
 

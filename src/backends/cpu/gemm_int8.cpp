@@ -86,11 +86,15 @@ PRISM_VNNI void Tile(const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t 
   constexpr int64_t kValues = ValueBytes(T), kGroup = kValues + kScaleBytes, w_row = kGroup;
   constexpr int kOffsetShift = T == DType::Q8_0 ? 7 : 3;
   __m512 acc[MR][NR];
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
     __m512i p[MR][NR];
+#pragma GCC unroll 8
     for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) p[i][j] = _mm512_setzero_si512();
     const uint8_t* ag = a + g * kActGroupBytes;
     const uint8_t* wg = w + g * kTileRows * kGroup;
@@ -101,9 +105,12 @@ PRISM_VNNI void Tile(const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t 
     if constexpr (T == DType::Q8_0) {
       for (int c = 0; c < 8; ++c) {
         __m512i wv[NR];
+#pragma GCC unroll 8
         for (int j = 0; j < NR; ++j) wv[j] = _mm512_loadu_si512(wg + j * w_row + c * 64);
+#pragma GCC unroll 8
         for (int i = 0; i < MR; ++i) {
           __m512i av = _mm512_loadu_si512(ag + i * a_row + c * 64);
+#pragma GCC unroll 8
           for (int j = 0; j < NR; ++j) p[i][j] = _mm512_dpbusd_epi32(p[i][j], wv[j], av);
         }
       }
@@ -111,32 +118,40 @@ PRISM_VNNI void Tile(const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t 
       const __m512i low = _mm512_set1_epi8(0x0f);
       for (int c = 0; c < 4; ++c) {
         __m512i lo[NR], hi[NR];
+#pragma GCC unroll 8
         for (int j = 0; j < NR; ++j) {
           __m512i raw = _mm512_loadu_si512(wg + j * w_row + c * 64);
           lo[j] = _mm512_and_si512(raw, low);
           hi[j] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
         }
+#pragma GCC unroll 8
         for (int i = 0; i < MR; ++i) {
           __m512i a0 = _mm512_loadu_si512(ag + i * a_row + c * 64);
           __m512i a1 = _mm512_loadu_si512(ag + i * a_row + (c + 4) * 64);
+#pragma GCC unroll 8
           for (int j = 0; j < NR; ++j)
             p[i][j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(p[i][j], lo[j], a0), hi[j], a1);
         }
       }
     }
     __m512 dw[NR];
+#pragma GCC unroll 8
     for (int j = 0; j < NR; ++j)
       dw[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg + j * w_row + kValues)));
+#pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       const uint8_t* scales = ag + i * a_row + kGroupValues;
       __m512 da = _mm512_loadu_ps(reinterpret_cast<const float*>(scales));
       __m512i offset = _mm512_slli_epi32(_mm512_loadu_si512(scales + 64), kOffsetShift);
+#pragma GCC unroll 8
       for (int j = 0; j < NR; ++j)
         acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(p[i][j], offset)),
                                     _mm512_mul_ps(dw[j], da), acc[i][j]);
     }
   }
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) y[i * ldy + j] = _mm512_reduce_add_ps(acc[i][j]);
 }
 

@@ -98,7 +98,8 @@ JitLibrary JitLibrary::Load(const std::string& source, JitStats* stats) {
       f << source;
       if (!f) throw Error("cannot write generated source to " + src.string());
     }
-    std::string full = cmd + " -x c++ " + src.string() + " -o " + tmp.string() + " > " + log.string() + " 2>&1";
+    std::string full =
+        cmd + " -x c++ " + src.string() + " -o " + tmp.string() + " > " + log.string() + " 2>&1";
     int rc = std::system(full.c_str());
     if (rc != 0) {
       std::ifstream lf(log);
@@ -108,8 +109,9 @@ JitLibrary JitLibrary::Load(const std::string& source, JitStats* stats) {
           first = line;
           break;
         }
-      throw Error("kernel compilation failed (" + cmd.substr(0, cmd.find(' ')) + " exit " + std::to_string(rc) +
-                  "): " + (first.empty() ? "see " + log.string() : first) + " [source kept at " + src.string() + "]");
+      throw Error("kernel compilation failed (" + cmd.substr(0, cmd.find(' ')) + " exit " +
+                  std::to_string(rc) + "): " + (first.empty() ? "see " + log.string() : first) +
+                  " [source kept at " + src.string() + "]");
     }
     fs::rename(tmp, so, ec);
     if (ec) throw Error("cannot move compiled kernels into the cache: " + ec.message());

@@ -64,7 +64,8 @@ MachinePeaks Measure(int threads) {
   double best_bw = 0;
   for (int rep = 0; rep < 3; ++rep) {
     auto t0 = Clock::now();
-    pool.ParallelFor(threads, [&](int t) { sink[t] += SumRange(data.data() + n * t / threads, n / threads); });
+    pool.ParallelFor(threads,
+                     [&](int t) { sink[t] += SumRange(data.data() + n * t / threads, n / threads); });
     double s = std::chrono::duration<double>(Clock::now() - t0).count();
     best_bw = std::max(best_bw, n * 4.0 / s / 1e9);
   }

@@ -8,8 +8,8 @@ namespace prism {
 struct MachinePeaks {
   std::string cpu;
   int threads = 1;
-  double read_gbps = 0;   // streaming read bandwidth, GB/s
-  double fp32_gflops = 0; // fused multiply-add rate, GFLOP/s
+  double read_gbps = 0;    // streaming read bandwidth, GB/s
+  double fp32_gflops = 0;  // fused multiply-add rate, GFLOP/s
 };
 
 // Runs the probe (about half a second) once per process and thread count.

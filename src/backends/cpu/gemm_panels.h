@@ -1,0 +1,33 @@
+// Template-tier CPU GEMM for many activation rows (prefill): weights repacked once into panels of
+// 32 output columns, K-major, so a register tile of 6 rows x 32 columns does 12 FMAs per weight load.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "ir/dtype.h"
+
+namespace prism {
+
+// f32, f16 or bf16 weights (N x K, row-major) as panels: panel p holds columns [32p, 32p + 32) as
+// K rows of 32 values in the weights' own dtype (zero-padded past N). Same bytes as the weights,
+// rounded up to whole panels.
+struct PanelPackedWeight {
+  DType type = DType::F32;
+  int64_t n = 0, k = 0, panels = 0;
+  std::unique_ptr<uint8_t, void (*)(void*)> data{nullptr, nullptr};
+};
+
+constexpr int64_t kPanelCols = 32;
+
+// True when this CPU has AVX-512 (F, BW, VL; F16C for f16) and the dtype is a plain float type.
+bool PanelGemmSupported(DType wt);
+
+PanelPackedWeight PackPanels(const void* w, DType wt, int64_t n, int64_t k);
+
+// Y[m, n] = sum_k A[m, k] * W[n, k] for n in [n_begin, n_end), exactly as the reference (f32
+// products and sums). Threads should split N at multiples of kPanelCols.
+void GemmPanels(const float* a, int64_t m, const PanelPackedWeight& w, float* y, int64_t n_total,
+                int64_t n_begin, int64_t n_end);
+
+}  // namespace prism
