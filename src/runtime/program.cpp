@@ -12,6 +12,7 @@
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/gemm_bf16.h"
+#include "backends/cpu/machine_probe.h"
 #include "codegen/cpp_renderer.h"
 #include "ir/error.h"
 
@@ -311,6 +312,16 @@ KernelChoice ChoiceFromJson(const nlohmann::json& j) {
   for (TemplateForm f : {TemplateForm::RoundedActivation, TemplateForm::Panels})
     if (form == TemplateFormName(f)) c.form = f;
   return c;
+}
+
+void Program::EvictWeights(const GemmTemplate& gm) const {
+  const HostTensor& w = storage_[gm.w_buffer];
+  if (w.data) EvictFromCache(w.data, (size_t)w.nbytes());
+  if (auto it = int8_packed_.find(gm.w_buffer); it != int8_packed_.end())
+    EvictFromCache(it->second.data.get(), (size_t)((it->second.n + 3) / 4 * 4 * it->second.row_bytes));
+  if (auto it = panel_packed_.find(gm.w_buffer); it != panel_packed_.end())
+    EvictFromCache(it->second.data.get(), (size_t)(it->second.panels * it->second.k * kPanelCols *
+                                                   StorageBytes(it->second.type, 1)));
 }
 
 bool Program::PrepareForm(const GemmTemplate& gm, TemplateForm form) {

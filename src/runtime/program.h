@@ -111,6 +111,8 @@ class Program {
   // Weights repacked for a template form (int8 blocks or panels), made on first use and kept (by
   // weight buffer). Returns false where this CPU or weight type has no such form.
   bool PrepareForm(const GemmTemplate& gm, TemplateForm form);
+  // The search times a GEMM as a step runs it: its weights (and their repacked forms) not in cache.
+  void EvictWeights(const GemmTemplate& gm) const;
   void PlanSteps(const SymbolBindings& b);
   std::vector<void*> PrepareBuffers(const std::map<std::string, HostTensor>& inputs, const SymbolBindings& b);
   void RunChunk(size_t k, int thread, int threads, void* const* bufs, const int64_t* syms);

@@ -93,4 +93,10 @@ const MachinePeaks& ProbeMachine(int threads) {
   return it->second;
 }
 
+void EvictFromCache(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (size_t i = 0; i < bytes; i += 64) _mm_clflush(c + i);
+  _mm_mfence();
+}
+
 }  // namespace prism

@@ -16,4 +16,7 @@ struct MachinePeaks {
 const MachinePeaks& ProbeMachine(int threads);
 std::string CpuModelName();
 
+// Drops a memory range from every cache level, so that the next read of it comes from memory.
+void EvictFromCache(const void* p, size_t bytes);
+
 }  // namespace prism
