@@ -409,6 +409,16 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
       db_changed = true;
     }
   }
+  // Repacked weights that no chosen form reads were made for candidates only: free them.
+  std::set<int> int8_used, panels_used;
+  for (const auto& [bucket, cs] : choices_)
+    for (size_t k = 0; k < cs.size() && k < kp_.kernels.size(); ++k) {
+      if (!kp_.kernels[k].gemm || !cs[k].use_template) continue;
+      if (cs[k].form == TemplateForm::RoundedActivation) int8_used.insert(kp_.kernels[k].gemm->w_buffer);
+      if (cs[k].form == TemplateForm::Panels) panels_used.insert(kp_.kernels[k].gemm->w_buffer);
+    }
+  std::erase_if(int8_packed_, [&](const auto& e) { return !int8_used.count(e.first); });
+  std::erase_if(panel_packed_, [&](const auto& e) { return !panels_used.count(e.first); });
   ResetState();  // tuning ran kernels on random data
   if (db_changed && !opts.db_path.empty()) {
     std::filesystem::create_directories(std::filesystem::path(opts.db_path).parent_path());
