@@ -318,10 +318,9 @@ void Program::EvictWeights(const GemmTemplate& gm) const {
   const HostTensor& w = storage_[gm.w_buffer];
   if (w.data) EvictFromCache(w.data, (size_t)w.nbytes());
   if (auto it = int8_packed_.find(gm.w_buffer); it != int8_packed_.end())
-    EvictFromCache(it->second.data.get(), (size_t)((it->second.n + 3) / 4 * 4 * it->second.row_bytes));
+    EvictFromCache(it->second.data.get(), it->second.bytes);
   if (auto it = panel_packed_.find(gm.w_buffer); it != panel_packed_.end())
-    EvictFromCache(it->second.data.get(), (size_t)(it->second.panels * it->second.k * kPanelCols *
-                                                   StorageBytes(it->second.type, 1)));
+    EvictFromCache(it->second.data.get(), it->second.bytes);
 }
 
 bool Program::PrepareForm(const GemmTemplate& gm, TemplateForm form) {

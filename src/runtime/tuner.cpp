@@ -115,26 +115,35 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
   const std::string cpu = CpuModelName();
   const int threads = pool_->size();
   nlohmann::json receipts = nlohmann::json::array();
+  // Database keys: what is decided, then where (CPU, size bucket, team size).
+  auto where = [&](const std::string& bucket) {
+    return "|" + cpu + "|" + bucket + "|t" + std::to_string(threads);
+  };
   auto kernel_keys = [&](const std::string& bucket) {
     std::vector<std::string> keys;
-    for (const Kernel& kn : kp_.kernels)
-      keys.push_back(KernelKey(graph_, kp_, kn) + "|" + cpu + "|" + bucket + "|t" + std::to_string(threads));
+    for (const Kernel& kn : kp_.kernels) keys.push_back(KernelKey(graph_, kp_, kn) + where(bucket));
     return keys;
   };
-  // A step decided to run on one thread (see below) keeps every kernel off the team.
-  auto apply_step_decision = [&](const std::string& bucket, const std::vector<std::string>& keys,
-                                 std::vector<KernelChoice>& chosen) {
-    std::string key = StepKey(keys) + "|" + cpu + "|" + bucket + "|t" + std::to_string(threads);
-    if (!db.contains(key)) return;
-    bool one = db[key].value("one_thread", false);
+  auto step_key = [&](const std::string& bucket, const std::vector<std::string>& keys) {
+    return StepKey(keys) + where(bucket);
+  };
+  // The whole-step decision (see below): one thread keeps every kernel off the team.
+  auto decide_step = [&](const std::string& bucket, const std::string& key, bool one,
+                         std::vector<KernelChoice>& chosen, nlohmann::json receipt) {
     if (one)
       for (KernelChoice& c : chosen) c.parallel = 0;
-    receipts.push_back({{"kernel", "(whole step)"},
-                        {"scope", "step"},
-                        {"bucket", bucket},
-                        {"key", key},
-                        {"chosen", one ? "one thread" : "team"},
-                        {"reason", "tuning database"}});
+    receipt.update({{"kernel", "(whole step)"},
+                    {"scope", "step"},
+                    {"bucket", bucket},
+                    {"key", key},
+                    {"chosen", one ? "one thread" : "team"}});
+    receipts.push_back(receipt);
+  };
+  auto apply_step_decision = [&](const std::string& bucket, const std::vector<std::string>& keys,
+                                 std::vector<KernelChoice>& chosen) {
+    std::string key = step_key(bucket, keys);
+    if (db.contains(key))
+      decide_step(bucket, key, db[key].value("one_thread", false), chosen, {{"reason", "tuning database"}});
   };
   if (opts.budget_seconds <= 0) {
     // No search: apply what the database already knows, at the cost of hashing each kernel.
@@ -364,7 +373,7 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
     if (threads > 1 && opts.only_kernel.empty()) {
       // The whole step on the team (with its barriers) against thread 0 alone: for a small model the
       // barriers can cost more than splitting gains, which timing kernels one at a time cannot see.
-      std::string key = StepKey(keys) + "|" + cpu + "|" + bucket + "|t" + std::to_string(threads);
+      std::string key = step_key(bucket, keys);
       if (db.contains(key) || Since(start) > opts.budget_seconds) {
         apply_step_decision(bucket, keys, chosen);
         continue;
@@ -394,17 +403,11 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
                          {"runs", times.size()}});
       }
       bool one = med[1] < med[0];
-      if (one)
-        for (KernelChoice& c : chosen) c.parallel = 0;
-      receipts.push_back({{"kernel", "(whole step)"},
-                          {"scope", "step"},
-                          {"bucket", bucket},
-                          {"key", key},
-                          {"candidates", tried},
-                          {"chosen", one ? "one thread" : "team"},
-                          {"median_us", std::min(med[0], med[1])},
-                          {"floor_us", step_floor_us},
-                          {"reason", "faster of the team and one thread over the whole step"}});
+      decide_step(bucket, key, one, chosen,
+                  {{"candidates", tried},
+                   {"median_us", std::min(med[0], med[1])},
+                   {"floor_us", step_floor_us},
+                   {"reason", "faster of the team and one thread over the whole step"}});
       db[key] = {{"one_thread", one}, {"candidate", one ? "one thread" : "team"}};
       db_changed = true;
     }

@@ -206,7 +206,7 @@ Int8PackedWeight PackForInt8Dot(const void* w, DType wt, int64_t n, int64_t k) {
   p.k = k;
   p.groups = (k / kQuantBlock + kGroupBlocks - 1) / kGroupBlocks;
   p.row_bytes = p.groups * (ValueBytes(wt) + kScaleBytes);
-  size_t bytes = (size_t)((n + kTileRows - 1) / kTileRows * kTileRows * p.row_bytes);
+  const size_t bytes = p.bytes = (size_t)((n + kTileRows - 1) / kTileRows * kTileRows * p.row_bytes);
   p.data = {static_cast<uint8_t*>(std::aligned_alloc(64, bytes)), std::free};
   if (!p.data)
     throw Error("int8 dot: cannot allocate " + std::to_string(bytes) + " bytes for packed weights");

@@ -18,6 +18,7 @@ namespace prism {
 struct Int8PackedWeight {
   DType type = DType::Q8_0;
   int64_t n = 0, k = 0, groups = 0, row_bytes = 0;
+  size_t bytes = 0;  // all of data
   std::unique_ptr<uint8_t, void (*)(void*)> data{nullptr, nullptr};
 };
 

@@ -117,7 +117,7 @@ PanelPackedWeight PackPanels(const void* w, DType wt, int64_t n, int64_t k) {
   p.k = k;
   p.panels = (n + kPanelCols - 1) / kPanelCols;
   const int64_t elem = wt == DType::F32 ? 4 : 2;
-  const size_t bytes = (size_t)(p.panels * k * kPanelCols * elem);
+  const size_t bytes = p.bytes = (size_t)(p.panels * k * kPanelCols * elem);
   p.data = {static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)), std::free};
   if (!p.data)
     throw Error("panel gemm: cannot allocate " + std::to_string(bytes) + " bytes for packed weights");

@@ -15,6 +15,7 @@ namespace prism {
 struct PanelPackedWeight {
   DType type = DType::F32;
   int64_t n = 0, k = 0, panels = 0;
+  size_t bytes = 0;  // all of data
   std::unique_ptr<uint8_t, void (*)(void*)> data{nullptr, nullptr};
 };
 

@@ -1,0 +1,66 @@
+// Times every template GEMM form on one shape: Y = A · Wᵀ, A M x K f32, W N x K in each weight dtype.
+// Usage: prism_gemm_bench [M N K [repeats]]  (default 1 8192 2048 10; one thread; best of the repeats).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/gemm.h"
+#include "backends/cpu/gemm_bf16.h"
+#include "backends/cpu/gemm_int8.h"
+#include "backends/cpu/gemm_panels.h"
+
+using namespace prism;
+
+int main(int argc, char** argv) {
+  const int64_t m = argc > 1 ? std::atoll(argv[1]) : 1, n = argc > 2 ? std::atoll(argv[2]) : 8192,
+                k = argc > 3 ? std::atoll(argv[3]) : 2048;
+  const int reps = argc > 4 ? std::atoi(argv[4]) : 10;
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<float> a(m * k), wf(n * k), y(m * n);
+  for (float& v : a) v = dist(rng);
+  for (float& v : wf) v = dist(rng);
+  std::printf("M=%lld N=%lld K=%lld, 1 thread, best of %d (micro-kernels: %s)\n", (long long)m, (long long)n,
+              (long long)k, reps, GemmIsa());
+  std::printf("| weights | form | ms | weight GB/s | GFLOP/s |\n| --- | --- | ---: | ---: | ---: |\n");
+  auto time = [&](DType wt, const char* form, size_t weight_bytes, const std::function<void()>& run) {
+    double best = 1e30;
+    for (int r = 0; r <= reps; ++r) {  // repeat 0 warms up
+      auto t0 = std::chrono::steady_clock::now();
+      run();
+      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (r > 0) best = std::min(best, s);
+    }
+    std::printf("| %s | %s | %.3f | %.1f | %.1f |\n", std::string(DTypeName(wt)).c_str(), form, best * 1e3,
+                weight_bytes / best / 1e9, 2.0 * m * n * k / best / 1e9);
+  };
+  for (DType wt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0}) {
+    if (!GemmSupports(wt, k)) continue;
+    std::vector<uint8_t> w(StorageBytes(wt, n * k));
+    if (wt == DType::Q8_0)
+      QuantizeQ8_0(wf.data(), reinterpret_cast<BlockQ8_0*>(w.data()), n * k);
+    else if (wt == DType::Q4_0)
+      QuantizeQ4_0(wf.data(), reinterpret_cast<BlockQ4_0*>(w.data()), n * k);
+    else
+      for (int64_t i = 0; i < n * k; ++i) StoreFromDouble(w.data(), wt, i, wf[i]);
+    time(wt, "rows", w.size(), [&] { GemmRows(a.data(), m, k, w.data(), wt, y.data(), n, 0, n); });
+    if (wt == DType::BF16 && Bf16DotSupported())
+      time(wt, "rounded (bf16 dot)", w.size(), [&] {
+        GemmRowsBf16Dot(a.data(), m, k, reinterpret_cast<const uint16_t*>(w.data()), y.data(), n, 0, n);
+      });
+    if (Int8DotSupported(wt, k)) {
+      Int8PackedWeight p = PackForInt8Dot(w.data(), wt, n, k);
+      time(wt, "rounded (int8 VNNI)", p.bytes, [&] { GemmRowsInt8(a.data(), m, p, y.data(), n, 0, n); });
+    }
+    if (PanelGemmSupported(wt)) {
+      PanelPackedWeight p = PackPanels(w.data(), wt, n, k);
+      time(wt, "panels", p.bytes, [&] { GemmPanels(a.data(), m, p, y.data(), n, 0, n); });
+    }
+  }
+  return 0;
+}
