@@ -117,9 +117,9 @@ TEST(Gemm, Bf16DotStaysWithinItsActivationRoundingBound) {
 TEST(Gemm, PanelsMatchExactProductsOverOddShapesAndSplits) {
   if (!PanelGemmSupported(DType::F32)) GTEST_SKIP() << "this CPU has no AVX-512";
   for (DType wt : {DType::F32, DType::F16, DType::BF16})
-    for (int64_t m : {1, 5, 7, 13})
+    for (int64_t m : {1, 5, 13, 100})  // 100: two row blocks, the last tile partial
       for (int64_t n : {1, 31, 33, 70})
-        for (int64_t k : {1, 17, 64}) {
+        for (int64_t k : {1, 17, 300}) {  // 300: two blocks of K
           auto a = testing::RandomFloats(m * k, 7), wf = testing::RandomFloats(n * k, 8);
           std::vector<uint8_t> w(StorageBytes(wt, n * k));
           for (int64_t i = 0; i < n * k; ++i) StoreFromDouble(w.data(), wt, i, wf[i]);

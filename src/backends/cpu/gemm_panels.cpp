@@ -1,4 +1,4 @@
-// Template-tier CPU GEMM for many activation rows: 6 x 32 register tiles over K-major weight panels,
+// Template-tier CPU GEMM for many activation rows: 12 x 32 register tiles over K-major weight panels,
 // each activation value broadcast against two vectors of 16 columns.
 #include "backends/cpu/gemm_panels.h"
 
@@ -37,66 +37,89 @@ PRISM_PANELS inline __m512 Load16(const uint8_t* p) {
   }
 }
 
-// MR activation rows x the 32 columns of one panel, over k values of K, added to y (MR rows of 32)
-// unless first (then stored).
-template <DType T, int MR>
-PRISM_PANELS void Tile(const float* a, int64_t lda, const uint8_t* panel, int64_t k, float* y, bool first) {
-  constexpr int64_t kRowBytes = kPanelCols * (T == DType::F32 ? 4 : 2);
-  __m512 acc[MR][2];
-#pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i) {
-    acc[i][0] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + i * kPanelCols);
-    acc[i][1] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + i * kPanelCols + 16);
+// Register tile: kMR activation rows x the 32 columns of a panel.
+constexpr int kMR = 12;
+// Blocks: the activation block (kMBlock rows x kKBlock values of K, repacked tile by tile) stays in
+// L2, and each panel's kKBlock x 32 slice (converted to f32) stays in L1 while every tile of the
+// block passes over it.
+constexpr int64_t kMBlock = 96, kKBlock = 256;
+
+// Weights of a panel slice as f32, 16 at a time.
+template <DType T>
+PRISM_PANELS void ToF32(const uint8_t* src, int64_t count, float* dst) {
+  constexpr int64_t elem = T == DType::F32 ? 4 : 2;
+  for (int64_t i = 0; i < count; i += 16) _mm512_store_ps(dst + i, Load16<T>(src + i * elem));
+}
+
+// kMR activation rows (packed K-major: kMR values per k) x 32 weight columns (f32, K-major) over kb
+// values of K, stored into y (rows ldy apart) when first, else added to it.
+PRISM_PANELS void Tile(const float* ap, const float* w, int64_t kb, float* y, int64_t ldy, bool first) {
+  __m512 acc[kMR][2];
+#pragma GCC unroll 16
+  for (int i = 0; i < kMR; ++i) {
+    acc[i][0] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + i * ldy);
+    acc[i][1] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + i * ldy + 16);
   }
-  for (int64_t kk = 0; kk < k; ++kk) {
-    const uint8_t* row = panel + kk * kRowBytes;
-    __m512 w0 = Load16<T>(row), w1 = Load16<T>(row + kRowBytes / 2);
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) {
-      __m512 av = _mm512_set1_ps(a[i * lda + kk]);
+  for (int64_t kk = 0; kk < kb; ++kk) {
+    __m512 w0 = _mm512_load_ps(w + kk * kPanelCols), w1 = _mm512_load_ps(w + kk * kPanelCols + 16);
+#pragma GCC unroll 16
+    for (int i = 0; i < kMR; ++i) {
+      __m512 av = _mm512_set1_ps(ap[kk * kMR + i]);
       acc[i][0] = _mm512_fmadd_ps(av, w0, acc[i][0]);
       acc[i][1] = _mm512_fmadd_ps(av, w1, acc[i][1]);
     }
   }
-#pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i) {
-    _mm512_storeu_ps(y + i * kPanelCols, acc[i][0]);
-    _mm512_storeu_ps(y + i * kPanelCols + 16, acc[i][1]);
+#pragma GCC unroll 16
+  for (int i = 0; i < kMR; ++i) {
+    _mm512_storeu_ps(y + i * ldy, acc[i][0]);
+    _mm512_storeu_ps(y + i * ldy + 16, acc[i][1]);
   }
+}
+
+// Rows [m0, m1) x K values [k0, k0 + kb) of A into tiles of kMR rows, K-major, zero past m1.
+void PackActivation(const float* a, int64_t lda, int64_t m0, int64_t m1, int64_t k0, int64_t kb, float* ap) {
+  for (int64_t i0 = m0; i0 < m1; i0 += kMR, ap += kb * kMR)
+    for (int i = 0; i < kMR; ++i) {
+      const float* row = i0 + i < m1 ? a + (i0 + i) * lda + k0 : nullptr;
+      for (int64_t kk = 0; kk < kb; ++kk) ap[kk * kMR + i] = row ? row[kk] : 0.0f;
+    }
 }
 
 template <DType T>
 PRISM_PANELS void Gemm(const float* a, int64_t m, const PanelPackedWeight& w, float* y, int64_t n_total,
                        int64_t n_begin, int64_t n_end) {
-  const int64_t k = w.k, row_bytes = kPanelCols * (T == DType::F32 ? 4 : 2), panel_bytes = k * row_bytes;
-  // Blocks: 96 activation rows share a panel; 256 values of K keep that slice of the panel in L1
-  // while every 6-row tile of the block passes over it.
-  constexpr int64_t kMBlock = 96, kKBlock = 256;
-  alignas(64) float sums[kMBlock * kPanelCols];
+  const int64_t k = w.k, elem = T == DType::F32 ? 4 : 2, panel_bytes = k * kPanelCols * elem;
+  alignas(64) static thread_local float apack[kMBlock * kKBlock], wconv[kKBlock * kPanelCols];
+  alignas(64) float edge[kMR * kPanelCols];
   for (int64_t m0 = 0; m0 < m; m0 += kMBlock) {
-    int64_t m1 = std::min(m, m0 + kMBlock);
-    for (int64_t n = n_begin, cols; n < n_end; n += cols) {
-      const int64_t p = n / kPanelCols, first = n % kPanelCols;  // a split may start inside a panel
-      cols = std::min(kPanelCols - first, n_end - n);
-      for (int64_t k0 = 0; k0 < k; k0 += kKBlock) {
-        const int64_t kb = std::min(kKBlock, k - k0);
-        const uint8_t* panel = w.data.get() + p * panel_bytes + k0 * row_bytes;
-        for (int64_t i = m0; i < m1; i += 6) {
-          const int mr = (int)std::min<int64_t>(6, m1 - i);
-          const float* ai = a + i * k + k0;
-          float* si = sums + (i - m0) * kPanelCols;
-          switch (mr) {
-            case 6: Tile<T, 6>(ai, k, panel, kb, si, k0 == 0); break;
-            case 5: Tile<T, 5>(ai, k, panel, kb, si, k0 == 0); break;
-            case 4: Tile<T, 4>(ai, k, panel, kb, si, k0 == 0); break;
-            case 3: Tile<T, 3>(ai, k, panel, kb, si, k0 == 0); break;
-            case 2: Tile<T, 2>(ai, k, panel, kb, si, k0 == 0); break;
-            default: Tile<T, 1>(ai, k, panel, kb, si, k0 == 0); break;
+    const int64_t m1 = std::min(m, m0 + kMBlock);
+    for (int64_t k0 = 0; k0 < k; k0 += kKBlock) {
+      const int64_t kb = std::min(kKBlock, k - k0);
+      const bool first = k0 == 0;
+      PackActivation(a, k, m0, m1, k0, kb, apack);
+      for (int64_t p = n_begin / kPanelCols; p * kPanelCols < n_end; ++p) {
+        const uint8_t* slice = w.data.get() + p * panel_bytes + k0 * kPanelCols * elem;
+        ToF32<T>(slice, kb * kPanelCols, wconv);
+        const float* wf = wconv;
+        // Columns of this panel that are ours: a split may start or end inside a panel.
+        const int64_t c0 = std::max<int64_t>(0, n_begin - p * kPanelCols),
+                      c1 = std::min<int64_t>(kPanelCols, n_end - p * kPanelCols);
+        for (int64_t i = m0; i < m1; i += kMR) {
+          const float* ap = apack + (i - m0) * kb;
+          float* yt = y + i * n_total + p * kPanelCols;
+          const int64_t rows = std::min<int64_t>(kMR, m1 - i);
+          if (rows == kMR && c0 == 0 && c1 == kPanelCols) {
+            Tile(ap, wf, kb, yt, n_total, first);
+            continue;
           }
+          // A partial tile goes through a full-size buffer; only its valid part touches y.
+          for (int64_t r = 0; r < rows && !first; ++r)
+            std::memcpy(edge + r * kPanelCols + c0, yt + r * n_total + c0, (size_t)(c1 - c0) * sizeof(float));
+          Tile(ap, wf, kb, edge, kPanelCols, first);
+          for (int64_t r = 0; r < rows; ++r)
+            std::memcpy(yt + r * n_total + c0, edge + r * kPanelCols + c0, (size_t)(c1 - c0) * sizeof(float));
         }
       }
-      for (int64_t i = m0; i < m1; ++i)  // only the panel's columns in [n, n + cols) are kept
-        std::memcpy(y + i * n_total + n, sums + (i - m0) * kPanelCols + first, (size_t)cols * sizeof(float));
     }
   }
 }

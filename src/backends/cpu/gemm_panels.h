@@ -1,5 +1,6 @@
 // Template-tier CPU GEMM for many activation rows (prefill): weights repacked once into panels of
-// 32 output columns, K-major, so a register tile of 6 rows x 32 columns does 12 FMAs per weight load.
+// 32 output columns, K-major; activation rows are repacked in tiles of 12 per block of K and half-precision
+// panels widened to f32 once per block, so a 12 x 32 register tile does 24 FMAs per two weight loads.
 #pragma once
 
 #include <cstdint>
