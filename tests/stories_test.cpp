@@ -1,36 +1,17 @@
 // The shipped stories260K model reproduces the published greedy continuations exactly.
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <nlohmann/json.hpp>
-
 #include "ir/error.h"
-#include "runtime/generator.h"
+#include "stories_reference.h"
 
 namespace prism {
 namespace {
 
-const std::string kModelDir = std::string(PRISM_SOURCE_DIR) + "/models/stories260K/";
-
-nlohmann::json References() {
-  std::ifstream f(std::string(PRISM_SHARED_DIR) + "/reference/stories260K.json");
-  if (!f) f.open(kModelDir + "reference.json");
-  return nlohmann::json::parse(f);
-}
+const std::string kModelDir = testing::kStoriesDir;
 
 void ExpectReferenceText(const std::string& model_path) {
   auto lm = LanguageModel::Load(model_path);
-  for (const auto& ref : References()) {
-    std::string prompt = ref["prompt"], want = ref["greedy_text"];
-    while (!want.empty() && want.back() == '\n') want.pop_back();  // run.c ends its output with a newline
-    GenerateOptions go;
-    go.sampler.temperature = 0;
-    go.max_tokens = 400;
-    go.stop_at_eos = true;
-    std::string got = prompt + Generate(*lm, prompt, go).text;
-    ASSERT_GE(got.size(), want.size()) << model_path << " stopped early for prompt '" << prompt << "': " << got;
-    EXPECT_EQ(got.substr(0, want.size()), want) << model_path << ", prompt '" << prompt << "'";
-  }
+  testing::ExpectReferenceText(*lm, model_path);
 }
 
 }  // namespace
@@ -56,7 +37,7 @@ TEST(Stories260K, PrefillEqualsTokenByTokenDecode) {
 
 TEST(Stories260K, BadInputsGiveClearErrors) {
   auto lm = LanguageModel::Load(kModelDir + "stories260K.bin", {"", 16, 0});
-  EXPECT_THROW(lm->Forward({600}), Error);  // outside the 512-token vocabulary
+  EXPECT_THROW(lm->Forward({600}), Error);                        // outside the 512-token vocabulary
   EXPECT_THROW(lm->Forward(std::vector<int32_t>(17, 1)), Error);  // past the 16-token context
   EXPECT_THROW(LanguageModel::Load(kModelDir + "missing.bin"), Error);
 }

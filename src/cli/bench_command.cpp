@@ -43,36 +43,44 @@ Stat MeanStd(const std::vector<double>& xs) {
 Runner AddBenchCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Prompt-processing and generation speed, llama-bench style");
   struct Opts {
-    std::string model, prompts = "128,512", threads = "1,2", tokenizer;
+    std::string model, prompts = "128,512", threads = "1,2", tokenizer, device = "cpu";
     int gen = 128, reps = 3;
     bool json = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("model", o->model, "model path (default: the shipped stories260K)");
-  cmd->add_option("-p,--n-prompt", o->prompts, "prompt lengths, comma-separated (ppN)")->capture_default_str();
+  cmd->add_option("-p,--n-prompt", o->prompts, "prompt lengths, comma-separated (ppN)")
+      ->capture_default_str();
   cmd->add_option("-n,--n-gen", o->gen, "generated tokens (tgN); 0 skips")->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "thread counts, comma-separated")->capture_default_str();
   cmd->add_option("-r,--repetitions", o->reps, "timed repetitions after one warm-up")->capture_default_str();
   cmd->add_flag("--json", o->json, "one JSON object per line instead of a table");
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file (llama2.c checkpoints)");
+  AddDeviceOption(cmd, o->device);
   return [o]() {
     std::string path = o->model.empty() ? DefaultModelPath() : o->model;
     std::vector<int> prompts = ParseList(o->prompts), threads = ParseList(o->threads);
+    const bool gpu = o->device != "cpu";
+    if (gpu) threads = {0};  // host threads play no part in a GPU step: one pass
     int max_prompt = prompts.empty() ? 0 : *std::max_element(prompts.begin(), prompts.end());
-    if (!o->json) std::printf("| model | test | threads | tokens/s |\n| --- | --- | ---: | ---: |\n");
+    if (!o->json)
+      std::printf("| model | device | test | threads | tokens/s |\n| --- | --- | --- | ---: | ---: |\n");
     for (int t : threads) {
       LoadOptions lo{o->tokenizer, std::max<int64_t>(max_prompt, o->gen) + 8, t};
+      lo.device = o->device;
       auto lm = LanguageModel::Load(path, lo);
       std::mt19937 rng(1234);
       std::uniform_int_distribution<int32_t> tok(0, (int32_t)lm->config().vocab_size - 1);
       auto report = [&](const std::string& test, const std::vector<double>& tps) {
         Stat s = MeanStd(tps);
         if (o->json) {
-          nlohmann::json j{{"model", path}, {"test", test}, {"threads", t}, {"tokens_per_second", s.mean},
-                           {"stdev", s.stdev}, {"samples", tps}};
+          nlohmann::json j{{"model", path}, {"device", o->device},         {"test", test},
+                           {"threads", t},  {"tokens_per_second", s.mean}, {"stdev", s.stdev},
+                           {"samples", tps}};
           std::printf("%s\n", j.dump().c_str());
         } else {
-          std::printf("| %s | %s | %d | %.2f ± %.2f |\n", path.c_str(), test.c_str(), t, s.mean, s.stdev);
+          std::printf("| %s | %s | %s | %s | %.2f ± %.2f |\n", path.c_str(), o->device.c_str(), test.c_str(),
+                      gpu ? "-" : std::to_string(t).c_str(), s.mean, s.stdev);
         }
         std::fflush(stdout);
       };

@@ -9,9 +9,10 @@
 namespace prism::cli {
 
 Runner AddChatCommand(CLI::App& app) {
-  auto* cmd = app.add_subcommand("chat", "Interactive chat using the model's chat template (one message per line)");
+  auto* cmd =
+      app.add_subcommand("chat", "Interactive chat using the model's chat template (one message per line)");
   struct Opts {
-    std::string model, system, tokenizer;
+    std::string model, system, tokenizer, device = "cpu";
     int n = 512, threads = 0;
     int64_t ctx = 0;
     float temp = 0.7f;
@@ -26,8 +27,11 @@ Runner AddChatCommand(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
   cmd->add_option("--ctx", o->ctx, "context size in tokens");
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file");
+  AddDeviceOption(cmd, o->device);
   return [o]() {
-    auto lm = LanguageModel::Load(o->model, {o->tokenizer, o->ctx, o->threads});
+    LoadOptions lo{o->tokenizer, o->ctx, o->threads};
+    lo.device = o->device;
+    auto lm = LanguageModel::Load(o->model, lo);
     if (!lm->chat_template()) throw Error(o->model + ": the model has no chat template");
     std::vector<ChatMessage> messages;
     if (!o->system.empty()) messages.push_back({"system", o->system});
@@ -37,7 +41,8 @@ Runner AddChatCommand(CLI::App& app) {
     go.sampler.seed = o->seed;
     go.add_special = false;  // the template writes BOS itself
     std::string line;
-    std::fprintf(stderr, "chatting with %s; an empty line or end of input ends the conversation\n", o->model.c_str());
+    std::fprintf(stderr, "chatting with %s; an empty line or end of input ends the conversation\n",
+                 o->model.c_str());
     while (std::fputs("> ", stderr), std::getline(std::cin, line) && !line.empty()) {
       messages.push_back({"user", line});
       // Each turn re-renders the whole conversation: templates may change earlier text per turn.

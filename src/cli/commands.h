@@ -19,6 +19,13 @@ Runner AddBenchCommand(CLI::App& app);
 Runner AddCompileCommand(CLI::App& app);
 Runner AddReportCommand(CLI::App& app);
 
+// --device cpu|opencl|cuda: where the model's step runs (default cpu).
+inline void AddDeviceOption(CLI::App* cmd, std::string& device) {
+  cmd->add_option("--device", device, "where the model runs: cpu, opencl or cuda")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "opencl", "cuda"}));
+}
+
 // The model `prism run` uses when none is named: the stories260K checkpoint shipped in models/.
 std::string DefaultModelPath();
 

@@ -1,6 +1,6 @@
 // `prism run`: loads a model, compiles it, streams generated text and a one-line speed summary.
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
@@ -23,9 +23,10 @@ std::string DefaultModelPath() {
 }
 
 Runner AddRunCommand(CLI::App& app) {
-  auto* cmd = app.add_subcommand("run", "Generate text from a prompt (default model: the shipped stories260K)");
+  auto* cmd =
+      app.add_subcommand("run", "Generate text from a prompt (default model: the shipped stories260K)");
   struct Opts {
-    std::string model, prompt = "Once upon a time", tokenizer;
+    std::string model, prompt = "Once upon a time", tokenizer, device = "cpu";
     int n = 256, threads = 0;
     int64_t ctx = 0;
     float temp = 0.8f, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f;
@@ -37,20 +38,27 @@ Runner AddRunCommand(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("model", o->model, "Hugging Face folder, .gguf file, or llama2.c checkpoint");
   cmd->add_option("-p,--prompt", o->prompt, "prompt text")->capture_default_str();
-  cmd->add_option("-n,--max-tokens", o->n, "tokens to generate")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--temp", o->temp, "temperature (0 = greedy)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("-n,--max-tokens", o->n, "tokens to generate")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--temp", o->temp, "temperature (0 = greedy)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--top-k", o->top_k, "top-k filter (0 = off)")->capture_default_str();
   cmd->add_option("--top-p", o->top_p, "top-p filter (1 = off)")->capture_default_str();
   cmd->add_option("--min-p", o->min_p, "min-p filter (0 = off)")->capture_default_str();
-  cmd->add_option("--repeat-penalty", o->repeat_penalty, "repetition penalty (1 = off)")->capture_default_str();
+  cmd->add_option("--repeat-penalty", o->repeat_penalty, "repetition penalty (1 = off)")
+      ->capture_default_str();
   auto* seed = cmd->add_option("--seed", o->seed, "random seed (default: from the clock)");
   cmd->add_option("--stop", o->stop, "stop string (repeatable)");
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
   cmd->add_option("--ctx", o->ctx, "context size in tokens (default: the model's, at most 4096)");
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file (llama2.c checkpoints)");
+  AddDeviceOption(cmd, o->device);
   return [o, seed]() {
     std::string path = o->model.empty() ? DefaultModelPath() : o->model;
     LoadOptions lo{o->tokenizer, o->ctx, o->threads};
+    lo.device = o->device;
     auto lm = LanguageModel::Load(path, lo);
     GenerateOptions go;
     go.max_tokens = o->n;
@@ -60,7 +68,8 @@ Runner AddRunCommand(CLI::App& app) {
     go.sampler.top_p = o->top_p;
     go.sampler.min_p = o->min_p;
     go.sampler.repeat_penalty = o->repeat_penalty;
-    go.sampler.seed = seed->count() ? o->seed : (uint64_t)std::chrono::steady_clock::now().time_since_epoch().count();
+    go.sampler.seed =
+        seed->count() ? o->seed : (uint64_t)std::chrono::steady_clock::now().time_since_epoch().count();
     std::fputs(o->prompt.c_str(), stdout);
     auto r = Generate(*lm, o->prompt, go, [](const std::string& s) {
       std::fputs(s.c_str(), stdout);

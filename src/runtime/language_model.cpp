@@ -11,6 +11,7 @@
 #include "io/llama2c.h"
 #include "io/safetensors.h"
 #include "ir/error.h"
+#include "runtime/gpu_step.h"
 
 namespace prism {
 namespace fs = std::filesystem;
@@ -108,6 +109,8 @@ WeightLookup ModelFiles::Lookup() const {
 std::string TuningDatabasePath() { return KernelCacheDir() + "/tuning.json"; }
 
 std::unique_ptr<LanguageModel> LanguageModel::Load(const std::string& path, const LoadOptions& opts) {
+  if (!IsKnownDevice(opts.device))
+    throw Error("unknown device '" + opts.device + "' (expected cpu, opencl or cuda)");
   if (IsArtifact(path)) return LoadArtifact(path, opts);
   auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<LanguageModel> lm(new LanguageModel());
@@ -120,14 +123,27 @@ std::unique_ptr<LanguageModel> LanguageModel::Load(const std::string& path, cons
   if (cfg.architecture == "gpt2" && lm->max_context_ > cfg.max_position)
     throw Error(path + ": GPT-2 has learned positions only up to " + std::to_string(cfg.max_position));
   lm->threads_ = opts.threads;
-  lm->step_ = lm->CompileStep(false);
-  // Schedules from the tuning database (and a search within the budget, if one was given).
-  lm->Tune(std::max(0.0, opts.search_budget));
+  lm->device_ = opts.device;
+  if (opts.device == "cpu") {
+    lm->step_ = lm->CompileStep(false);
+    // Schedules from the tuning database (and a search within the budget, if one was given).
+    lm->Tune(std::max(0.0, opts.search_budget));
+  } else {
+    lm->gpu_ = OpenGpuDevice(opts.device);  // before compiling: a missing device fails fast
+    lm->gpu_step_ = CompileGpuStep(lm->StepGraph(false), *lm->files_.weights, lm->gpu_);
+  }
   lm->compile_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return lm;
 }
 
+const Program& LanguageModel::program() const {
+  if (!step_) throw Error("the model runs on device " + device_ + ", not on the CPU");
+  return *step_;
+}
+
 nlohmann::json LanguageModel::Tune(double budget_seconds, const std::string& only_kernel) {
+  if (!step_)
+    throw Error("schedule search and artifacts are for the CPU device (this model runs on " + device_ + ")");
   TuneOptions to;
   to.budget_seconds = budget_seconds;
   to.db_path = TuningDatabasePath();
@@ -143,6 +159,7 @@ bool LanguageModel::IsArtifact(const std::string& path) {
 }
 
 void LanguageModel::SaveArtifact(const std::string& dir, const nlohmann::json& receipts) const {
+  if (!step_) throw Error("artifacts hold CPU kernels; this model runs on " + device_);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw Error(dir + ": cannot create the artifact folder: " + ec.message());
@@ -178,6 +195,9 @@ void LanguageModel::SaveArtifact(const std::string& dir, const nlohmann::json& r
 }
 
 std::unique_ptr<LanguageModel> LanguageModel::LoadArtifact(const std::string& dir, const LoadOptions& opts) {
+  if (opts.device != "cpu")
+    throw Error(dir + ": a compiled artifact holds CPU kernels; give the model files to run on " +
+                opts.device);
   auto t0 = std::chrono::steady_clock::now();
   auto read_json = [&](const char* name) {
     std::ifstream f(fs::path(dir) / name);
@@ -209,13 +229,17 @@ std::unique_ptr<LanguageModel> LanguageModel::LoadArtifact(const std::string& di
   return lm;
 }
 
-std::unique_ptr<Program> LanguageModel::CompileStep(bool all_logits, const CompileOptions& base) const {
-  const WeightStore& store = *files_.weights;
+Graph LanguageModel::StepGraph(bool all_logits) const {
   LmGraphOptions go;
   go.max_context = max_context_;
   go.all_logits = all_logits;
   go.conv1d_transposed = files_.conv1d_transposed;
-  Graph g = BuildCausalLM(files_.config, files_.Lookup(), go);
+  return BuildCausalLM(files_.config, files_.Lookup(), go);
+}
+
+std::unique_ptr<Program> LanguageModel::CompileStep(bool all_logits, const CompileOptions& base) const {
+  const WeightStore& store = *files_.weights;
+  Graph g = StepGraph(all_logits);
   CompileOptions co = base;
   co.threads = threads_;
   auto prog = Program::Compile(g, co);
@@ -238,25 +262,42 @@ void LanguageModel::CheckTokens(const std::vector<int32_t>& tokens, int64_t past
                 " tokens exceed " + std::to_string(max_context_) + " (raise --ctx)");
 }
 
+std::vector<float> LanguageModel::RunStep(bool all_logits, const std::vector<int32_t>& tokens, int64_t past) {
+  std::map<std::string, HostTensor> in{{"tokens", HostTensor::FromInts({(int64_t)tokens.size()}, tokens)}};
+  SymbolBindings syms{{"past", past}};
+  if (gpu_) {
+    GpuProgram& p = all_logits ? *gpu_all_ : *gpu_step_;
+    return p.Run(in, syms)[0].ToFloats();
+  }
+  Program& p = all_logits ? *all_ : *step_;
+  return p.Run(in, syms)[0].ToFloats();
+}
+
 std::vector<float> LanguageModel::Forward(const std::vector<int32_t>& tokens) {
   CheckTokens(tokens, past_);
-  auto out =
-      step_->Run({{"tokens", HostTensor::FromInts({(int64_t)tokens.size()}, tokens)}}, {{"past", past_}});
+  std::vector<float> logits = RunStep(false, tokens, past_);
   past_ += (int64_t)tokens.size();
-  return out[0].ToFloats();
+  return logits;
 }
 
 void LanguageModel::Reset() {
   past_ = 0;
-  step_->ResetState();
+  if (gpu_)
+    gpu_step_->ResetState();
+  else
+    step_->ResetState();
 }
 
 std::vector<float> LanguageModel::ForwardAll(const std::vector<int32_t>& tokens) {
   CheckTokens(tokens, 0);
-  if (!all_) all_ = CompileStep(true);
-  all_->ResetState();
-  auto out = all_->Run({{"tokens", HostTensor::FromInts({(int64_t)tokens.size()}, tokens)}}, {{"past", 0}});
-  return out[0].ToFloats();
+  if (gpu_) {
+    if (!gpu_all_) gpu_all_ = CompileGpuStep(StepGraph(true), *files_.weights, gpu_);
+    gpu_all_->ResetState();
+  } else {
+    if (!all_) all_ = CompileStep(true);
+    all_->ResetState();
+  }
+  return RunStep(true, tokens, 0);
 }
 
 }  // namespace prism

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/gpu/gpu_program.h"
 #include "io/chat_template.h"
 #include "io/model_config.h"
 #include "io/tokenizer.h"
@@ -21,6 +22,9 @@ struct LoadOptions {
   int threads = 0;          // 0: all cores
   double search_budget =
       -1;  // seconds of schedule search (< 0: none; decisions from the tuning database only)
+  // Where the step graph runs: "cpu" (compiled C++, searched schedules), "opencl" or "cuda"
+  // (GpuProgram; threads and search_budget do not apply there).
+  std::string device = "cpu";
 };
 
 // The tuning database shared by every compile on this machine: KernelCacheDir()/tuning.json.
@@ -50,7 +54,11 @@ class LanguageModel {
   const nlohmann::json& chat_variables() const { return files_.chat_variables; }
   int64_t max_context() const { return max_context_; }
   int64_t position() const { return past_; }  // tokens in the KV cache
-  const Program& program() const { return *step_; }
+  const std::string& device() const { return device_; }
+  // The compiled step: program() on the CPU device (throws on a GPU one), gpu_program() on a GPU
+  // device (null on the CPU).
+  const Program& program() const;
+  const GpuProgram* gpu_program() const { return gpu_step_.get(); }
 
   // Appends tokens to the KV cache; returns the logits of the last one ([vocab]).
   std::vector<float> Forward(const std::vector<int32_t>& tokens);
@@ -70,7 +78,10 @@ class LanguageModel {
 
  private:
   LanguageModel() = default;
+  Graph StepGraph(bool all_logits) const;
   std::unique_ptr<Program> CompileStep(bool all_logits, const CompileOptions& base = {}) const;
+  // Runs the step (or the all-logits program) on whichever device holds it.
+  std::vector<float> RunStep(bool all_logits, const std::vector<int32_t>& tokens, int64_t past);
   std::string path_, tokenizer_path_;
   double compile_seconds_ = 0;
   void CheckTokens(const std::vector<int32_t>& tokens, int64_t past) const;
@@ -78,7 +89,10 @@ class LanguageModel {
   ModelFiles files_;
   int64_t max_context_ = 0;
   int threads_ = 0;
-  std::unique_ptr<Program> step_, all_;
+  std::unique_ptr<Program> step_, all_;  // CPU device
+  std::string device_ = "cpu";
+  std::shared_ptr<GpuDevice> gpu_;
+  std::unique_ptr<GpuProgram> gpu_step_, gpu_all_;  // GPU devices
   int64_t past_ = 0;
 };
 

@@ -90,7 +90,21 @@ void GpuProgram::Place(size_t b, const std::vector<int64_t>& shape) {
   for (int64_t d : shape) n *= d;
   slots_[b].mem = device_->Alloc((size_t)StorageBytes(kp_.buffers[b].dtype, n));
   slots_[b].allocated = true;
+  slots_[b].capacity = (size_t)StorageBytes(kp_.buffers[b].dtype, n);
   slots_[b].shape = shape;
+}
+
+// Inputs, intermediates and outputs are rewritten in full by every step, so storage allocated for
+// a larger step serves a smaller one: decode steps (whose attention sizes grow with `past`) then
+// keep their buffers instead of reallocating every step.
+void GpuProgram::Reuse(size_t b, const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  Slot& s = slots_[b];
+  if (s.allocated && s.capacity >= (size_t)StorageBytes(kp_.buffers[b].dtype, n))
+    s.shape = shape;
+  else
+    Place(b, shape);
 }
 
 void GpuProgram::BindWeight(const std::string& name, const HostTensor& t) {
@@ -127,7 +141,7 @@ std::vector<HostTensor> GpuProgram::Run(const std::map<std::string, HostTensor>&
         if (t.dtype != kb.dtype)
           throw Error("input '" + kb.name + "': dtype " + std::string(DTypeName(t.dtype)) +
                       " given, graph expects " + std::string(DTypeName(kb.dtype)));
-        if (!slots_[i].allocated || slots_[i].shape != shape) Place(i, shape);
+        Reuse(i, shape);
         device_->Upload(slots_[i].mem, t.data, (size_t)t.nbytes());
         break;
       }
@@ -141,10 +155,10 @@ std::vector<HostTensor> GpuProgram::Run(const std::map<std::string, HostTensor>&
         }
         break;
       case BufferKind::State:
-      case BufferKind::Intermediate:
-      case BufferKind::Output:
         if (!slots_[i].allocated || slots_[i].shape != shape) Place(i, shape);
         break;
+      case BufferKind::Intermediate:
+      case BufferKind::Output: Reuse(i, shape); break;
     }
   }
   std::vector<GpuArg> args;

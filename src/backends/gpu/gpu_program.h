@@ -59,10 +59,12 @@ class GpuProgram {
   struct Slot {
     GpuMem mem = 0;
     bool allocated = false;
+    size_t capacity = 0;  // bytes allocated (scratch is kept while big enough)
     std::vector<int64_t> shape;
   };
   GpuProgram(const Graph& g, std::shared_ptr<GpuDevice> device) : graph_(g), device_(std::move(device)) {}
   void Place(size_t b, const std::vector<int64_t>& shape);  // (re)allocates zero-filled storage
+  void Reuse(size_t b, const std::vector<int64_t>& shape);  // keeps storage that is big enough
   void Release(size_t b);
 
   Graph graph_;
