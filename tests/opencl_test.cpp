@@ -11,6 +11,7 @@
 #include "gpu_check.h"
 #include "op_graphs.h"
 #include "random_graph.h"
+#include "runtime/language_model.h"
 
 namespace prism {
 namespace {
@@ -215,6 +216,102 @@ TEST(OpenCl, RandomGraphsMatchInterpreter) {
   }
   std::cout << "fuzzed " << graphs << " random graphs on OpenCL: " << coop << " cooperative and "
             << per_thread << " per-thread kernels\n";
+}
+
+// A device that records graphs the way CudaDevice does (launches fixed at record time, changed only
+// through Set) and replays them through OpenCL: GpuProgram's record/update/replay logic runs here.
+class RecordingDevice : public GpuDevice {
+ public:
+  explicit RecordingDevice(std::shared_ptr<GpuDevice> d) : d_(std::move(d)) {}
+  std::string name() const override { return "recording " + d_->name(); }
+  GpuDialect dialect() const override { return d_->dialect(); }
+  int max_threads_per_group() const override { return d_->max_threads_per_group(); }
+  GpuMem Alloc(size_t bytes) override { return d_->Alloc(bytes); }
+  void Free(GpuMem m) override { d_->Free(m); }
+  void Upload(GpuMem dst, const void* src, size_t bytes) override { d_->Upload(dst, src, bytes); }
+  void Download(void* dst, GpuMem src, size_t bytes) override { d_->Download(dst, src, bytes); }
+  std::unique_ptr<GpuModule> Compile(const std::string& source,
+                                     const std::vector<std::string>& fns) override {
+    return d_->Compile(source, fns);
+  }
+  void Launch(GpuModule& m, int f, const std::vector<GpuArg>& args, int64_t groups, int threads) override {
+    ++direct_launches;
+    d_->Launch(m, f, args, groups, threads);
+  }
+  void Finish() override { d_->Finish(); }
+  struct Recorded : GpuLaunchGraph {
+    RecordingDevice* dev;
+    GpuModule* module;
+    std::vector<GpuLaunchParams> launches;
+    size_t size() const override { return launches.size(); }
+    void Set(size_t i, const GpuLaunchParams& p) override {
+      if (launches.at(i).function != p.function) throw Error("recorded graph: launch changed function");
+      if (!(launches[i] == p)) ++dev->updates;
+      launches[i] = p;
+    }
+    void Replay() override {
+      for (const GpuLaunchParams& l : launches)
+        dev->d_->Launch(*module, l.function, l.args, l.groups, l.threads);
+    }
+  };
+  std::unique_ptr<GpuLaunchGraph> RecordGraph(GpuModule& m,
+                                              const std::vector<GpuLaunchParams>& launches) override {
+    auto g = std::make_unique<Recorded>();
+    g->dev = this;
+    g->module = &m;
+    g->launches = launches;
+    return g;
+  }
+  int64_t direct_launches = 0, updates = 0;
+
+ private:
+  std::shared_ptr<GpuDevice> d_;
+};
+
+TEST(OpenCl, GraphReplayEqualsLaunchByLaunch) {
+  PRISM_REQUIRE_OPENCL(dev);
+  // stories260K's step with random weights: a prefill, then decode steps whose `past` (an argument
+  // of every kernel) and attention grids change each step, replayed from one recorded graph.
+  ModelFiles mf = OpenModelFiles(PRISM_SOURCE_DIR "/models/stories260K/stories260K.bin");
+  LmGraphOptions go;
+  go.max_context = 16;
+  Graph g = BuildCausalLM(mf.config, mf.Lookup(), go);
+  auto rec = std::make_shared<RecordingDevice>(dev);
+  auto progs = GpuProgram::CompileMany({&g, &g}, rec, {GpuCompileOptions{}});
+  GpuProgram &plain = *progs[0], &replayed = *progs[1];
+  replayed.SetGraphReplay(true);
+  for (auto& [name, t] : testing::RandomTensors(g, Op::Weight, {}, 5)) {
+    plain.BindWeight(name, t);
+    replayed.BindWeight(name, t);
+  }
+  std::vector<int32_t> tokens = {1, 7, 3, 5};
+  int64_t past = 0;
+  for (int step = 0; step < 6; ++step) {
+    std::vector<int32_t> in = step == 0 ? tokens : std::vector<int32_t>{(int32_t)(step * 11)};
+    std::map<std::string, HostTensor> inputs{{"tokens", HostTensor::FromInts({(int64_t)in.size()}, in)}};
+    int64_t before = rec->direct_launches;
+    auto want = plain.Run(inputs, {{"past", past}});
+    EXPECT_GT(rec->direct_launches, before);
+    before = rec->direct_launches;
+    auto got = replayed.Run(inputs, {{"past", past}});
+    EXPECT_EQ(rec->direct_launches, before) << "the replayed program launched directly";
+    ASSERT_EQ(want[0].numel(), got[0].numel());
+    for (int64_t i = 0; i < want[0].numel(); ++i)
+      ASSERT_EQ(want[0].At(i), got[0].At(i)) << "step " << step << " logit " << i;
+    past += (int64_t)in.size();
+  }
+  EXPECT_EQ(replayed.graph_records(), 1);
+  EXPECT_EQ(replayed.graph_replays(), 6);
+  EXPECT_GE(rec->updates, 5 * replayed.stats().kernels);  // every kernel takes `past`
+  // A device without graphs (OpenCL itself) runs a program launch by launch.
+  Graph small;
+  Tensor x{&small, small.Input("x", DType::F32, {Expr::Sym("n")})};
+  small.MarkOutput(x.sin().id(), "y");
+  auto direct = GpuProgram::Compile(small, dev);
+  direct->SetGraphReplay(true);
+  auto y = direct->Run({{"x", HostTensor::FromFloats({2}, {0.0f, 1.0f})}});
+  EXPECT_NEAR(y[0].At(1), std::sin(1.0), 1e-6);
+  EXPECT_EQ(direct->graph_replays(), 0);
 }
 
 // Rendering properties that need no device.

@@ -131,6 +131,7 @@ std::unique_ptr<LanguageModel> LanguageModel::Load(const std::string& path, cons
   } else {
     lm->gpu_ = OpenGpuDevice(opts.device);  // before compiling: a missing device fails fast
     lm->gpu_step_ = CompileGpuStep(lm->StepGraph(false), *lm->files_.weights, lm->gpu_);
+    lm->gpu_step_->SetGraphReplay(opts.gpu_graphs);
   }
   lm->compile_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return lm;

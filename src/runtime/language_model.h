@@ -25,6 +25,9 @@ struct LoadOptions {
   // Where the step graph runs: "cpu" (compiled C++, searched schedules), "opencl" or "cuda"
   // (GpuProgram; threads and search_budget do not apply there).
   std::string device = "cpu";
+  // On cuda: each step's launches replay as one CUDA graph (updated with the step's arguments)
+  // instead of one launch per kernel. No effect elsewhere.
+  bool gpu_graphs = true;
 };
 
 // The tuning database shared by every compile on this machine: KernelCacheDir()/tuning.json.

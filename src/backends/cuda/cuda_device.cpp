@@ -26,6 +26,20 @@ using CUstream = struct CUstreamOpaque*;
 using CUevent = struct CUeventOpaque*;
 using CUgraph = struct CUgraphOpaque*;
 using CUgraphExec = struct CUgraphExecOpaque*;
+using CUgraphNode = struct CUgraphNodeOpaque*;
+
+// CUDA_KERNEL_NODE_PARAMS_v2 as in cuda.h (12.0+); the _v1 entry points read only the fields
+// before `kern`, so the same struct serves both.
+struct CuKernelNodeParams {
+  CUfunction func = nullptr;
+  unsigned grid_x = 1, grid_y = 1, grid_z = 1;
+  unsigned block_x = 1, block_y = 1, block_z = 1;
+  unsigned shared_bytes = 0;
+  void** params = nullptr;
+  void** extra = nullptr;
+  void* kern = nullptr;  // CUkernel
+  CUcontext ctx = nullptr;
+};
 
 constexpr int kAttrMaxThreadsPerBlock = 1;
 constexpr int kAttrComputeMajor = 75;
@@ -66,6 +80,11 @@ struct CuApi {
   CUresult (*cuGraphLaunch)(CUgraphExec, CUstream) = nullptr;
   CUresult (*cuGraphExecDestroy)(CUgraphExec) = nullptr;
   CUresult (*cuGraphDestroy)(CUgraph) = nullptr;
+  CUresult (*cuGraphCreate)(CUgraph*, unsigned) = nullptr;
+  CUresult (*cuGraphAddKernelNode)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t,
+                                   const CuKernelNodeParams*) = nullptr;  // _v2 where present
+  CUresult (*cuGraphExecKernelNodeSetParams)(CUgraphExec, CUgraphNode,
+                                             const CuKernelNodeParams*) = nullptr;  // _v2 where present
 };
 
 struct LoadedCu {
@@ -123,6 +142,10 @@ const LoadedCu& LoadCu() {
     PRISM_CU(cuGraphLaunch, "cuGraphLaunch")
     PRISM_CU(cuGraphExecDestroy, "cuGraphExecDestroy")
     PRISM_CU(cuGraphDestroy, "cuGraphDestroy")
+    PRISM_CU(cuGraphCreate, "cuGraphCreate")
+    PRISM_CU(cuGraphAddKernelNode, "cuGraphAddKernelNode_v2", "cuGraphAddKernelNode")
+    PRISM_CU(cuGraphExecKernelNodeSetParams, "cuGraphExecKernelNodeSetParams_v2",
+             "cuGraphExecKernelNodeSetParams")
 #undef PRISM_CU
   });
   return l;
@@ -256,17 +279,28 @@ std::unique_ptr<GpuModule> CudaDevice::Compile(const std::string& source,
   return m;
 }
 
-void CudaDevice::Launch(GpuModule& module, int function, const std::vector<GpuArg>& args, int64_t groups,
-                        int threads) {
-  CUfunction fn = static_cast<CuModule&>(module).functions.at(function);
-  // Every argument is 8 bytes: a device pointer or an int64 symbol value.
-  std::vector<unsigned long long> values(args.size());
-  std::vector<void*> params(args.size());
+// Every kernel argument is 8 bytes: a device pointer or an int64 symbol value.
+static void PackArgs(const std::vector<GpuArg>& args, std::vector<unsigned long long>& values,
+                     std::vector<void*>& params) {
+  values.resize(args.size());
+  params.resize(args.size());
   for (size_t a = 0; a < args.size(); ++a) {
     values[a] = args[a].is_buffer ? args[a].mem : (unsigned long long)args[a].value;
     params[a] = &values[a];
   }
+}
+
+static void CheckGrid(int64_t groups) {
   if (groups > 0x7fffffff) throw Error("cuda: grid of " + std::to_string(groups) + " blocks is too large");
+}
+
+void CudaDevice::Launch(GpuModule& module, int function, const std::vector<GpuArg>& args, int64_t groups,
+                        int threads) {
+  CUfunction fn = static_cast<CuModule&>(module).functions.at(function);
+  std::vector<unsigned long long> values;
+  std::vector<void*> params;
+  PackArgs(args, values, params);
+  CheckGrid(groups);
   impl_->Check(impl_->cu->cuLaunchKernel(fn, (unsigned)groups, 1, 1, (unsigned)threads, 1, 1, 0,
                                          impl_->stream, params.data(), nullptr),
                "cuLaunchKernel");
@@ -330,5 +364,86 @@ void CudaDevice::CapturedGraph::Replay() {
   dev_->impl_->Check(dev_->impl_->cu->cuGraphLaunch(static_cast<CUgraphExec>(exec_), dev_->impl_->stream),
                      "cuGraphLaunch");
 }
+
+// The decode step as a CUDA graph. Kernel arguments bake in the symbol values (`past` grows every
+// step) and the attention kernels' grids grow with it, so a graph frozen at record time would be
+// wrong one step later. Three ways out: re-capture each step and cuGraphExecUpdate (a capture
+// costs about what the launches it replaces cost); pass symbols through a device-side buffer and
+// launch grids sized for the whole context (changes every kernel's signature in both dialects and
+// launches idle blocks); or keep one instantiated graph and rewrite the parameters of the nodes
+// whose arguments or grid changed with cuGraphExecKernelNodeSetParams before each replay (documented
+// to affect only later launches, keeping the function and the topology). This takes the last:
+// correct for any symbol values, nothing changes for OpenCL. The graph is built node by node
+// (cuGraphAddKernelNode, each node depending on the one before, as stream order would) rather than
+// by stream capture so that node i is known to be launch i. Cost, unmeasured (no GPU here): every
+// kernel receives every size symbol, so a decode step rewrites every node (one host call each, in
+// place of one launch each) and then makes a single cuGraphLaunch; passing each kernel only the
+// symbols it reads would leave most nodes untouched between steps.
+namespace {
+struct CuLaunchGraph : GpuLaunchGraph {
+  CudaDevice::Impl* impl = nullptr;
+  CuModule* module = nullptr;
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  std::vector<CUgraphNode> nodes;
+  std::vector<GpuLaunchParams> current;  // what each node runs with now
+  ~CuLaunchGraph() override;
+  size_t size() const override { return nodes.size(); }
+  void Set(size_t i, const GpuLaunchParams& p) override;
+  void Replay() override;
+};
+
+CuKernelNodeParams NodeParams(const CuModule& m, const GpuLaunchParams& p,
+                              std::vector<unsigned long long>& values, std::vector<void*>& params) {
+  CheckGrid(p.groups);
+  PackArgs(p.args, values, params);
+  CuKernelNodeParams np;
+  np.func = m.functions.at(p.function);
+  np.grid_x = (unsigned)p.groups;
+  np.block_x = (unsigned)p.threads;
+  np.params = params.data();  // copied by the driver when the node is added or set
+  return np;
+}
+}  // namespace
+
+std::unique_ptr<GpuLaunchGraph> CudaDevice::RecordGraph(GpuModule& module,
+                                                        const std::vector<GpuLaunchParams>& launches) {
+  const CuApi& c = *impl_->cu;
+  auto g = std::make_unique<CuLaunchGraph>();
+  g->impl = impl_.get();
+  g->module = &static_cast<CuModule&>(module);
+  impl_->Check(c.cuGraphCreate(&g->graph, 0), "cuGraphCreate");
+  std::vector<unsigned long long> values;
+  std::vector<void*> params;
+  for (const GpuLaunchParams& l : launches) {
+    CuKernelNodeParams np = NodeParams(*g->module, l, values, params);
+    CUgraphNode node = nullptr;
+    const CUgraphNode* dep = g->nodes.empty() ? nullptr : &g->nodes.back();
+    impl_->Check(c.cuGraphAddKernelNode(&node, g->graph, dep, dep ? 1 : 0, &np), "cuGraphAddKernelNode");
+    g->nodes.push_back(node);
+  }
+  impl_->Check(c.cuGraphInstantiateWithFlags(&g->exec, g->graph, 0), "cuGraphInstantiate");
+  g->current = launches;
+  return g;
+}
+
+CuLaunchGraph::~CuLaunchGraph() {
+  if (exec) impl->cu->cuGraphExecDestroy(exec);
+  if (graph) impl->cu->cuGraphDestroy(graph);
+}
+
+void CuLaunchGraph::Set(size_t i, const GpuLaunchParams& p) {
+  if (current.at(i) == p) return;
+  if (p.function != current[i].function)
+    throw Error("cuda graph: launch " + std::to_string(i) + " changed function");
+  std::vector<unsigned long long> values;
+  std::vector<void*> params;
+  CuKernelNodeParams np = NodeParams(*module, p, values, params);
+  impl->Check(impl->cu->cuGraphExecKernelNodeSetParams(exec, nodes[i], &np),
+              "cuGraphExecKernelNodeSetParams");
+  current[i] = p;
+}
+
+void CuLaunchGraph::Replay() { impl->Check(impl->cu->cuGraphLaunch(exec, impl->stream), "cuGraphLaunch"); }
 
 }  // namespace prism

@@ -36,6 +36,9 @@ class CudaDevice : public GpuDevice {
   void Launch(GpuModule& module, int function, const std::vector<GpuArg>& args, int64_t groups,
               int threads) override;
   void Finish() override;
+  // A CUDA graph built node by node (see cuda_device.cpp for why not by stream capture).
+  std::unique_ptr<GpuLaunchGraph> RecordGraph(GpuModule& module,
+                                              const std::vector<GpuLaunchParams>& launches) override;
 
   // Milliseconds the launches enqueued by `work` take on the GPU (CUDA events around them).
   double TimeMs(const std::function<void()>& work);

@@ -22,6 +22,34 @@ struct GpuArg {
   static GpuArg Int(int64_t v) { return {false, 0, v}; }
 };
 
+// One kernel launch: functions[function] of a module on groups x threads work-items.
+struct GpuLaunchParams {
+  int function = 0;
+  std::vector<GpuArg> args;
+  int64_t groups = 0;
+  int threads = 0;
+  bool operator==(const GpuLaunchParams& o) const {
+    if (function != o.function || groups != o.groups || threads != o.threads || args.size() != o.args.size())
+      return false;
+    for (size_t i = 0; i < args.size(); ++i)
+      if (args[i].is_buffer != o.args[i].is_buffer || args[i].mem != o.args[i].mem ||
+          args[i].value != o.args[i].value)
+        return false;
+    return true;
+  }
+};
+
+// A fixed sequence of launches recorded once and replayed with one call (a CUDA graph). Each
+// launch keeps its function; its arguments and grid may change between replays through Set.
+class GpuLaunchGraph {
+ public:
+  virtual ~GpuLaunchGraph() = default;
+  virtual size_t size() const = 0;
+  // Launch i of the next replays runs with p (same function as recorded); a no-op when unchanged.
+  virtual void Set(size_t i, const GpuLaunchParams& p) = 0;
+  virtual void Replay() = 0;  // enqueues every launch in order; Finish() waits for them
+};
+
 // Compiled functions of one translation unit, addressed by their index in the list given to Compile.
 class GpuModule {
  public:
@@ -48,6 +76,12 @@ class GpuDevice {
   virtual void Launch(GpuModule& module, int function, const std::vector<GpuArg>& args, int64_t groups,
                       int threads) = 0;
   virtual void Finish() = 0;  // waits for everything enqueued
+  // Records launches (in order, each after the previous) for replay, or returns null where the
+  // device has no such facility (OpenCL): callers then launch one by one.
+  virtual std::unique_ptr<GpuLaunchGraph> RecordGraph(GpuModule& /*module*/,
+                                                      const std::vector<GpuLaunchParams>& /*launches*/) {
+    return nullptr;
+  }
 };
 
 }  // namespace prism

@@ -70,6 +70,7 @@ std::vector<std::unique_ptr<GpuProgram>> GpuProgram::CompileMany(const std::vect
 }
 
 GpuProgram::~GpuProgram() {
+  launch_graph_.reset();  // before the buffers it points at
   for (size_t b = 0; b < slots_.size(); ++b) {
     try {
       Release(b);
@@ -96,7 +97,7 @@ void GpuProgram::Place(size_t b, const std::vector<int64_t>& shape) {
 
 // Inputs, intermediates and outputs are rewritten in full by every step, so storage allocated for
 // a larger step serves a smaller one: decode steps (whose attention sizes grow with `past`) then
-// keep their buffers instead of reallocating every step.
+// keep their buffers instead of reallocating every step (and a recorded graph its pointers).
 void GpuProgram::Reuse(size_t b, const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -105,6 +106,34 @@ void GpuProgram::Reuse(size_t b, const std::vector<int64_t>& shape) {
     s.shape = shape;
   else
     Place(b, shape);
+}
+
+void GpuProgram::SetGraphReplay(bool on) {
+  graph_replay_ = on;
+  if (!on) launch_graph_.reset();
+}
+
+void GpuProgram::Launch(const std::vector<size_t>& kernels, const std::vector<GpuLaunchParams>& launches) {
+  if (graph_replay_) {
+    if (!launch_graph_ || graph_kernels_ != kernels) {
+      launch_graph_.reset();
+      launch_graph_ = device_->RecordGraph(*module_, launches);
+      if (!launch_graph_) {
+        graph_replay_ = false;  // the device has no graphs: launch one by one from now on
+      } else {
+        graph_kernels_ = kernels;
+        ++graph_records_;
+      }
+    }
+    if (launch_graph_) {
+      for (size_t i = 0; i < launches.size(); ++i) launch_graph_->Set(i, launches[i]);
+      launch_graph_->Replay();
+      ++graph_replays_;
+      return;
+    }
+  }
+  for (const GpuLaunchParams& l : launches)
+    device_->Launch(*module_, l.function, l.args, l.groups, l.threads);
 }
 
 void GpuProgram::BindWeight(const std::string& name, const HostTensor& t) {
@@ -161,16 +190,22 @@ std::vector<HostTensor> GpuProgram::Run(const std::map<std::string, HostTensor>&
       case BufferKind::Output: Reuse(i, shape); break;
     }
   }
-  std::vector<GpuArg> args;
+  std::vector<size_t> launched;
+  std::vector<GpuLaunchParams> launches;
   for (size_t k = 0; k < kp_.kernels.size(); ++k) {
     const GpuKernelPlan& plan = src_.kernels[k];
     GpuLaunchDims dims = GpuLaunch(kp_.kernels[k], plan, b);
     if (dims.elements == 0) continue;
-    args.clear();
-    for (int buf : plan.buffers) args.push_back(GpuArg::Buffer(slots_[buf].mem));
-    for (const std::string& s : kp_.symbols) args.push_back(GpuArg::Int(b.at(s)));
-    device_->Launch(*module_, function_of_[k], args, dims.groups, dims.threads);
+    GpuLaunchParams l;
+    l.function = function_of_[k];
+    for (int buf : plan.buffers) l.args.push_back(GpuArg::Buffer(slots_[buf].mem));
+    for (const std::string& s : kp_.symbols) l.args.push_back(GpuArg::Int(b.at(s)));
+    l.groups = dims.groups;
+    l.threads = dims.threads;
+    launched.push_back(k);
+    launches.push_back(std::move(l));
   }
+  Launch(launched, launches);
   device_->Finish();
   std::vector<HostTensor> outs;
   for (int ob : kp_.output_buffers) {

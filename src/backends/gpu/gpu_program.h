@@ -48,6 +48,12 @@ class GpuProgram {
   std::vector<HostTensor> Run(const std::map<std::string, HostTensor>& inputs,
                               const SymbolBindings& syms = {});
   void ResetState();
+  // Replays each step's launches as one recorded graph where the device can (CUDA graphs; no
+  // effect on OpenCL): recorded on the first run, then updated with the step's arguments and
+  // grids and replayed while the same kernels launch. Off by default.
+  void SetGraphReplay(bool on);
+  int64_t graph_replays() const { return graph_replays_; }  // runs that replayed a recorded graph
+  int64_t graph_records() const { return graph_records_; }  // graphs recorded
 
   const Graph& graph() const { return graph_; }
   const KernelProgram& kernels() const { return kp_; }
@@ -66,6 +72,7 @@ class GpuProgram {
   void Place(size_t b, const std::vector<int64_t>& shape);  // (re)allocates zero-filled storage
   void Reuse(size_t b, const std::vector<int64_t>& shape);  // keeps storage that is big enough
   void Release(size_t b);
+  void Launch(const std::vector<size_t>& kernels, const std::vector<GpuLaunchParams>& launches);
 
   Graph graph_;
   std::shared_ptr<GpuDevice> device_;
@@ -75,6 +82,10 @@ class GpuProgram {
   std::vector<int> function_of_;       // kernel -> index into src_.functions
   std::vector<Slot> slots_;            // per buffer
   GpuCompileStats stats_;
+  bool graph_replay_ = false;
+  std::unique_ptr<GpuLaunchGraph> launch_graph_;
+  std::vector<size_t> graph_kernels_;  // the kernels launch_graph_ runs, in order
+  int64_t graph_replays_ = 0, graph_records_ = 0;
 };
 
 }  // namespace prism
