@@ -115,9 +115,11 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
   const std::string cpu = CpuModelName();
   const int threads = pool_->size();
   nlohmann::json receipts = nlohmann::json::array();
-  // Database keys: what is decided, then where (CPU, size bucket, team size).
+  // Database keys: what is decided, then where (CPU, size bucket, team size) and against which
+  // revision of the template kernels.
   auto where = [&](const std::string& bucket) {
-    return "|" + cpu + "|" + bucket + "|t" + std::to_string(threads);
+    return "|" + cpu + "|" + bucket + "|t" + std::to_string(threads) + "|r" +
+           std::to_string(kTemplateRevision);
   };
   auto kernel_keys = [&](const std::string& bucket) {
     std::vector<std::string> keys;
@@ -286,26 +288,30 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
       }
       add("generated", false, false, TemplateForm::Rows);
       if (fns_ro_[k]) add("generated-reduce-outer", false, true, TemplateForm::Rows);
-      nlohmann::json tried = nlohmann::json::array();
-      double best = INFINITY;
-      const Cand* best_c = nullptr;
-      for (const Cand& c : cands) {
+      auto select = [&](const Cand& c) {
         steps_[k] = defaults[k];
         steps_[k].use_template = c.tmpl;
         steps_[k].parallel = c.par;
         steps_[k].reduce_outer = c.ro;
         steps_[k].form = c.form;
         if (c.tmpl) PrepareForm(*kn.gemm, c.form);
-        auto run_once = [&] {
-          if (c.par)
-            pool_->ParallelFor(threads,
-                               [&](int t) { RunChunk(k, t, threads, ptrs.data(), sym_values.data()); });
-          else
-            RunChunk(k, 0, threads, ptrs.data(), sym_values.data());
-        };
-        run_once();
-        // Exact tiers must agree to 2e-3 of the output scale. The rounded-activation tier may also differ
-        // by each output's own rounding bound (computed from this output's actual inputs).
+      };
+      auto run_once = [&](const Cand& c) {
+        if (c.par)
+          pool_->ParallelFor(threads,
+                             [&](int t) { RunChunk(k, t, threads, ptrs.data(), sym_values.data()); });
+        else
+          RunChunk(k, 0, threads, ptrs.data(), sym_values.data());
+      };
+      // Every candidate is checked first. Exact tiers must agree to 2e-3 of the output scale; the
+      // rounded-activation tier may also differ by each output's own rounding bound (computed from
+      // this output's actual inputs).
+      nlohmann::json tried = nlohmann::json::array();
+      std::vector<size_t> passed;
+      for (size_t ci = 0; ci < cands.size(); ++ci) {
+        const Cand& c = cands[ci];
+        select(c);
+        run_once(c);
         double max_err = 0, max_bound = 0;
         bool ok = true;
         for (const KernelElement& e : ref) {
@@ -325,30 +331,36 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
             max_err = std::max(max_err, err / scale);
           }
         }
-        std::vector<double> times;
-        auto t_all = Clock::now();
-        for (int rep = 0; rep < 12 && (rep < 3 || Since(t_all) < 0.05); ++rep) {  // warm-up is rep 0
+        tried.push_back({{"candidate", c.name}, {"max_rel_error", max_err}, {"passed", ok}});
+        if (c.form == TemplateForm::RoundedActivation)
+          tried.back()["rel_error_bound"] = max_bound;  // beyond the exact tiers' 2e-3
+        if (ok) passed.push_back(ci);
+      }
+      // Then the candidates that passed are timed in rounds, one run of each per round, so that a burst
+      // of load elsewhere on the machine slows all of them rather than whichever was being timed.
+      std::vector<std::vector<double>> times(cands.size());
+      auto t_all = Clock::now();
+      for (int round = 0; round < 12 && (round < 4 || Since(t_all) < 0.05 * passed.size()); ++round)
+        for (size_t ci : passed) {  // round 0 warms up
+          select(cands[ci]);
           // A step reads each weight once, from memory: timing a GEMM with its weights left in cache
           // by the previous repeat favoured compute-light single-thread forms that lose in the step.
           if (kn.gemm) EvictWeights(*kn.gemm);
           auto t0 = Clock::now();
-          run_once();
-          if (rep > 0) times.push_back(Since(t0) * 1e6);
+          run_once(cands[ci]);
+          if (round > 0) times[ci].push_back(Since(t0) * 1e6);
         }
-        std::sort(times.begin(), times.end());
-        double med = times[times.size() / 2];
-        tried.push_back({{"candidate", c.name},
-                         {"max_rel_error", max_err},
-                         {"passed", ok},
-                         {"median_us", med},
-                         {"min_us", times.front()},
-                         {"max_us", times.back()},
-                         {"runs", times.size()}});
-        if (c.form == TemplateForm::RoundedActivation)
-          tried.back()["rel_error_bound"] = max_bound;  // beyond the exact tiers' 2e-3
-        if (ok && med < best) {
+      double best = INFINITY;
+      const Cand* best_c = nullptr;
+      for (size_t ci : passed) {
+        std::vector<double>& ts = times[ci];
+        std::sort(ts.begin(), ts.end());
+        double med = ts[ts.size() / 2];
+        tried[ci].update(
+            {{"median_us", med}, {"min_us", ts.front()}, {"max_us", ts.back()}, {"runs", ts.size()}});
+        if (med < best) {
           best = med;
-          best_c = &c;
+          best_c = &cands[ci];
         }
       }
       steps_[k] = defaults[k];
@@ -378,29 +390,32 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
         apply_step_decision(bucket, keys, chosen);
         continue;
       }
+      // Team and thread 0 alone take turns, as the kernels' candidates do.
+      std::vector<KernelChoice> team = chosen, alone = chosen;
+      for (KernelChoice& c : alone) c.parallel = 0;
+      std::vector<double> times[2];
+      for (int round = 0; round < 9; ++round)  // round 0 warms up
+        for (int one_thread = 0; one_thread < 2; ++one_thread) {
+          chosen = one_thread ? alone : team;
+          PlanSteps(b);
+          auto t0 = Clock::now();
+          RunMegakernel(ptrs.data(), sym_values.data());
+          if (round > 0) times[one_thread].push_back(Since(t0) * 1e6);
+        }
+      chosen = team;
       nlohmann::json tried = nlohmann::json::array();
       double med[2];
       for (int one_thread = 0; one_thread < 2; ++one_thread) {
-        std::vector<KernelChoice> saved = chosen;
-        if (one_thread)
-          for (KernelChoice& c : chosen) c.parallel = 0;
-        PlanSteps(b);
-        chosen = saved;
-        std::vector<double> times;
-        for (int rep = 0; rep < 9; ++rep) {  // warm-up is rep 0
-          auto t0 = Clock::now();
-          RunMegakernel(ptrs.data(), sym_values.data());
-          if (rep > 0) times.push_back(Since(t0) * 1e6);
-        }
-        std::sort(times.begin(), times.end());
-        med[one_thread] = times[times.size() / 2];
+        std::vector<double>& ts = times[one_thread];
+        std::sort(ts.begin(), ts.end());
+        med[one_thread] = ts[ts.size() / 2];
         tried.push_back({{"candidate", one_thread ? "one thread" : "team"},
                          {"passed", true},
                          {"max_rel_error", 0.0},
                          {"median_us", med[one_thread]},
-                         {"min_us", times.front()},
-                         {"max_us", times.back()},
-                         {"runs", times.size()}});
+                         {"min_us", ts.front()},
+                         {"max_us", ts.back()},
+                         {"runs", ts.size()}});
       }
       bool one = med[1] < med[0];
       decide_step(bucket, key, one, chosen,
