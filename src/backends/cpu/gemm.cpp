@@ -70,12 +70,18 @@ PRISM_AVX512 inline __m512 LoadBlock(const uint8_t* blk, __m512* lo, __m512* hi)
   return _mm512_set1_ps(_cvtsh_ss(*reinterpret_cast<const uint16_t*>(blk)));
 }
 
-// Plain (f32/f16/bf16) weights, 16 at a time with a masked tail.
+// Plain (f32/f16/bf16) weights, 16 at a time with a masked tail. When next is given, the same
+// offsets of the next tile's weight rows are prefetched: a row of 2-byte weights is often one 4 KiB
+// page, where the hardware prefetcher stops, and a GEMV is a stream of such rows.
 template <DType T, int MR, int NR>
 PRISM_AVX512 inline void TilePlain(const float* a, int64_t lda, const uint8_t* w, int64_t row_bytes,
-                                   int64_t k, __m512 (&acc)[MR][NR]) {
+                                   int64_t k, __m512 (&acc)[MR][NR], const uint8_t* next) {
+  constexpr int64_t elem = T == DType::F32 ? 4 : 2;
   for (int64_t kk = 0; kk < k; kk += 16) {
     __mmask16 mask = k - kk >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - kk)) - 1);
+    if (next)
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) _mm_prefetch((const char*)next + j * row_bytes + kk * elem, _MM_HINT_T0);
     __m512 wv[NR];
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) wv[j] = LoadW16<T>(w + j * row_bytes, kk, mask);
@@ -91,7 +97,7 @@ PRISM_AVX512 inline void TilePlain(const float* a, int64_t lda, const uint8_t* w
 // MR activation rows x NR weight rows; acc[i][j] holds 16 partial sums of y[i, j].
 template <DType T, int MR, int NR>
 PRISM_AVX512 void Tile(const float* a, int64_t lda, const uint8_t* w, int64_t row_bytes, int64_t k, float* y,
-                       int64_t ldy) {
+                       int64_t ldy, const uint8_t* next) {
   __m512 acc[MR][NR];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
@@ -101,6 +107,9 @@ PRISM_AVX512 void Tile(const float* a, int64_t lda, const uint8_t* w, int64_t ro
     // Whole blocks: the block's dot product in raw values, then one multiply by its scale.
     constexpr int64_t kBlockBytes = T == DType::Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
     for (int64_t kk = 0, blk = 0; kk < k; kk += 32, blk += kBlockBytes) {
+      if (next)
+#pragma GCC unroll 8
+        for (int j = 0; j < NR; ++j) _mm_prefetch((const char*)next + j * row_bytes + blk, _MM_HINT_T0);
       __m512 lo[NR], hi[NR], d[NR];
 #pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) d[j] = LoadBlock<T>(w + j * row_bytes + blk, &lo[j], &hi[j]);
@@ -113,7 +122,7 @@ PRISM_AVX512 void Tile(const float* a, int64_t lda, const uint8_t* w, int64_t ro
       }
     }
   } else {
-    TilePlain<T, MR, NR>(a, lda, w, row_bytes, k, acc);
+    TilePlain<T, MR, NR>(a, lda, w, row_bytes, k, acc, next);
   }
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
@@ -123,12 +132,12 @@ PRISM_AVX512 void Tile(const float* a, int64_t lda, const uint8_t* w, int64_t ro
 
 template <DType T, int NR>
 PRISM_AVX512 void TileRows(int mr, const float* a, int64_t lda, const uint8_t* w, int64_t rb, int64_t k,
-                           float* y, int64_t ldy) {
+                           float* y, int64_t ldy, const uint8_t* next) {
   switch (mr) {
-    case 4: return Tile<T, 4, NR>(a, lda, w, rb, k, y, ldy);
-    case 3: return Tile<T, 3, NR>(a, lda, w, rb, k, y, ldy);
-    case 2: return Tile<T, 2, NR>(a, lda, w, rb, k, y, ldy);
-    default: return Tile<T, 1, NR>(a, lda, w, rb, k, y, ldy);
+    case 4: return Tile<T, 4, NR>(a, lda, w, rb, k, y, ldy, next);
+    case 3: return Tile<T, 3, NR>(a, lda, w, rb, k, y, ldy, next);
+    case 2: return Tile<T, 2, NR>(a, lda, w, rb, k, y, ldy, next);
+    default: return Tile<T, 1, NR>(a, lda, w, rb, k, y, ldy, next);
   }
 }
 
@@ -147,11 +156,14 @@ PRISM_AVX512 void GemmAvx512(const float* a, int64_t m, int64_t k, const void* w
         const float* ai = a + i * k;
         const uint8_t* wn = wb + n * rb;
         float* yi = y + i * n_total + n;
+        // The last activation tile over these weight rows fetches the next rows ahead.
+        // (f32 rows span whole pages, which the hardware prefetcher follows better alone).
+        const uint8_t* next = T != DType::F32 && i + 4 >= m1 && n + 4 < n_end ? wn + 4 * rb : nullptr;
         switch (nr) {
-          case 4: TileRows<T, 4>(mr, ai, k, wn, rb, k, yi, n_total); break;
-          case 3: TileRows<T, 3>(mr, ai, k, wn, rb, k, yi, n_total); break;
-          case 2: TileRows<T, 2>(mr, ai, k, wn, rb, k, yi, n_total); break;
-          default: TileRows<T, 1>(mr, ai, k, wn, rb, k, yi, n_total); break;
+          case 4: TileRows<T, 4>(mr, ai, k, wn, rb, k, yi, n_total, next); break;
+          case 3: TileRows<T, 3>(mr, ai, k, wn, rb, k, yi, n_total, next); break;
+          case 2: TileRows<T, 2>(mr, ai, k, wn, rb, k, yi, n_total, next); break;
+          default: TileRows<T, 1>(mr, ai, k, wn, rb, k, yi, n_total, next); break;
         }
       }
     }

@@ -37,9 +37,12 @@ PRISM_BF16 void RoundRow(const float* a, int64_t k, uint16_t* out) {
   }
 }
 
-// MR activation rows x NR weight rows; the last partial 32 values of a weight row load masked.
+// MR activation rows x NR weight rows; the last partial 32 values of a weight row load masked. When
+// next is given, the same offsets of the next tile's weight rows are prefetched (a 2048-value row is
+// one 4 KiB page, where the hardware prefetcher stops).
 template <int MR, int NR>
-PRISM_BF16 void Tile(const uint16_t* a, int64_t lda, const uint16_t* w, int64_t k, float* y, int64_t ldy) {
+PRISM_BF16 void Tile(const uint16_t* a, int64_t lda, const uint16_t* w, int64_t k, float* y, int64_t ldy,
+                     const uint16_t* next) {
   __m512 acc[MR][NR];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
@@ -47,6 +50,9 @@ PRISM_BF16 void Tile(const uint16_t* a, int64_t lda, const uint16_t* w, int64_t 
     for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
   for (int64_t kk = 0; kk < k; kk += 32) {
     const __mmask32 mask = Lanes(k - kk);
+    if (next)
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) _mm_prefetch((const char*)(next + j * k + kk), _MM_HINT_T0);
     __m512bh wv[NR];
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) wv[j] = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + j * k + kk);
@@ -65,12 +71,12 @@ PRISM_BF16 void Tile(const uint16_t* a, int64_t lda, const uint16_t* w, int64_t 
 
 template <int NR>
 PRISM_BF16 void TileRows(int mr, const uint16_t* a, int64_t lda, const uint16_t* w, int64_t k, float* y,
-                         int64_t ldy) {
+                         int64_t ldy, const uint16_t* next) {
   switch (mr) {
-    case 4: return Tile<4, NR>(a, lda, w, k, y, ldy);
-    case 3: return Tile<3, NR>(a, lda, w, k, y, ldy);
-    case 2: return Tile<2, NR>(a, lda, w, k, y, ldy);
-    default: return Tile<1, NR>(a, lda, w, k, y, ldy);
+    case 4: return Tile<4, NR>(a, lda, w, k, y, ldy, next);
+    case 3: return Tile<3, NR>(a, lda, w, k, y, ldy, next);
+    case 2: return Tile<2, NR>(a, lda, w, k, y, ldy, next);
+    default: return Tile<1, NR>(a, lda, w, k, y, ldy, next);
   }
 }
 
@@ -86,11 +92,12 @@ PRISM_BF16 void GemmBf16(const uint16_t* a, int64_t lda, int64_t m, int64_t k, c
         const uint16_t* ai = a + i * lda;
         const uint16_t* wn = w + n * k;
         float* yi = y + i * n_total + n;
+        const uint16_t* next = i + 4 >= m1 && n + 4 < n_end ? wn + 4 * k : nullptr;  // last pass over wn
         switch (nr) {
-          case 4: TileRows<4>(mr, ai, lda, wn, k, yi, n_total); break;
-          case 3: TileRows<3>(mr, ai, lda, wn, k, yi, n_total); break;
-          case 2: TileRows<2>(mr, ai, lda, wn, k, yi, n_total); break;
-          default: TileRows<1>(mr, ai, lda, wn, k, yi, n_total); break;
+          case 4: TileRows<4>(mr, ai, lda, wn, k, yi, n_total, next); break;
+          case 3: TileRows<3>(mr, ai, lda, wn, k, yi, n_total, next); break;
+          case 2: TileRows<2>(mr, ai, lda, wn, k, yi, n_total, next); break;
+          default: TileRows<1>(mr, ai, lda, wn, k, yi, n_total, next); break;
         }
       }
     }
