@@ -124,6 +124,23 @@ std::string Program::ProfileTable() const {
                   (long long)kernel_calls_[k], kp_.kernels[k].name.c_str());
     out += line;
   }
+  // Then by kind (the kernel name without its index), where a model's layers add up.
+  std::map<std::string, std::pair<double, int>> kinds;
+  for (size_t k = 0; k < order.size(); ++k) {
+    const std::string& name = kp_.kernels[k].name;
+    auto& [seconds, count] = kinds[name.substr(name.find('_') + 1)];
+    seconds += kernel_seconds_[k];
+    count++;
+  }
+  std::vector<std::pair<double, std::string>> by_kind;
+  for (const auto& [kind, v] : kinds) by_kind.push_back({v.first, kind});
+  std::sort(by_kind.rbegin(), by_kind.rend());
+  out += "by kind:\n";
+  for (const auto& [seconds, kind] : by_kind) {
+    std::snprintf(line, sizeof line, "  %6.2f%%  %10.3f ms  %4d kernels  %s\n", total > 0 ? 100 * seconds / total : 0,
+                  seconds * 1e3, kinds[kind].second, kind.c_str());
+    out += line;
+  }
   return out;
 }
 
