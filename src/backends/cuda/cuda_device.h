@@ -41,7 +41,8 @@ class CudaDevice : public GpuDevice {
                                               const std::vector<GpuLaunchParams>& launches) override;
 
   // Milliseconds the launches enqueued by `work` take on the GPU (CUDA events around them).
-  double TimeMs(const std::function<void()>& work);
+  double TimeMs(const std::function<void()>& work) override;
+  bool device_timer() const override { return true; }
 
   // A CUDA graph: the launches `work` enqueues, captured once from the stream and replayed with
   // one call. Arguments are frozen at capture time (same buffers, same symbol values).

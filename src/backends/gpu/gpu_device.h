@@ -1,7 +1,9 @@
 // What a GPU-style backend provides: memory, a compiler for its dialect, and kernel launches.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,6 +78,17 @@ class GpuDevice {
   virtual void Launch(GpuModule& module, int function, const std::vector<GpuArg>& args, int64_t groups,
                       int threads) = 0;
   virtual void Finish() = 0;  // waits for everything enqueued
+  // Milliseconds the launches enqueued by `work` take on the device, from the device's own timer
+  // (CUDA events, OpenCL event profiling). This fallback, for devices without one, times work()
+  // plus Finish() on the host clock.
+  virtual double TimeMs(const std::function<void()>& work) {
+    Finish();
+    auto t0 = std::chrono::steady_clock::now();
+    work();
+    Finish();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+  virtual bool device_timer() const { return false; }  // TimeMs reads a device-side clock
   // Records launches (in order, each after the previous) for replay, or returns null where the
   // device has no such facility (OpenCL): callers then launch one by one.
   virtual std::unique_ptr<GpuLaunchGraph> RecordGraph(GpuModule& /*module*/,

@@ -47,13 +47,15 @@ const char* ClErrorName(cl_int e) {
 struct ClApi {
   void* lib = nullptr;
 #define PRISM_CL_FN(name) decltype(&::name) name = nullptr;
-#define PRISM_CL_FNS(X)                                                                                      \
-  X(clGetPlatformIDs)                                                                                        \
-  X(clGetPlatformInfo) X(clGetDeviceIDs) X(clGetDeviceInfo) X(clCreateContext) X(clReleaseContext)           \
-      X(clCreateCommandQueue) X(clReleaseCommandQueue) X(clCreateBuffer) X(clReleaseMemObject)               \
-          X(clEnqueueWriteBuffer) X(clEnqueueReadBuffer) X(clEnqueueFillBuffer) X(clCreateProgramWithSource) \
-              X(clBuildProgram) X(clGetProgramBuildInfo) X(clReleaseProgram) X(clCreateKernel)               \
-                  X(clReleaseKernel) X(clSetKernelArg) X(clEnqueueNDRangeKernel) X(clFinish)
+#define PRISM_CL_FNS(X)                                                                                \
+  X(clGetPlatformIDs)                                                                                  \
+  X(clGetPlatformInfo)                                                                                 \
+  X(clGetDeviceIDs) X(clGetDeviceInfo) X(clCreateContext) X(clReleaseContext) X(clCreateCommandQueue)  \
+      X(clReleaseCommandQueue) X(clCreateBuffer) X(clReleaseMemObject) X(clEnqueueWriteBuffer)         \
+          X(clEnqueueReadBuffer) X(clEnqueueFillBuffer) X(clCreateProgramWithSource) X(clBuildProgram) \
+              X(clGetProgramBuildInfo) X(clReleaseProgram) X(clCreateKernel) X(clReleaseKernel)        \
+                  X(clSetKernelArg) X(clEnqueueNDRangeKernel) X(clFinish) X(clWaitForEvents)           \
+                      X(clGetEventProfilingInfo) X(clReleaseEvent)
   PRISM_CL_FNS(PRISM_CL_FN)
 #undef PRISM_CL_FN
 };
@@ -122,6 +124,7 @@ struct OpenClDevice::Impl {
   cl_command_queue queue = nullptr;
   std::string name;
   int max_group = 1;
+  std::vector<cl_event>* timed = nullptr;  // set inside TimeMs: launches record their events here
 };
 
 // Finds the first device of the first platform that has one, or explains why there is none.
@@ -171,7 +174,8 @@ std::shared_ptr<OpenClDevice> OpenClDevice::Open() {
   cl_int e = CL_SUCCESS;
   impl->context = cl.clCreateContext(nullptr, 1, &impl->device, nullptr, nullptr, &e);
   Check(e, "clCreateContext");
-  impl->queue = cl.clCreateCommandQueue(impl->context, impl->device, 0, &e);
+  // Profiling on: TimeMs reads kernels' device timestamps (the overhead is per-event bookkeeping).
+  impl->queue = cl.clCreateCommandQueue(impl->context, impl->device, CL_QUEUE_PROFILING_ENABLE, &e);
   if (e != CL_SUCCESS) {
     cl.clReleaseContext(impl->context);
     Fail("clCreateCommandQueue", e);
@@ -269,8 +273,45 @@ void OpenClDevice::Launch(GpuModule& module, int function, const std::vector<Gpu
     if (e != CL_SUCCESS) Fail("clSetKernelArg " + std::to_string(a), e);
   }
   size_t local = (size_t)threads, global = (size_t)groups * local;
-  Check(cl.clEnqueueNDRangeKernel(impl_->queue, k, 1, nullptr, &global, &local, 0, nullptr, nullptr),
+  cl_event ev = nullptr;
+  Check(cl.clEnqueueNDRangeKernel(impl_->queue, k, 1, nullptr, &global, &local, 0, nullptr,
+                                  impl_->timed ? &ev : nullptr),
         "clEnqueueNDRangeKernel");
+  if (impl_->timed) impl_->timed->push_back(ev);
+}
+
+double OpenClDevice::TimeMs(const std::function<void()>& work) {
+  const ClApi& cl = *impl_->cl;
+  std::vector<cl_event> events;
+  auto release = [&] {
+    impl_->timed = nullptr;
+    for (cl_event ev : events) cl.clReleaseEvent(ev);
+  };
+  impl_->timed = &events;
+  try {
+    work();
+    impl_->timed = nullptr;
+    double ms = 0;
+    if (!events.empty()) {
+      Check(cl.clWaitForEvents((cl_uint)events.size(), events.data()), "clWaitForEvents");
+      cl_ulong first = ~(cl_ulong)0, last = 0;
+      for (cl_event ev : events) {
+        cl_ulong start = 0, end = 0;
+        Check(cl.clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof start, &start, nullptr),
+              "clGetEventProfilingInfo");
+        Check(cl.clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof end, &end, nullptr),
+              "clGetEventProfilingInfo");
+        first = std::min(first, start);
+        last = std::max(last, end);
+      }
+      ms = (double)(last - first) * 1e-6;
+    }
+    release();
+    return ms;
+  } catch (...) {
+    release();
+    throw;
+  }
 }
 
 void OpenClDevice::Finish() { Check(impl_->cl->clFinish(impl_->queue), "clFinish"); }

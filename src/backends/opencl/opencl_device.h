@@ -30,6 +30,9 @@ class OpenClDevice : public GpuDevice {
   void Launch(GpuModule& module, int function, const std::vector<GpuArg>& args, int64_t groups,
               int threads) override;
   void Finish() override;
+  // From the profiling timestamps of the kernels `work` launches: first start to last end.
+  double TimeMs(const std::function<void()>& work) override;
+  bool device_timer() const override { return true; }
 
   struct Impl;
 
