@@ -1,5 +1,8 @@
 // Schedule search, tuning database and compiled artifacts: choices are checked, timed, reused, replayed.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -15,13 +18,22 @@ TEST(Search, EveryCandidateIsCheckedAndTimedThenTheDatabaseIsReused) {
   const std::string model = std::string(PRISM_SOURCE_DIR) + "/models/stories260K/stories260K.bin";
   auto dir = testing::MakeTempDir("search");
   setenv("PRISM_CACHE_DIR", dir.c_str(), 1);
-  auto lm = LanguageModel::Load(model, {"", 64, 2});
+  LoadOptions lo{"", 64, 2};
+  lo.search_busy_limit = 1;  // ctest runs other tests beside this one: save whatever was timed
+  auto lm = LanguageModel::Load(model, lo);
   std::vector<int32_t> ids = lm->tokenizer().Encode("Once upon a time", true);
   std::vector<float> before = lm->Forward(ids);
   nlohmann::json receipts = lm->Tune(30);
   int searched = 0, multi = 0, shared = 0;
+  int search_receipts = 0;
   for (const auto& r : receipts) {
     ASSERT_TRUE(r.contains("chosen")) << r.dump();
+    if (r.value("scope", "") == "search") {  // one per bucket: the machine's load while timing
+      search_receipts++;
+      EXPECT_TRUE(r["saved"].get<bool>());
+      EXPECT_GE(r["others_cpu_fraction"].get<double>(), 0);
+      continue;
+    }
     shared += r["reason"] == "tuning database";
     if (!r.contains("candidates")) continue;
     searched++;
@@ -44,10 +56,42 @@ TEST(Search, EveryCandidateIsCheckedAndTimedThenTheDatabaseIsReused) {
   std::vector<float> after = lm->Forward(ids);
   for (size_t i = 0; i < before.size(); ++i) ASSERT_NEAR(before[i], after[i], 1e-4) << i;
   // A second load finds every decision in the database and searches nothing.
+  EXPECT_EQ(search_receipts, 2);
   auto again = LanguageModel::Load(model, {"", 64, 2});
   nlohmann::json second = again->Tune(30);
   for (const auto& r : second) EXPECT_EQ(r["reason"], "tuning database") << r.dump();
-  EXPECT_EQ(second.size(), receipts.size());
+  EXPECT_EQ(second.size() + search_receipts, receipts.size());
+  unsetenv("PRISM_CACHE_DIR");
+}
+
+TEST(Search, DecisionsTimedOnABusyMachineAreUsedButNotSaved) {
+  const std::string model = std::string(PRISM_SOURCE_DIR) + "/models/stories260K/stories260K.bin";
+  auto dir = testing::MakeTempDir("busy");
+  setenv("PRISM_CACHE_DIR", dir.c_str(), 1);
+  LoadOptions lo{"", 64, 2};
+  lo.search_busy_limit = 0.05;
+  auto lm = LanguageModel::Load(model, lo);
+  pid_t spinner = fork();  // another process keeping a core busy while candidates are timed
+  ASSERT_GE(spinner, 0);
+  if (spinner == 0)
+    for (;;) asm volatile("" ::: "memory");
+  nlohmann::json receipts = lm->Tune(5);
+  kill(spinner, SIGKILL);
+  waitpid(spinner, nullptr, 0);
+  int searched = 0, busy = 0;
+  for (const auto& r : receipts) {
+    searched += r.contains("candidates");
+    if (r.value("scope", "") != "search") continue;
+    busy++;
+    EXPECT_GT(r["others_cpu_fraction"].get<double>(), 0.05) << r.dump();
+    EXPECT_FALSE(r["saved"].get<bool>());
+  }
+  EXPECT_GT(searched, 0);
+  EXPECT_GT(busy, 0);
+  // Nothing was saved: the next search (on a quiet machine) times the candidates again.
+  std::ifstream db(dir / "tuning.json");
+  std::string text((std::istreambuf_iterator<char>(db)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.find("\"candidate\""), std::string::npos) << text.substr(0, 300);
   unsetenv("PRISM_CACHE_DIR");
 }
 

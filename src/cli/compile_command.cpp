@@ -9,7 +9,8 @@
 namespace prism::cli {
 
 Runner AddCompileCommand(CLI::App& app) {
-  auto* cmd = app.add_subcommand("compile", "Compile a model into an artifact folder (kernels, schedules, receipts)");
+  auto* cmd =
+      app.add_subcommand("compile", "Compile a model into an artifact folder (kernels, schedules, receipts)");
   struct Opts {
     std::string model, out, tokenizer, replay;
     double budget = 60;
@@ -19,12 +20,15 @@ Runner AddCompileCommand(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("model", o->model, "model path (default: the shipped stories260K)");
   cmd->add_option("-o,--output", o->out, "artifact folder to write, e.g. stories.prism")->required();
-  cmd->add_option("--search-budget", o->budget, "seconds of schedule search (decisions already in the tuning "
-                                                 "database cost nothing)")->capture_default_str();
+  cmd->add_option("--search-budget", o->budget,
+                  "seconds of schedule search (decisions already in the tuning "
+                  "database cost nothing)")
+      ->capture_default_str();
   cmd->add_option("--ctx", o->ctx, "context size in tokens");
   cmd->add_option("--threads", o->threads, "threads the schedules are tuned for (default: all cores)");
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file (llama2.c checkpoints)");
-  cmd->add_option("--replay", o->replay, "search one kernel again (ignoring the database) and print its receipt");
+  cmd->add_option("--replay", o->replay,
+                  "search one kernel again (ignoring the database) and print its receipt");
   return [o]() {
     auto t0 = std::chrono::steady_clock::now();
     std::string path = o->model.empty() ? DefaultModelPath() : o->model;
@@ -39,13 +43,21 @@ Runner AddCompileCommand(CLI::App& app) {
     lm->SaveArtifact(o->out, receipts);
     int searched = 0, from_db = 0;
     for (const auto& r : receipts) {
+      if (r.value("scope", "") == "search" && !r.value("saved", true))
+        std::fprintf(stderr,
+                     "warning: other processes used %.0f%% of the CPU time while the %s schedules were "
+                     "timed; they are used here but not saved to the tuning database\n",
+                     100 * r.value("others_cpu_fraction", 0.0), r.value("bucket", "").c_str());
       std::string why = r.value("reason", "");
-      if (why == "tuning database") from_db++;
-      else if (r.contains("candidates")) searched++;
+      if (why == "tuning database")
+        from_db++;
+      else if (r.contains("candidates"))
+        searched++;
     }
-    std::printf("%s -> %s: %zu kernels, %d schedule decisions searched, %d from the tuning database, %.2f s\n",
-                path.c_str(), o->out.c_str(), lm->program().kernels().kernels.size(), searched, from_db,
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    std::printf(
+        "%s -> %s: %zu kernels, %d schedule decisions searched, %d from the tuning database, %.2f s\n",
+        path.c_str(), o->out.c_str(), lm->program().kernels().kernels.size(), searched, from_db,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return 0;
   };
 }

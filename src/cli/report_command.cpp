@@ -1,4 +1,6 @@
 // `prism report`: the receipts of an artifact as a table by share of step time, and an HTML roofline.
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -72,7 +74,8 @@ Runner AddReportCommand(CLI::App& app) {
     for (const char* bucket : {"decode", "prefill"}) {
       std::vector<nlohmann::json> rows;
       double total = 0;
-      std::string step_line;  // the whole-step decision (team or one thread), not a kernel
+      std::string step_line;    // the whole-step decision (team or one thread), not a kernel
+      std::string search_line;  // how busy the machine was while the search timed candidates
       for (const auto& r : receipts) {
         if (r.value("bucket", "") != bucket) continue;
         if (r.value("scope", "kernel") == "step") {
@@ -80,14 +83,22 @@ Runner AddReportCommand(CLI::App& app) {
                       r.value("reason", "") + ")";
           continue;
         }
+        if (r.value("scope", "kernel") == "search") {
+          if (r.value("others_cpu_fraction", 0.0) > 0 && r.value("decisions", 0) > 0)
+            search_line = fmt::format("{} search: other processes used {:.0f}% of the CPU time{}", bucket,
+                                      100 * r.value("others_cpu_fraction", 0.0),
+                                      r.value("saved", true) ? "" : " (its decisions were not saved)");
+          continue;
+        }
         rows.push_back(r);
         total += r.value("median_us", 0.0);
       }
       if (rows.empty()) continue;
-      if (!step_line.empty()) {
-        std::printf("%s\n", step_line.c_str());
-        html += "<p>" + step_line + "</p>";
-      }
+      for (const std::string& line : {search_line, step_line})
+        if (!line.empty()) {
+          std::printf("%s\n", line.c_str());
+          html += "<p>" + line + "</p>";
+        }
       std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
         return a.value("median_us", 0.0) > b.value("median_us", 0.0);
       });

@@ -123,6 +123,7 @@ std::unique_ptr<LanguageModel> LanguageModel::Load(const std::string& path, cons
   if (cfg.architecture == "gpt2" && lm->max_context_ > cfg.max_position)
     throw Error(path + ": GPT-2 has learned positions only up to " + std::to_string(cfg.max_position));
   lm->threads_ = opts.threads;
+  lm->search_busy_limit_ = opts.search_busy_limit;
   lm->device_ = opts.device;
   if (opts.device == "cpu") {
     lm->step_ = lm->CompileStep(false);
@@ -149,6 +150,7 @@ nlohmann::json LanguageModel::Tune(double budget_seconds, const std::string& onl
   to.budget_seconds = budget_seconds;
   to.db_path = TuningDatabasePath();
   to.only_kernel = only_kernel;
+  to.busy_limit = search_busy_limit_;
   int64_t prefill = std::min<int64_t>(128, std::max<int64_t>(2, max_context_ / 2));
   to.buckets = {{"decode", {{"seq", 1}, {"past", std::min<int64_t>(max_context_ - 1, 64)}}},
                 {"prefill", {{"seq", prefill}, {"past", 0}}}};
@@ -216,6 +218,7 @@ std::unique_ptr<LanguageModel> LanguageModel::LoadArtifact(const std::string& di
   lm->files_ = OpenModelFiles(lm->path_, lm->tokenizer_path_);
   lm->max_context_ = m.value("max_context", (int64_t)2048);
   lm->threads_ = opts.threads;
+  lm->search_busy_limit_ = opts.search_busy_limit;
   CompileOptions co;
   co.prebuilt_so = (fs::path(dir) / "kernels.so").string();
   std::ifstream src(fs::path(dir) / "kernels.cpp");

@@ -28,6 +28,9 @@ struct LoadOptions {
   // On cuda: each step's launches replay as one CUDA graph (updated with the step's arguments)
   // instead of one launch per kernel. No effect elsewhere.
   bool gpu_graphs = true;
+  // Search decisions timed while other processes used more than this fraction of the CPU time are
+  // used for this compile but not saved to the tuning database.
+  double search_busy_limit = 0.2;
 };
 
 // The tuning database shared by every compile on this machine: KernelCacheDir()/tuning.json.
@@ -92,6 +95,7 @@ class LanguageModel {
   ModelFiles files_;
   int64_t max_context_ = 0;
   int threads_ = 0;
+  double search_busy_limit_ = 0.2;
   std::unique_ptr<Program> step_, all_;  // CPU device
   std::string device_ = "cpu";
   std::shared_ptr<GpuDevice> gpu_;

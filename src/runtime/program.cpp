@@ -137,8 +137,8 @@ std::string Program::ProfileTable() const {
   std::sort(by_kind.rbegin(), by_kind.rend());
   out += "by kind:\n";
   for (const auto& [seconds, kind] : by_kind) {
-    std::snprintf(line, sizeof line, "  %6.2f%%  %10.3f ms  %4d kernels  %s\n", total > 0 ? 100 * seconds / total : 0,
-                  seconds * 1e3, kinds[kind].second, kind.c_str());
+    std::snprintf(line, sizeof line, "  %6.2f%%  %10.3f ms  %4d kernels  %s\n",
+                  total > 0 ? 100 * seconds / total : 0, seconds * 1e3, kinds[kind].second, kind.c_str());
     out += line;
   }
   return out;

@@ -58,6 +58,7 @@ struct TuneOptions {
   double budget_seconds = 30;  // wall-clock search budget over all buckets
   std::string db_path;         // tuning database (JSON); "" = none
   std::string only_kernel;     // replay the search for one kernel only
+  double busy_limit = 0.2;     // decisions timed while others used more of the CPU are not saved
 };
 
 using KernelFn = void (*)(void* const* bufs, const int64_t* syms, int64_t begin, int64_t end);

@@ -171,8 +171,13 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
   const MachinePeaks& peaks = ProbeMachine(threads);
   std::mt19937 rng(20261122);
   bool db_changed = false;
+  // Decisions measured while other processes kept the cores busy are used for this compile but not
+  // saved: the next search, on a quieter machine, makes them again.
+  std::set<std::string> unsaved;
 
   for (const auto& [bucket, sizes] : opts.buckets) {
+    BusyMeter busy;
+    std::vector<std::string> written;  // database keys decided in this bucket
     // Random inputs (never zeros) at this bucket's sizes; scratch and state filled with random data
     // too, so that a kernel timed alone reads realistic values.
     std::map<std::string, HostTensor> inputs;
@@ -376,6 +381,7 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
       r["median_us"] = best;
       r["fraction_of_roofline"] = floor_s * 1e6 / best;
       r["reason"] = "fastest of " + std::to_string(tried.size()) + " candidates that passed the check";
+      written.push_back(key);
       db[key] = ChoiceToJson(chosen[k]);
       db[key]["candidate"] = best_c->name;
       db[key]["median_us"] = best;
@@ -423,10 +429,24 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
                    {"median_us", std::min(med[0], med[1])},
                    {"floor_us", step_floor_us},
                    {"reason", "faster of the team and one thread over the whole step"}});
+      written.push_back(key);
       db[key] = {{"one_thread", one}, {"candidate", one ? "one thread" : "team"}};
       db_changed = true;
     }
+    const double others = busy.OthersFraction();
+    const bool saved = written.empty() || others <= opts.busy_limit;
+    if (!saved) unsaved.insert(written.begin(), written.end());
+    if (!written.empty())
+      receipts.push_back({{"kernel", "(search)"},
+                          {"scope", "search"},
+                          {"bucket", bucket},
+                          {"chosen", ""},
+                          {"reason", "how busy the machine was while candidates were timed"},
+                          {"decisions", written.size()},
+                          {"others_cpu_fraction", others},
+                          {"saved", saved}});
   }
+  for (const std::string& key : unsaved) db.erase(key);
   // Repacked weights that no chosen form reads were made for candidates only: free them.
   std::set<int> int8_used, panels_used;
   for (const auto& [bucket, cs] : choices_)
