@@ -10,13 +10,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 
 #include "backends/cuda/cuda_device.h"
 #include "backends/cuda/nvrtc_compiler.h"
+#include "codegen/cuda_mma_gemm.h"
 #include "codegen/gpu_renderer.h"
 #include "gpu_check.h"
 #include "op_graphs.h"
 #include "random_graph.h"
+#include "runtime/gpu_tuner.h"
 #include "runtime/language_model.h"
 
 namespace prism {
@@ -146,8 +149,8 @@ TEST(Nvrtc, Stories260KCompilesForSm90) {
   Report("stories260K (" + std::to_string(g.size()) + " graph nodes)", c);
 }
 
-TEST(Nvrtc, Llama32_1BShapedGraphCompilesForSm90) {
-  PRISM_REQUIRE_NVRTC();
+// A Llama-3.2-1B-shaped step graph with bf16 weights (synthetic: only shapes and dtypes matter).
+Graph Llama32_1BShapedGraph() {
   ModelConfig cfg;
   cfg.architecture = "llama";
   cfg.vocab_size = 128256;
@@ -170,12 +173,57 @@ TEST(Nvrtc, Llama32_1BShapedGraphCompilesForSm90) {
     if (name == "rope_freqs.weight") return std::nullopt;
     return synthetic(name);
   };
-  Graph g = BuildCausalLM(cfg, hf_like, go);
+  return BuildCausalLM(cfg, hf_like, go);
+}
+
+TEST(Nvrtc, Llama32_1BShapedGraphCompilesForSm90) {
+  PRISM_REQUIRE_NVRTC();
+  Graph g = Llama32_1BShapedGraph();
   KernelProgram kp = BuildKernelProgram(g);
   Compiled c = CompileCuda(kp, GpuSchedule{}, "llama-3.2-1B shape");
   EXPECT_EQ(c.kernels, kp.kernels.size());
   EXPECT_GT(c.cooperative, 0u);  // the projections are work-group reductions
   Report("Llama-3.2-1B shape, bf16 (" + std::to_string(g.size()) + " graph nodes)", c);
+}
+
+Graph Stories260KGraph() {
+  ModelFiles mf = OpenModelFiles(PRISM_SOURCE_DIR "/models/stories260K/stories260K.bin");
+  LmGraphOptions go;
+  go.max_context = 512;
+  return BuildCausalLM(mf.config, mf.Lookup(), go);
+}
+
+// The tensor-core template for every GEMM shape (N, K) of stories260K and of the 1B-shaped graph,
+// one translation unit, compiled for sm_90 (and sm_80, its lowest target).
+TEST(Nvrtc, TensorCoreGemmCompilesForTheModelsGemmShapes) {
+  PRISM_REQUIRE_NVRTC();
+  std::set<std::pair<int64_t, int64_t>> shapes;
+  int applies_1b = 0;
+  for (int model = 0; model < 2; ++model) {
+    Graph g = model ? Llama32_1BShapedGraph() : Stories260KGraph();
+    KernelProgram kp = BuildKernelProgram(g);
+    for (const Kernel& k : kp.kernels) {
+      if (!k.gemm) continue;
+      shapes.insert({k.gemm->n, k.gemm->k});
+      applies_1b += model == 1 && CudaMmaGemmApplies(kp, k);
+    }
+  }
+  EXPECT_GT(applies_1b, 0) << "the bf16 projections of the 1B shape are template GEMMs";
+  ASSERT_GE(shapes.size(), 4u);
+  std::string src = GpuRenderer(GpuDialect::Cuda).Prelude();
+  std::string names;
+  for (auto [n, k] : shapes) {
+    src += CudaMmaGemmSource(n, k);
+    names += " " + std::to_string(n) + "x" + std::to_string(k);
+  }
+  for (const char* arch : {"sm_90", "sm_80"}) {
+    NvrtcOutput out = NvrtcCompiler::Open().Compile(src, arch);
+    EXPECT_TRUE(out.cubin);
+    EXPECT_EQ(out.log, "") << arch << ": NVRTC warnings";
+    EXPECT_GT(out.image.size(), 0u);
+    std::printf("tensor-core GEMM, %zu shapes (N x K:%s): %zu byte %s CUBIN in %.2f s\n", shapes.size(),
+                names.c_str(), out.image.size(), arch, out.seconds);
+  }
 }
 
 // ---- on a GPU (skipped without one)
@@ -306,6 +354,112 @@ TEST(CudaDevice, GraphReplayedDecodeEqualsLaunchByLaunch) {
       "40 stories260K decode steps (wall clock, logits read back): %.3f ms replayed as CUDA graphs, %.3f ms "
       "launch by launch\n",
       graph_ms, launch_ms);
+}
+
+// x [seq, 172] . W^T for bf16 W [72, 172]: M, N and K all off the 64 x 64 x 32 tiling.
+Graph BfLinearGraph() {
+  Graph g;
+  Tensor x{&g, g.Input("x", DType::F32, {Expr::Sym("seq"), Expr(172)})};
+  Tensor w{&g, g.Weight("w", DType::BF16, {Expr(72), Expr(172)})};
+  g.MarkOutput(Linear(x, w).id(), "y");
+  return g;
+}
+
+// A CUDA-dialect device without a GPU: Compile runs NVRTC for sm_90, nothing else does anything.
+class NvrtcOnlyDevice : public GpuDevice {
+ public:
+  std::string name() const override { return "nvrtc only"; }
+  GpuDialect dialect() const override { return GpuDialect::Cuda; }
+  int max_threads_per_group() const override { return 1024; }
+  GpuMem Alloc(size_t) override { return ++next_; }
+  void Free(GpuMem) override {}
+  void Upload(GpuMem, const void*, size_t) override {}
+  void Download(void*, GpuMem, size_t) override {}
+  std::unique_ptr<GpuModule> Compile(const std::string& source, const std::vector<std::string>&) override {
+    NvrtcOutput out = NvrtcCompiler::Open().Compile(source, kArch);
+    EXPECT_EQ(out.log, "");
+    source_ = source;
+    return std::make_unique<GpuModule>();
+  }
+  void Launch(GpuModule&, int, const std::vector<GpuArg>&, int64_t, int) override {}
+  void Finish() override {}
+  std::string source_;
+
+ private:
+  GpuMem next_ = 0;
+};
+
+// Without a GPU: the search offers the tensor-core template for the bf16 GEMM only, and a program
+// selecting it builds (its whole translation unit through NVRTC).
+TEST(Nvrtc, TensorCoreGemmIsACandidateAndProgramsSelectingItBuild) {
+  PRISM_REQUIRE_NVRTC();
+  Graph g = BfLinearGraph();
+  auto dev = std::make_shared<NvrtcOnlyDevice>();
+  KernelProgram kp = BuildKernelProgram(g);
+  GpuCompileOptions opts;
+  int offered = 0;
+  for (size_t k = 0; k < kp.kernels.size(); ++k) {
+    int mma = 0;
+    for (const GpuCandidate& c : GpuScheduleCandidates(kp, k, *dev)) mma += c.name == "mma-bf16";
+    EXPECT_EQ(mma, CudaMmaGemmApplies(kp, kp.kernels[k]) ? 1 : 0);
+    offered += mma;
+    opts.mma_gemm.push_back(mma > 0);
+  }
+  EXPECT_EQ(offered, 1);
+  auto prog = GpuProgram::Compile(g, dev, opts);
+  EXPECT_NE(dev->source_.find(CudaMmaGemmName(72, 172)), std::string::npos);
+  // Selecting it where it does not apply (f32 weights) is an error, not a silent fallback.
+  Graph f32;
+  Tensor x{&f32, f32.Input("x", DType::F32, {Expr::Sym("seq"), Expr(64)})};
+  f32.MarkOutput(Linear(x, Tensor{&f32, f32.Weight("w", DType::F32, {Expr(64), Expr(64)})}).id(), "y");
+  GpuCompileOptions forced;
+  forced.mma_gemm.assign(BuildKernelProgram(f32).kernels.size(), true);
+  EXPECT_THROW(GpuProgram::Compile(f32, dev, forced), Error);
+}
+
+TEST(CudaDevice, TensorCoreGemmMatchesInterpreter) {
+  std::string why;
+  std::shared_ptr<CudaDevice> dev = TestGpu(&why);
+  if (!dev) {
+    GTEST_SKIP() << "no CUDA GPU: " << why;
+  }
+  Graph g = BfLinearGraph();
+  GpuCompileOptions opts;
+  KernelProgram kp = BuildKernelProgram(g);
+  for (const Kernel& k : kp.kernels) opts.mma_gemm.push_back(CudaMmaGemmApplies(kp, k));
+  ASSERT_EQ(std::count(opts.mma_gemm.begin(), opts.mma_gemm.end(), true), 1);
+  // Activations rounded to bf16: each product off by at most 2^-9 of itself; over 172 products of
+  // values below 1 the sum is off by far less than 0.05 (a wrong fragment layout is off by ~1).
+  testing::CheckGpuGraph(g, {{{"seq", 1}}, {{"seq", 37}}, {{"seq", 130}}}, dev, opts, 5e-2, 1e-2, 3, false,
+                         "tensor-core GEMM");
+}
+
+TEST(CudaDevice, ScheduleSearchOffersAndChecksTheTensorCoreGemm) {
+  std::string why;
+  std::shared_ptr<CudaDevice> dev = TestGpu(&why);
+  if (!dev) {
+    GTEST_SKIP() << "no CUDA GPU: " << why;
+  }
+  Graph g = BfLinearGraph();
+  GpuTuneOptions opts;
+  opts.sizes = {{"seq", 130}};
+  GpuTuneResult res = SearchGpuSchedules(g, *dev, opts);
+  bool offered = false;
+  for (const nlohmann::json& r : res.receipts) {
+    EXPECT_EQ(r["timer"], "device");
+    for (const nlohmann::json& t : r["candidates"])
+      if (t["candidate"] == "mma-bf16") {
+        offered = true;
+        EXPECT_TRUE(t["passed"].get<bool>()) << r.dump(1);
+        EXPECT_GT(t["median_us"].get<double>(), 0);
+      }
+  }
+  EXPECT_TRUE(offered);
+  GpuCompileOptions co;
+  co.per_kernel = res.per_kernel;
+  co.mma_gemm = res.mma_gemm;
+  testing::CheckGpuGraph(g, {{{"seq", 1}}, {{"seq", 130}}}, dev, co, 5e-2, 1e-2, 4, false, "searched");
+  std::printf("%s\n", res.receipts.dump(1).c_str());
 }
 
 }  // namespace

@@ -28,10 +28,15 @@ struct GpuCandidate {
   std::function<void(GpuDevice& dev, GpuModule& module, int first_function, const std::vector<GpuMem>& mems,
                      const SymbolBindings& syms)>
       launch;
+  // Extra error allowed at an output element beyond the exact tiers' tolerance (e.g. from rounding
+  // activations to bf16), given the host copies of every buffer; null: none.
+  std::function<double(const std::vector<void*>& host, int64_t out_index)> error_bound;
 };
 
 // The renderer's schedules worth trying for kernel k on dev: threads per group x cooperative
-// reduction or not (for kernels with a reduction), named "coop/128", "thread/64", ...
+// reduction or not (for kernels with a reduction), named "coop/128", "thread/64", ...; on CUDA,
+// for f32 x bf16 template GEMMs, also the tensor-core template ("mma-bf16"). Hand-written
+// candidates with the same function name share one copy of it in the search's build.
 std::vector<GpuCandidate> GpuScheduleCandidates(const KernelProgram& p, size_t k, const GpuDevice& dev);
 
 struct GpuTuneOptions {
@@ -52,6 +57,7 @@ struct GpuTuneResult {
   std::vector<GpuSchedule> per_kernel;  // fastest passing rendered schedule (default where none):
                                         // for GpuCompileOptions::per_kernel
   std::vector<std::string> chosen;      // per kernel, the fastest passing candidate of any kind ("" none)
+  std::vector<bool> mma_gemm;           // per kernel: "mma-bf16" was chosen (GpuCompileOptions::mma_gemm)
   nlohmann::json receipts = nlohmann::json::array();  // one per kernel
 };
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "codegen/cuda_mma_gemm.h"
 #include "ir/error.h"
 
 namespace prism {
@@ -51,6 +52,24 @@ std::vector<std::unique_ptr<GpuProgram>> GpuProgram::CompileMany(const std::vect
       p->stats_.cooperative += kp.cooperative;
     }
     functions.insert(functions.end(), p->src_.functions.begin(), p->src_.functions.end());
+    p->mma_function_.assign(p->kp_.kernels.size(), -1);
+    if (!o.mma_gemm.empty() && o.mma_gemm.size() != p->kp_.kernels.size())
+      throw Error("gpu compile: " + std::to_string(o.mma_gemm.size()) + " tensor-core flags for " +
+                  std::to_string(p->kp_.kernels.size()) + " kernels");
+    for (size_t k = 0; k < o.mma_gemm.size(); ++k) {
+      if (!o.mma_gemm[k]) continue;
+      const Kernel& kn = p->kp_.kernels[k];
+      if (device->dialect() != GpuDialect::Cuda || !CudaMmaGemmApplies(p->kp_, kn))
+        throw Error("gpu compile: kernel " + kn.name +
+                    " cannot use the tensor-core GEMM (CUDA only, f32 x bf16 template GEMMs only)");
+      std::string name = CudaMmaGemmName(kn.gemm->n, kn.gemm->k);
+      auto it = std::find(functions.begin(), functions.end(), name);
+      if (it == functions.end()) {  // one function per shape across the build
+        source += CudaMmaGemmSource(kn.gemm->n, kn.gemm->k);
+        it = functions.insert(functions.end(), name);
+      }
+      p->mma_function_[k] = (int)(it - functions.begin());
+    }
     p->stats_.graph_nodes = g.size();
     p->stats_.kernels = (int)p->kp_.kernels.size();
     p->stats_.functions = (int)p->src_.functions.size();
@@ -197,6 +216,18 @@ std::vector<HostTensor> GpuProgram::Run(const std::map<std::string, HostTensor>&
     GpuLaunchDims dims = GpuLaunch(kp_.kernels[k], plan, b);
     if (dims.elements == 0) continue;
     GpuLaunchParams l;
+    if (const Kernel& kn = kp_.kernels[k]; mma_function_[k] >= 0) {
+      const GemmTemplate& gm = *kn.gemm;
+      int64_t m = gm.m.Eval(b);
+      l.function = mma_function_[k];
+      l.args = {GpuArg::Buffer(slots_[kn.out_buffer].mem), GpuArg::Buffer(slots_[gm.a_buffer].mem),
+                GpuArg::Buffer(slots_[gm.w_buffer].mem), GpuArg::Int(m)};
+      l.groups = CudaMmaGemmBlocks(m, gm.n);
+      l.threads = kCudaMmaThreads;
+      launched.push_back(k);
+      launches.push_back(std::move(l));
+      continue;
+    }
     l.function = function_of_[k];
     for (int buf : plan.buffers) l.args.push_back(GpuArg::Buffer(slots_[buf].mem));
     for (const std::string& s : kp_.symbols) l.args.push_back(GpuArg::Int(b.at(s)));

@@ -17,6 +17,9 @@ struct GpuCompileOptions {
   FusionOptions fusion;
   GpuSchedule schedule;                 // for every kernel ...
   std::vector<GpuSchedule> per_kernel;  // ... unless one per kernel is given (a schedule search)
+  // Per kernel (empty: none): run it with the CUDA tensor-core GEMM template (codegen/cuda_mma_gemm.h)
+  // instead of its rendering; only for kernels where CudaMmaGemmApplies, on a CUDA device.
+  std::vector<bool> mma_gemm;
 };
 
 struct GpuCompileStats {
@@ -80,6 +83,7 @@ class GpuProgram {
   GpuSource src_;
   std::shared_ptr<GpuModule> module_;  // shared by the programs of one CompileMany
   std::vector<int> function_of_;       // kernel -> index into src_.functions
+  std::vector<int> mma_function_;      // kernel -> module function of its tensor-core GEMM (-1: none)
   std::vector<Slot> slots_;            // per buffer
   GpuCompileStats stats_;
   bool graph_replay_ = false;
