@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "backends/cpu/gemm_avx2.h"
 #include "backends/cpu/gemm_bf16.h"
 #include "backends/cpu/gemm_int8.h"
 #include "backends/cpu/gemm_panels.h"
@@ -50,6 +51,40 @@ TEST(Gemm, ThreadedSplitsCoverEveryColumn) {
       EXPECT_NEAR(y[i * n + j], s, 1e-4) << i << "," << j;
     }
   std::printf("gemm micro-kernels: %s\n", GemmIsa());
+}
+
+TEST(Gemm, Avx2RowsMatchExactProductsOverOddShapesAndSplits) {
+  if (!GemmAvx2Supported()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C";
+  for (DType wt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0})
+    for (int64_t m : {1, 2, 3, 67})  // 67: two row blocks, the last tile one row
+      for (int64_t n : {1, 5, 9})
+        for (int64_t k : {32, 96, 7, 41}) {
+          if (IsQuantized(wt) && k % 32) continue;
+          auto a = testing::RandomFloats(m * k, 3), wf = testing::RandomFloats(n * k, 4);
+          std::vector<uint8_t> w(StorageBytes(wt, n * k));
+          if (wt == DType::Q8_0)
+            QuantizeQ8_0(wf.data(), reinterpret_cast<BlockQ8_0*>(w.data()), n * k);
+          else if (wt == DType::Q4_0)
+            QuantizeQ4_0(wf.data(), reinterpret_cast<BlockQ4_0*>(w.data()), n * k);
+          else
+            for (int64_t i = 0; i < n * k; ++i) StoreFromDouble(w.data(), wt, i, wf[i]);
+          std::vector<float> y(m * n, NAN);
+          const int64_t split = n / 2;  // two ranges, as two threads would take them
+          GemmRowsAvx2(a.data(), m, k, w.data(), wt, y.data(), n, 0, split);
+          GemmRowsAvx2(a.data(), m, k, w.data(), wt, y.data(), n, split, n);
+          const int64_t rb = StorageBytes(wt, k);
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              double exact = 0, mag = 0;
+              for (int64_t kk = 0; kk < k; ++kk) {
+                double p = (double)a[i * k + kk] * LoadAsDouble(w.data() + j * rb, wt, kk);
+                exact += p;
+                mag += std::fabs(p);
+              }
+              ASSERT_NEAR(y[i * n + j], exact, 1e-6 * mag + 1e-7)
+                  << DTypeName(wt) << " m=" << m << " n=" << n << " k=" << k << " at " << i << "," << j;
+            }
+        }
 }
 
 TEST(Gemm, Int8DotStaysWithinItsActivationRoundingBound) {

@@ -1,6 +1,6 @@
 // Template-tier CPU micro-kernels: Y = A · Wᵀ for an f32 activation A and a weight W in any dtype.
 // AVX-512 register-blocked tiles (4 activation rows x 4 weight rows) with weights converted to f32
-// in registers, chosen at run time by CPU feature detection; a scalar path elsewhere.
+// in registers, chosen at run time by CPU feature detection; AVX2 (gemm_avx2.cpp) or scalar elsewhere.
 #include "backends/cpu/gemm.h"
 
 // GCC 12 warns inside its own AVX-512 reduction intrinsics (_mm512_reduce_add_ps): false positives.
@@ -9,7 +9,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
+#include "backends/cpu/gemm_avx2.h"
 #include "backends/cpu/gemm_bf16.h"
 #include "backends/cpu/gemm_int8.h"
 
@@ -176,9 +179,33 @@ bool HasAvx512() {
   return has;
 }
 
+enum class Isa { Scalar, Avx2, Avx512 };
+
+// The best micro-kernels this CPU runs, or lower ones named by PRISM_GEMM_ISA (avx2, scalar): the
+// fallbacks can then be run and timed on a bigger machine.
+Isa ActiveIsa() {
+  static const Isa isa = [] {
+    Isa best = HasAvx512() ? Isa::Avx512 : GemmAvx2Supported() ? Isa::Avx2 : Isa::Scalar;
+    const char* env = std::getenv("PRISM_GEMM_ISA");
+    std::string want = env ? env : "";
+    if (want == "avx2" && best >= Isa::Avx2) return Isa::Avx2;
+    if (want == "scalar") return Isa::Scalar;
+    return best;
+  }();
+  return isa;
+}
+
 }  // namespace
 
-const char* GemmIsa() { return HasAvx512() ? "avx512" : "scalar"; }
+const char* GemmIsa() {
+  switch (ActiveIsa()) {
+    case Isa::Avx512: return "avx512";
+    case Isa::Avx2: return "avx2";
+    default: return "scalar";
+  }
+}
+
+bool Avx512TemplatesEnabled() { return ActiveIsa() == Isa::Avx512; }
 
 bool GemmSupports(DType wt, int64_t k) {
   switch (wt) {
@@ -194,7 +221,9 @@ bool GemmSupports(DType wt, int64_t k) {
 void GemmRows(const float* a, int64_t m, int64_t k, const void* w, DType wt, float* y, int64_t n_total,
               int64_t n_begin, int64_t n_end) {
   if (n_begin >= n_end || m <= 0) return;
-  if (!HasAvx512()) return GemmScalar(a, m, k, w, wt, y, n_total, n_begin, n_end);
+  if (ActiveIsa() == Isa::Avx2 && GemmSupports(wt, k))
+    return GemmRowsAvx2(a, m, k, w, wt, y, n_total, n_begin, n_end);
+  if (ActiveIsa() != Isa::Avx512) return GemmScalar(a, m, k, w, wt, y, n_total, n_begin, n_end);
   switch (wt) {
     case DType::F32: return GemmAvx512<DType::F32>(a, m, k, w, y, n_total, n_begin, n_end);
     case DType::F16: return GemmAvx512<DType::F16>(a, m, k, w, y, n_total, n_begin, n_end);
@@ -206,6 +235,7 @@ void GemmRows(const float* a, int64_t m, int64_t k, const void* w, DType wt, flo
 }
 
 bool RoundedActivationSupported(DType wt, int64_t k) {
+  if (!Avx512TemplatesEnabled()) return false;
   return wt == DType::BF16 ? Bf16DotSupported() && k > 0 : Int8DotSupported(wt, k);
 }
 

@@ -17,8 +17,11 @@ constexpr int kTemplateRevision = 2;
 void GemmRows(const float* a, int64_t m, int64_t k, const void* w, DType wt, float* y, int64_t n_total,
               int64_t n_begin, int64_t n_end);
 
-// Which instruction set the micro-kernels use on this CPU ("avx512", "avx2" or "scalar").
+// Which instruction set the micro-kernels use on this CPU ("avx512", "avx2" or "scalar"): the best
+// it has, or a lower one named by the environment variable PRISM_GEMM_ISA (avx2, scalar).
 const char* GemmIsa();
+// False when PRISM_GEMM_ISA or the CPU rules out the AVX-512 template forms (rounded, panels).
+bool Avx512TemplatesEnabled();
 
 // True if GemmRows supports this weight dtype and reduction size.
 bool GemmSupports(DType wt, int64_t k);

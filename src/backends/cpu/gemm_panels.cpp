@@ -2,6 +2,8 @@
 // each activation value broadcast against two vectors of 16 columns.
 #include "backends/cpu/gemm_panels.h"
 
+#include "backends/cpu/gemm.h"
+
 // GCC 12 warns inside its own AVX-512 conversion intrinsics (_mm512_cvtph_ps): false positives.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -127,7 +129,8 @@ PRISM_PANELS void Gemm(const float* a, int64_t m, const PanelPackedWeight& w, fl
 }  // namespace
 
 bool PanelGemmSupported(DType wt) {
-  return HasAvx512() && (wt == DType::F32 || wt == DType::F16 || wt == DType::BF16);
+  return HasAvx512() && Avx512TemplatesEnabled() &&
+         (wt == DType::F32 || wt == DType::F16 || wt == DType::BF16);
 }
 
 PanelPackedWeight PackPanels(const void* w, DType wt, int64_t n, int64_t k) {
