@@ -46,6 +46,7 @@ struct KernelChoice {
   int parallel = -1;          // -1: by work size; 0: one thread; 1: split across the team
   bool reduce_outer = false;  // generated code with the reduce-outer loop order (when rendered)
   TemplateForm form = TemplateForm::Rows;
+  bool operator==(const KernelChoice&) const = default;
 };
 // The form a choice takes in the tuning database and in an artifact's schedule.
 nlohmann::json ChoiceToJson(const KernelChoice& c);
