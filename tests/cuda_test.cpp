@@ -7,11 +7,16 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <random>
 #include <set>
 
+#include "backends/cuda/cublas_loader.h"
 #include "backends/cuda/cuda_device.h"
 #include "backends/cuda/nvrtc_compiler.h"
 #include "codegen/cuda_mma_gemm.h"
@@ -356,14 +361,15 @@ TEST(CudaDevice, GraphReplayedDecodeEqualsLaunchByLaunch) {
       graph_ms, launch_ms);
 }
 
-// x [seq, 172] . W^T for bf16 W [72, 172]: M, N and K all off the 64 x 64 x 32 tiling.
-Graph BfLinearGraph() {
+// x [seq, 172] . W^T for W [72, 172]: M, N and K all off the 64 x 64 x 32 tiling.
+Graph LinearGraph(DType w_dtype) {
   Graph g;
   Tensor x{&g, g.Input("x", DType::F32, {Expr::Sym("seq"), Expr(172)})};
-  Tensor w{&g, g.Weight("w", DType::BF16, {Expr(72), Expr(172)})};
+  Tensor w{&g, g.Weight("w", w_dtype, {Expr(72), Expr(172)})};
   g.MarkOutput(Linear(x, w).id(), "y");
   return g;
 }
+Graph BfLinearGraph() { return LinearGraph(DType::BF16); }
 
 // A CUDA-dialect device without a GPU: Compile runs NVRTC for sm_90, nothing else does anything.
 class NvrtcOnlyDevice : public GpuDevice {
@@ -460,6 +466,238 @@ TEST(CudaDevice, ScheduleSearchOffersAndChecksTheTensorCoreGemm) {
   co.mma_gemm = res.mma_gemm;
   testing::CheckGpuGraph(g, {{{"seq", 1}}, {{"seq", 130}}}, dev, co, 5e-2, 1e-2, 4, false, "searched");
   std::printf("%s\n", res.receipts.dump(1).c_str());
+}
+
+// ---- cuBLAS as the library tier of template GEMMs
+
+// The loader finds cuBLAS's entry points wherever the toolkit installed libcublas (dlopen works
+// without a GPU); where it is absent the reason is one line naming libcublas.
+TEST(Cublas, LoaderFindsTheEntryPointsOrSaysWhy) {
+  std::string why;
+  const CublasApi* api = LoadCublas(&why);
+  bool installed = false;
+  for (const char* d : {"/usr/local/cuda/lib64", "/usr/local/cuda/lib"})
+    installed = installed || std::filesystem::exists(std::string(d) + "/libcublas.so");
+  if (!api) {
+    EXPECT_FALSE(installed) << "libcublas is installed but did not load: " << why;
+    EXPECT_NE(why.find("libcublas"), std::string::npos) << why;
+    EXPECT_EQ(why.find('\n'), std::string::npos) << why;
+    GTEST_SKIP() << why;
+  }
+  EXPECT_EQ(why, "");
+  EXPECT_NE(api->create, nullptr);
+  EXPECT_NE(api->destroy, nullptr);
+  EXPECT_NE(api->set_stream, nullptr);
+  EXPECT_NE(api->gemm_ex, nullptr);
+  EXPECT_EQ(LoadCublas(), api) << "loaded once";
+  std::printf("cuBLAS entry points from %s\n", api->library.c_str());
+}
+
+// cublasGemmEx's column-major definition run on the host with the arguments CublasRowMajorGemm
+// gives: C(i, j) = sum_l op(A)(i, l) op(B)(l, j), X(i, j) at X[i + j * ld], op = transpose for T.
+// Every access is bounds-checked, so a wrong leading dimension fails rather than reads past.
+TEST(Cublas, RowMajorMappingComputesATimesWTransposed) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1, 1);
+  const int64_t n = 72, k = 172;
+  for (int64_t m : {1, 37, 130}) {
+    std::vector<float> a(m * k), w(n * k);
+    for (float& v : a) v = u(rng);
+    for (float& v : w) v = u(rng);
+    CublasGemmCall c = CublasRowMajorGemm(DType::F32, m, n, k);
+    ASSERT_EQ(c.c_type, kCudaR32F);
+    ASSERT_EQ(c.compute, kCublasCompute32F);
+    const std::vector<float>& A = w;  // the call's A operand is the weight, B the activation
+    const std::vector<float>& B = a;
+    auto op_a = [&](int i, int l) {
+      return c.transa == kCublasOpN ? A.at(i + (size_t)l * c.lda) : A.at(l + (size_t)i * c.lda);
+    };
+    auto op_b = [&](int l, int j) {
+      return c.transb == kCublasOpN ? B.at(l + (size_t)j * c.ldb) : B.at(j + (size_t)l * c.ldb);
+    };
+    std::vector<float> C((size_t)c.ldc * c.n, NAN);
+    for (int j = 0; j < c.n; ++j)
+      for (int i = 0; i < c.m; ++i) {
+        double sum = 0;
+        for (int l = 0; l < c.k; ++l) sum += (double)op_a(i, l) * op_b(l, j);
+        C.at(i + (size_t)j * c.ldc) = (float)sum;
+      }
+    ASSERT_EQ(C.size(), (size_t)(m * n));
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t col = 0; col < n; ++col) {
+        double want = 0;
+        for (int64_t l = 0; l < k; ++l) want += (double)a[r * k + l] * w[col * k + l];
+        ASSERT_NEAR(C[r * n + col], want, 1e-4) << "y[" << r << "][" << col << "] for M = " << m;
+      }
+  }
+  EXPECT_EQ(CublasRowMajorGemm(DType::BF16, 3, 5, 7).a_type, kCudaR16BF);
+  EXPECT_EQ(CublasRowMajorGemm(DType::F16, 3, 5, 7).b_type, kCudaR16F);
+  EXPECT_EQ(CublasRowMajorGemm(DType::F16, 3, 5, 7).c_type, kCudaR32F);
+  EXPECT_THROW(CublasRowMajorGemm(DType::F32, 3, 5, (int64_t)INT_MAX + 1), Error);
+  EXPECT_FALSE(CublasGemmTakes(DType::Q8_0));
+  EXPECT_FALSE(CublasGemmTakes(DType::Q4_0));
+  EXPECT_THROW(CublasRowMajorGemm(DType::Q8_0, 3, 5, 32), Error);
+}
+
+// The f16 rounding bound covers the real rounding of f16 activations (the bf16 one is the
+// tensor-core template's, tested with it).
+TEST(Cublas, F16RoundingBoundCoversTheRounding) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-3, 3);
+  const int64_t k = 172;
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<float> a(k);
+    std::vector<uint16_t> w(k);
+    for (int64_t i = 0; i < k; ++i) {
+      a[i] = u(rng) * (trial % 5 == 0 ? 1e-6f : 1.0f);  // some rows in f16's subnormal range
+      w[i] = FloatToHalf(u(rng));
+    }
+    double exact = 0, rounded = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      exact += (double)a[i] * HalfToFloat(w[i]);
+      rounded += (double)HalfToFloat(FloatToHalf(a[i])) * HalfToFloat(w[i]);
+    }
+    double bound = CublasGemmErrorBound(DType::F16, a.data(), w.data(), k);
+    EXPECT_LE(std::fabs(exact - rounded), bound) << "trial " << trial;
+    EXPECT_GT(bound, 0);
+  }
+  EXPECT_EQ(CublasGemmErrorBound(DType::F32, nullptr, nullptr, 0), 0);
+}
+
+TEST(Nvrtc, CublasConversionKernelsCompile) {
+  PRISM_REQUIRE_NVRTC();
+  for (const char* arch : {"sm_90", "sm_80"}) {
+    NvrtcOutput out =
+        NvrtcCompiler::Open().Compile(GpuRenderer(GpuDialect::Cuda).Prelude() + CublasConvertSource(), arch);
+    EXPECT_EQ(out.log, "") << arch;
+    EXPECT_GT(out.image.size(), 0u) << arch;
+  }
+  EXPECT_EQ(CublasConvertName(DType::BF16), "prism_cublas_f32_to_bf16");
+  EXPECT_NE(CublasConvertSource().find(CublasConvertName(DType::F16)), std::string::npos);
+}
+
+// No GPU, no driver: no CUDA device opens (so no search offers cuBLAS), a CUDA-dialect device
+// without a GEMM library does not offer "cublas" and says why, selecting it anyway is a compile
+// error naming the reason, and creating a cuBLAS handle without a driver fails cleanly.
+TEST(Cublas, WithoutAGpuTheCandidateIsAbsentWithAReason) {
+  std::string why;
+  if (CudaDevice::Available(&why)) {
+    GTEST_SKIP() << "a CUDA GPU is present";
+  }
+  EXPECT_NE(why.find("no CUDA driver/GPU found"), std::string::npos) << why;
+  auto dev = std::make_shared<NvrtcOnlyDevice>();
+  for (DType wt : {DType::F32, DType::BF16, DType::F16}) {
+    Graph g = LinearGraph(wt);
+    KernelProgram kp = BuildKernelProgram(g);
+    int gemms = 0;
+    GpuCompileOptions forced;
+    for (size_t k = 0; k < kp.kernels.size(); ++k) {
+      std::vector<std::string> not_offered;
+      for (const GpuCandidate& c : GpuScheduleCandidates(kp, k, *dev, &not_offered))
+        EXPECT_NE(c.name, "cublas");
+      const bool applies = LibraryGemmApplies(kp, kp.kernels[k]);
+      gemms += applies;
+      forced.library_gemm.push_back(applies);
+      if (applies) {
+        ASSERT_EQ(not_offered.size(), 1u);
+        EXPECT_EQ(not_offered[0], "cublas: no GEMM library on nvrtc only");
+      }
+    }
+    EXPECT_EQ(gemms, 1) << DTypeName(wt);
+    try {
+      GpuProgram::Compile(g, dev, forced);
+      ADD_FAILURE() << "selecting the library GEMM where there is none must fail";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cannot use the library GEMM: no GEMM library"), std::string::npos)
+          << e.what();
+    }
+  }
+  if (const CublasApi* api = LoadCublas()) {
+    void* handle = nullptr;
+    int st = api->create(&handle);
+    EXPECT_NE(st, 0) << "cublasCreate_v2 succeeded without a GPU";
+    if (st == 0) api->destroy(handle);
+    std::printf("cublasCreate_v2 without a GPU: %s\n", CublasStatusName(st).c_str());
+  }
+}
+
+// Two template GEMMs with an elementwise kernel between them (library calls ordered with
+// launches); f32 weights.
+Graph TwoLinearsGraph() {
+  Graph g;
+  Tensor x{&g, g.Input("x", DType::F32, {Expr::Sym("seq"), Expr(172)})};
+  Tensor w1{&g, g.Weight("w1", DType::F32, {Expr(72), Expr(172)})};
+  Tensor w2{&g, g.Weight("w2", DType::F32, {Expr(40), Expr(72)})};
+  g.MarkOutput(Linear(Linear(x, w1) + 1.0, w2).id(), "y");
+  return g;
+}
+
+TEST(CudaDevice, CublasGemmMatchesInterpreter) {
+  std::string why;
+  std::shared_ptr<CudaDevice> dev = TestGpu(&why);
+  if (!dev) {
+    GTEST_SKIP() << "no CUDA GPU: " << why;
+  }
+  struct Case {
+    Graph g;
+    DType w;
+    double atol, rtol;
+    const char* what;
+  };
+  // bf16/f16: activations rounded to the weight's type, each product off by at most 2^-9 (2^-12)
+  // of itself: far below these tolerances over 172 products, while a wrong layout is off by ~1.
+  std::vector<Case> cases;
+  cases.push_back({LinearGraph(DType::F32), DType::F32, 1e-3, 1e-3, "cuBLAS f32"});
+  cases.push_back({LinearGraph(DType::BF16), DType::BF16, 5e-2, 1e-2, "cuBLAS bf16"});
+  cases.push_back({LinearGraph(DType::F16), DType::F16, 1e-2, 1e-2, "cuBLAS f16"});
+  cases.push_back({TwoLinearsGraph(), DType::F32, 1e-3, 1e-3, "cuBLAS f32, two GEMMs"});
+  for (Case& c : cases) {
+    if (!dev->LibraryGemmAvailable(c.w, &why)) {
+      GTEST_SKIP() << "GPU without cuBLAS: " << why;
+    }
+    GpuCompileOptions opts;
+    KernelProgram kp = BuildKernelProgram(c.g);
+    for (const Kernel& k : kp.kernels) opts.library_gemm.push_back(LibraryGemmApplies(kp, k));
+    ASSERT_GE(std::count(opts.library_gemm.begin(), opts.library_gemm.end(), true), 1) << c.what;
+    auto prog = GpuProgram::Compile(c.g, dev, opts);
+    prog->SetGraphReplay(true);  // ignored for programs with library GEMMs
+    testing::CheckGpuProgram(*prog, {{{"seq", 1}}, {{"seq", 37}}, {{"seq", 130}}, {{"seq", 37}}}, c.atol,
+                             c.rtol, 5, false, c.what);
+    EXPECT_EQ(prog->graph_replays(), 0) << c.what;
+  }
+}
+
+TEST(CudaDevice, ScheduleSearchOffersAndChecksCublas) {
+  std::string why;
+  std::shared_ptr<CudaDevice> dev = TestGpu(&why);
+  if (!dev) {
+    GTEST_SKIP() << "no CUDA GPU: " << why;
+  }
+  if (!dev->LibraryGemmAvailable(DType::F32, &why)) {
+    GTEST_SKIP() << "GPU without cuBLAS: " << why;
+  }
+  for (DType wt : {DType::F32, DType::BF16}) {
+    Graph g = LinearGraph(wt);
+    GpuTuneOptions opts;
+    opts.sizes = {{"seq", 130}};
+    GpuTuneResult res = SearchGpuSchedules(g, *dev, opts);
+    int offered = 0;
+    for (const nlohmann::json& r : res.receipts)
+      for (const nlohmann::json& t : r["candidates"])
+        if (t["candidate"] == "cublas") {
+          ++offered;
+          EXPECT_TRUE(t["passed"].get<bool>()) << r.dump(1);
+          EXPECT_GT(t["median_us"].get<double>(), 0);
+          EXPECT_EQ(t.contains("rel_error_bound"), wt != DType::F32);
+        }
+    EXPECT_EQ(offered, 1) << DTypeName(wt);
+    GpuCompileOptions co;
+    co.per_kernel = res.per_kernel;
+    co.mma_gemm = res.mma_gemm;
+    co.library_gemm = res.library_gemm;
+    testing::CheckGpuGraph(g, {{{"seq", 1}}, {{"seq", 130}}}, dev, co, 5e-2, 1e-2, 4, false, "searched");
+    std::printf("%s\n", res.receipts.dump(1).c_str());
+  }
 }
 
 }  // namespace

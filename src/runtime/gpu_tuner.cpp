@@ -13,6 +13,7 @@
 #include <cstring>
 #include <random>
 
+#include "backends/cuda/cublas_loader.h"
 #include "codegen/cuda_mma_gemm.h"
 #include "codegen/gpu_renderer.h"
 #include "compiler/kernel_eval.h"
@@ -107,7 +108,8 @@ struct Cand {
 
 }  // namespace
 
-std::vector<GpuCandidate> GpuScheduleCandidates(const KernelProgram& p, size_t k, const GpuDevice& dev) {
+std::vector<GpuCandidate> GpuScheduleCandidates(const KernelProgram& p, size_t k, const GpuDevice& dev,
+                                                std::vector<std::string>* not_offered) {
   const int max_threads = dev.max_threads_per_group();
   std::vector<GpuCandidate> out;
   auto add = [&](const std::string& name, GpuSchedule s) {
@@ -159,6 +161,38 @@ std::vector<GpuCandidate> GpuScheduleCandidates(const KernelProgram& p, size_t k
     };
     out.push_back(std::move(c));
   }
+  if (dev.dialect() == GpuDialect::Cuda && LibraryGemmApplies(p, kn)) {
+    const GemmTemplate gm = *kn.gemm;
+    const int out_buffer = kn.out_buffer;
+    const DType wt = p.buffers[gm.w_buffer].dtype;
+    std::string why;
+    if (dev.LibraryGemmAvailable(wt, &why)) {
+      GpuCandidate c;
+      c.name = "cublas";
+      c.rendered = false;  // no source of its own: the device converts and calls the library
+      c.launch = [gm, out_buffer, wt](GpuDevice& d, GpuModule&, int, const std::vector<GpuMem>& mems,
+                                      const SymbolBindings& b) {
+        GpuLibraryGemm lg;
+        lg.out = mems[out_buffer];
+        lg.a = mems[gm.a_buffer];
+        lg.w = mems[gm.w_buffer];
+        lg.w_dtype = wt;
+        lg.m = gm.m.Eval(b);
+        lg.n = gm.n;
+        lg.k = gm.k;
+        if (lg.m > 0) d.LibraryGemm(lg);
+      };
+      if (wt != DType::F32)  // activations rounded to bf16/f16 before the library multiplies
+        c.error_bound = [gm, wt](const std::vector<void*>& host, int64_t out_index) {
+          const float* a = static_cast<const float*>(host[gm.a_buffer]) + out_index / gm.n * gm.k;
+          const uint16_t* w = static_cast<const uint16_t*>(host[gm.w_buffer]) + out_index % gm.n * gm.k;
+          return CublasGemmErrorBound(wt, a, w, gm.k);
+        };
+      out.push_back(std::move(c));
+    } else if (not_offered) {
+      not_offered->push_back("cublas: " + why);
+    }
+  }
   return out;
 }
 
@@ -203,12 +237,13 @@ GpuTuneResult SearchGpuSchedules(const Graph& g, GpuDevice& dev, const GpuTuneOp
   // Candidates, deduplicated by their rendered code, all in one translation unit.
   GpuRenderer renderer(dev.dialect());
   std::vector<std::vector<Cand>> cands(nk);
+  std::vector<std::vector<std::string>> not_offered(nk);
   std::string source = renderer.Prelude();
   std::vector<std::string> functions;
   for (size_t k = 0; k < nk; ++k) {
     KernelProgram one = kp;
     one.kernels = {kp.kernels[k]};
-    std::vector<GpuCandidate> list = GpuScheduleCandidates(kp, k, dev);
+    std::vector<GpuCandidate> list = GpuScheduleCandidates(kp, k, dev, &not_offered[k]);
     if (opts.extra)
       for (GpuCandidate& c : opts.extra(kp, k)) list.push_back(std::move(c));
     std::map<std::string, size_t> seen;  // rendered text -> candidate
@@ -279,6 +314,7 @@ GpuTuneResult SearchGpuSchedules(const Graph& g, GpuDevice& dev, const GpuTuneOp
   for (GpuSchedule& s : res.per_kernel) s.threads = std::min(s.threads, dev.max_threads_per_group());
   res.chosen.assign(nk, "");
   res.mma_gemm.assign(nk, false);
+  res.library_gemm.assign(nk, false);
   for (size_t k = 0; k < nk; ++k) {
     const Kernel& kn = kp.kernels[k];
     const int out = kn.out_buffer;
@@ -288,6 +324,7 @@ GpuTuneResult SearchGpuSchedules(const Graph& g, GpuDevice& dev, const GpuTuneOp
                      {"device", dev.name()},
                      {"timer", dev.device_timer() ? "device" : "host"},
                      {"compile_seconds", compile_seconds}};
+    if (!not_offered[k].empty()) r["not_offered"] = not_offered[k];
     int64_t total = 1;
     for (const Expr& e : kn.extents) total *= e.Eval(b);
     if (total <= 0) {
@@ -392,6 +429,7 @@ GpuTuneResult SearchGpuSchedules(const Graph& g, GpuDevice& dev, const GpuTuneOp
     } else {
       res.chosen[k] = cs[best_ci].c.name;
       res.mma_gemm[k] = res.chosen[k] == "mma-bf16";
+      res.library_gemm[k] = res.chosen[k] == "cublas";
       r.update({{"chosen", cs[best_ci].c.name},
                 {"median_us", best},
                 {"reason", "fastest median of " + std::to_string(passed.size()) + " of " +

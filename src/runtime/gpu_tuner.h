@@ -36,8 +36,12 @@ struct GpuCandidate {
 // The renderer's schedules worth trying for kernel k on dev: threads per group x cooperative
 // reduction or not (for kernels with a reduction), named "coop/128", "thread/64", ...; on CUDA,
 // for f32 x bf16 template GEMMs, also the tensor-core template ("mma-bf16"). Hand-written
-// candidates with the same function name share one copy of it in the search's build.
-std::vector<GpuCandidate> GpuScheduleCandidates(const KernelProgram& p, size_t k, const GpuDevice& dev);
+// candidates with the same function name share one copy of it in the search's build. On CUDA, for
+// template GEMMs with f32 activations, also the device's GEMM library ("cublas", through
+// GpuDevice::LibraryGemm) when it takes the weight's dtype; where it does not, *not_offered (when
+// given) gets "cublas: <reason>".
+std::vector<GpuCandidate> GpuScheduleCandidates(const KernelProgram& p, size_t k, const GpuDevice& dev,
+                                                std::vector<std::string>* not_offered = nullptr);
 
 struct GpuTuneOptions {
   SymbolBindings sizes;        // a value for every size symbol of the graph (the bucket searched)
@@ -58,6 +62,7 @@ struct GpuTuneResult {
                                         // for GpuCompileOptions::per_kernel
   std::vector<std::string> chosen;      // per kernel, the fastest passing candidate of any kind ("" none)
   std::vector<bool> mma_gemm;           // per kernel: "mma-bf16" was chosen (GpuCompileOptions::mma_gemm)
+  std::vector<bool> library_gemm;       // per kernel: "cublas" was chosen (GpuCompileOptions::library_gemm)
   nlohmann::json receipts = nlohmann::json::array();  // one per kernel
 };
 

@@ -7,9 +7,11 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <mutex>
 #include <vector>
 
+#include "backends/cuda/cublas_loader.h"
 #include "backends/cuda/nvrtc_compiler.h"
 #include "ir/error.h"
 
@@ -175,9 +177,40 @@ struct CudaDevice::Impl {
   CUstream stream = nullptr;
   std::string name;
   int major = 0, minor = 0, max_threads = 1024;
+  // The library GEMM tier, set up on first use.
+  bool cublas_tried = false;
+  const CublasApi* cublas_api = nullptr;
+  void* cublas = nullptr;  // cublasHandle_t bound to `stream`; null: unavailable (cublas_error says why)
+  std::string cublas_error;
+  std::unique_ptr<GpuModule> convert;  // CublasConvertSource()'s kernels
+  CUdeviceptr scratch = 0;             // activations converted to bf16/f16
+  size_t scratch_bytes = 0;
 
   void Check(CUresult r, const std::string& what) const {
     if (r != 0) throw Error("cuda: " + what + " failed: " + ErrName(*cu, r));
+  }
+  void* Cublas(std::string* why) {
+    if (!cublas_tried) {
+      cublas_tried = true;
+      std::string e;
+      const CublasApi* api = LoadCublas(&e);
+      void* h = nullptr;
+      if (!api) {
+        cublas_error = e;
+      } else if (cu->cuCtxSetCurrent(context) != 0) {
+        cublas_error = "cuCtxSetCurrent failed before cublasCreate";
+      } else if (int st = api->create(&h); st != 0) {
+        cublas_error = api->library + ": cublasCreate_v2 failed: " + CublasStatusName(st);
+      } else if (int st2 = api->set_stream(h, stream); st2 != 0) {
+        api->destroy(h);
+        cublas_error = api->library + ": cublasSetStream_v2 failed: " + CublasStatusName(st2);
+      } else {
+        cublas_api = api;
+        cublas = h;
+      }
+    }
+    if (!cublas && why) *why = cublas_error;
+    return cublas;
   }
 };
 
@@ -234,6 +267,9 @@ CudaDevice::CudaDevice(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudaDevice::~CudaDevice() {
   const CuApi& c = *impl_->cu;
   c.cuStreamSynchronize(impl_->stream);
+  if (impl_->cublas) impl_->cublas_api->destroy(impl_->cublas);
+  impl_->convert.reset();
+  if (impl_->scratch) c.cuMemFree(impl_->scratch);
   c.cuStreamDestroy(impl_->stream);
   c.cuDevicePrimaryCtxRelease(impl_->device);
 }
@@ -308,6 +344,53 @@ void CudaDevice::Launch(GpuModule& module, int function, const std::vector<GpuAr
 
 void CudaDevice::Finish() {
   impl_->Check(impl_->cu->cuStreamSynchronize(impl_->stream), "cuStreamSynchronize");
+}
+
+bool CudaDevice::LibraryGemmAvailable(DType w_dtype, std::string* why) const {
+  std::string reason;
+  if (!CublasGemmTakes(w_dtype))
+    reason = "cuBLAS tier takes f32, bf16 and f16 weights, not " + std::string(DTypeName(w_dtype));
+  else if (impl_->Cublas(&reason))
+    return true;
+  if (why) *why = reason;
+  return false;
+}
+
+void CudaDevice::LibraryGemm(const GpuLibraryGemm& g) {
+  std::string why;
+  if (!LibraryGemmAvailable(g.w_dtype, &why)) throw Error("cuda: no library GEMM: " + why);
+  CublasGemmCall call = CublasRowMajorGemm(g.w_dtype, g.m, g.n, g.k);
+  if (g.m == 0 || g.n == 0) return;
+  GpuMem b = g.a;
+  if (g.w_dtype != DType::F32) {  // cuBLAS takes A and B of one type: a goes to w's
+    const int64_t count = g.m * g.k;
+    const size_t bytes = (size_t)std::max<int64_t>(count, 1) * 2;
+    if (impl_->scratch_bytes < bytes) {
+      Finish();  // earlier GEMMs may still read the old scratch
+      if (impl_->scratch) impl_->cu->cuMemFree(impl_->scratch);
+      impl_->scratch = 0;
+      impl_->scratch_bytes = 0;
+      impl_->scratch = Alloc(bytes);
+      impl_->scratch_bytes = bytes;
+    }
+    if (!impl_->convert)
+      impl_->convert = Compile(GpuRenderer(GpuDialect::Cuda).Prelude() + CublasConvertSource(),
+                               {CublasConvertName(DType::BF16), CublasConvertName(DType::F16)});
+    if (count > 0)
+      Launch(*impl_->convert, g.w_dtype == DType::BF16 ? 0 : 1,
+             {GpuArg::Buffer(impl_->scratch), GpuArg::Buffer(g.a), GpuArg::Int(count)},
+             std::min<int64_t>((count + 255) / 256, 65536), 256);
+    b = impl_->scratch;
+  }
+  const float alpha = 1.0f, beta = 0.0f;  // host pointer mode (the default): read during the call
+  auto ptr = [](GpuMem m) { return reinterpret_cast<void*>((uintptr_t)m); };
+  int st = impl_->cublas_api->gemm_ex(impl_->cublas, call.transa, call.transb, call.m, call.n, call.k, &alpha,
+                                      ptr(g.w), call.a_type, call.lda, ptr(b), call.b_type, call.ldb, &beta,
+                                      ptr(g.out), call.c_type, call.ldc, call.compute, kCublasGemmDefault);
+  if (st != 0)
+    throw Error("cuda: cublasGemmEx (M " + std::to_string(g.m) + ", N " + std::to_string(g.n) + ", K " +
+                std::to_string(g.k) + ", " + std::string(DTypeName(g.w_dtype)) +
+                " weights) failed: " + CublasStatusName(st));
 }
 
 double CudaDevice::TimeMs(const std::function<void()>& work) {

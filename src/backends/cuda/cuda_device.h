@@ -40,6 +40,13 @@ class CudaDevice : public GpuDevice {
   std::unique_ptr<GpuLaunchGraph> RecordGraph(GpuModule& module,
                                               const std::vector<GpuLaunchParams>& launches) override;
 
+  // cuBLAS (backends/cuda/cublas_loader.h, loaded on first use; its handle works on this device's
+  // stream): f32 weights as an f32 GEMM, bf16/f16 weights after converting the activations to the
+  // weight's dtype (a kernel of this device into a scratch buffer it keeps), f32 accumulation and
+  // output. Unavailable, with the reason, where libcublas is missing or its handle cannot be made.
+  bool LibraryGemmAvailable(DType w_dtype, std::string* why) const override;
+  void LibraryGemm(const GpuLibraryGemm& g) override;
+
   // Milliseconds the launches enqueued by `work` take on the GPU (CUDA events around them).
   double TimeMs(const std::function<void()>& work) override;
   bool device_timer() const override { return true; }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "codegen/gpu_renderer.h"
+#include "ir/error.h"
 
 namespace prism {
 
@@ -39,6 +40,14 @@ struct GpuLaunchParams {
         return false;
     return true;
   }
+};
+
+// A GEMM by the device's vendor library (cuBLAS on CUDA): out[m, n] = sum_k a[m, k] * w[n, k] for
+// a f32 [M, K], w [N, K] of w_dtype, out f32 [M, N], all row-major and contiguous.
+struct GpuLibraryGemm {
+  GpuMem out = 0, a = 0, w = 0;
+  DType w_dtype = DType::F32;
+  int64_t m = 0, n = 0, k = 0;
 };
 
 // A fixed sequence of launches recorded once and replayed with one call (a CUDA graph). Each
@@ -89,6 +98,13 @@ class GpuDevice {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
   virtual bool device_timer() const { return false; }  // TimeMs reads a device-side clock
+  // Whether LibraryGemm takes weights of this dtype here; false with a one-line reason otherwise.
+  virtual bool LibraryGemmAvailable(DType /*w_dtype*/, std::string* why) const {
+    if (why) *why = "no GEMM library on " + name();
+    return false;
+  }
+  // Enqueues g after the launches before it (and before those after it).
+  virtual void LibraryGemm(const GpuLibraryGemm& /*g*/) { throw Error("no GEMM library on " + name()); }
   // Records launches (in order, each after the previous) for replay, or returns null where the
   // device has no such facility (OpenCL): callers then launch one by one.
   virtual std::unique_ptr<GpuLaunchGraph> RecordGraph(GpuModule& /*module*/,

@@ -17,6 +17,11 @@ static double Seconds(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+bool LibraryGemmApplies(const KernelProgram& p, const Kernel& k) {
+  return k.gemm && p.buffers[k.gemm->a_buffer].dtype == DType::F32 &&
+         p.buffers[k.out_buffer].dtype == DType::F32;
+}
+
 std::unique_ptr<GpuProgram> GpuProgram::Compile(const Graph& g, std::shared_ptr<GpuDevice> device,
                                                 const GpuCompileOptions& opts) {
   return std::move(CompileMany({&g}, std::move(device), {opts})[0]);
@@ -69,6 +74,21 @@ std::vector<std::unique_ptr<GpuProgram>> GpuProgram::CompileMany(const std::vect
         it = functions.insert(functions.end(), name);
       }
       p->mma_function_[k] = (int)(it - functions.begin());
+    }
+    p->library_gemm_.assign(p->kp_.kernels.size(), false);
+    if (!o.library_gemm.empty() && o.library_gemm.size() != p->kp_.kernels.size())
+      throw Error("gpu compile: " + std::to_string(o.library_gemm.size()) + " library GEMM flags for " +
+                  std::to_string(p->kp_.kernels.size()) + " kernels");
+    for (size_t k = 0; k < o.library_gemm.size(); ++k) {
+      if (!o.library_gemm[k]) continue;
+      const Kernel& kn = p->kp_.kernels[k];
+      std::string why = "not an f32 template GEMM";
+      if (!LibraryGemmApplies(p->kp_, kn) ||
+          !device->LibraryGemmAvailable(p->kp_.buffers[kn.gemm->w_buffer].dtype, &why))
+        throw Error("gpu compile: kernel " + kn.name + " cannot use the library GEMM: " + why);
+      if (p->mma_function_[k] >= 0)
+        throw Error("gpu compile: kernel " + kn.name + " selects both the tensor-core and the library GEMM");
+      p->library_gemm_[k] = true;
     }
     p->stats_.graph_nodes = g.size();
     p->stats_.kernels = (int)p->kp_.kernels.size();
@@ -211,10 +231,24 @@ std::vector<HostTensor> GpuProgram::Run(const std::map<std::string, HostTensor>&
   }
   std::vector<size_t> launched;
   std::vector<GpuLaunchParams> launches;
+  std::vector<std::pair<size_t, GpuLibraryGemm>> library;  // each runs before launches[first]
   for (size_t k = 0; k < kp_.kernels.size(); ++k) {
     const GpuKernelPlan& plan = src_.kernels[k];
     GpuLaunchDims dims = GpuLaunch(kp_.kernels[k], plan, b);
     if (dims.elements == 0) continue;
+    if (const Kernel& kn = kp_.kernels[k]; library_gemm_[k]) {
+      const GemmTemplate& gm = *kn.gemm;
+      GpuLibraryGemm lg;
+      lg.out = slots_[kn.out_buffer].mem;
+      lg.a = slots_[gm.a_buffer].mem;
+      lg.w = slots_[gm.w_buffer].mem;
+      lg.w_dtype = kp_.buffers[gm.w_buffer].dtype;
+      lg.m = gm.m.Eval(b);
+      lg.n = gm.n;
+      lg.k = gm.k;
+      library.emplace_back(launches.size(), lg);
+      continue;
+    }
     GpuLaunchParams l;
     if (const Kernel& kn = kp_.kernels[k]; mma_function_[k] >= 0) {
       const GemmTemplate& gm = *kn.gemm;
@@ -236,7 +270,21 @@ std::vector<HostTensor> GpuProgram::Run(const std::map<std::string, HostTensor>&
     launched.push_back(k);
     launches.push_back(std::move(l));
   }
-  Launch(launched, launches);
+  if (library.empty()) {
+    Launch(launched, launches);
+  } else {
+    // The CUDA graph path builds kernel nodes by hand (cuda_device.cpp), and a cuBLAS call is not
+    // a kernel node this program knows (capturing it from the stream would be the way to record
+    // it): programs with library GEMMs enqueue everything in order, one call at a time.
+    size_t next = 0;
+    for (size_t i = 0; i <= launches.size(); ++i) {
+      for (; next < library.size() && library[next].first == i; ++next)
+        device_->LibraryGemm(library[next].second);
+      if (i < launches.size())
+        device_->Launch(*module_, launches[i].function, launches[i].args, launches[i].groups,
+                        launches[i].threads);
+    }
+  }
   device_->Finish();
   std::vector<HostTensor> outs;
   for (int ob : kp_.output_buffers) {

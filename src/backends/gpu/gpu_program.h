@@ -20,7 +20,16 @@ struct GpuCompileOptions {
   // Per kernel (empty: none): run it with the CUDA tensor-core GEMM template (codegen/cuda_mma_gemm.h)
   // instead of its rendering; only for kernels where CudaMmaGemmApplies, on a CUDA device.
   std::vector<bool> mma_gemm;
+  // Per kernel (empty: none): run it through the device's GEMM library (GpuDevice::LibraryGemm,
+  // cuBLAS on CUDA) instead of a generated kernel; only for kernels where LibraryGemmApplies and
+  // whose weight dtype the device's library takes. A program using it launches kernel by kernel
+  // even with graph replay on (library calls are not nodes of the recorded graph).
+  std::vector<bool> library_gemm;
 };
+
+// True when kernel k is a GemmTemplate with f32 activations and an f32 output (whether the weight's
+// dtype is taken is the device's to say: GpuDevice::LibraryGemmAvailable).
+bool LibraryGemmApplies(const KernelProgram& p, const Kernel& k);
 
 struct GpuCompileStats {
   int graph_nodes = 0;
@@ -53,7 +62,8 @@ class GpuProgram {
   void ResetState();
   // Replays each step's launches as one recorded graph where the device can (CUDA graphs; no
   // effect on OpenCL): recorded on the first run, then updated with the step's arguments and
-  // grids and replayed while the same kernels launch. Off by default.
+  // grids and replayed while the same kernels launch. Off by default. No effect either for a
+  // program with library GEMMs (GpuCompileOptions::library_gemm): graph_replays() stays 0.
   void SetGraphReplay(bool on);
   int64_t graph_replays() const { return graph_replays_; }  // runs that replayed a recorded graph
   int64_t graph_records() const { return graph_records_; }  // graphs recorded
@@ -84,6 +94,7 @@ class GpuProgram {
   std::shared_ptr<GpuModule> module_;  // shared by the programs of one CompileMany
   std::vector<int> function_of_;       // kernel -> index into src_.functions
   std::vector<int> mma_function_;      // kernel -> module function of its tensor-core GEMM (-1: none)
+  std::vector<bool> library_gemm_;     // kernel -> run through GpuDevice::LibraryGemm
   std::vector<Slot> slots_;            // per buffer
   GpuCompileStats stats_;
   bool graph_replay_ = false;
