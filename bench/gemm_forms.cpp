@@ -13,6 +13,7 @@
 #include "backends/cpu/gemm_bf16.h"
 #include "backends/cpu/gemm_int8.h"
 #include "backends/cpu/gemm_panels.h"
+#include "ir/host_tensor.h"
 
 using namespace prism;
 
@@ -41,24 +42,18 @@ int main(int argc, char** argv) {
   };
   for (DType wt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0}) {
     if (!GemmSupports(wt, k)) continue;
-    std::vector<uint8_t> w(StorageBytes(wt, n * k));
-    if (wt == DType::Q8_0)
-      QuantizeQ8_0(wf.data(), reinterpret_cast<BlockQ8_0*>(w.data()), n * k);
-    else if (wt == DType::Q4_0)
-      QuantizeQ4_0(wf.data(), reinterpret_cast<BlockQ4_0*>(w.data()), n * k);
-    else
-      for (int64_t i = 0; i < n * k; ++i) StoreFromDouble(w.data(), wt, i, wf[i]);
-    time(wt, "rows", w.size(), [&] { GemmRows(a.data(), m, k, w.data(), wt, y.data(), n, 0, n); });
+    const HostTensor w = HostTensor::FromFloats({n, k}, wf, wt);
+    time(wt, "rows", (size_t)w.nbytes(), [&] { GemmRows(a.data(), m, k, w.data, wt, y.data(), n, 0, n); });
     if (wt == DType::BF16 && Bf16DotSupported())
-      time(wt, "rounded (bf16 dot)", w.size(), [&] {
-        GemmRowsBf16Dot(a.data(), m, k, reinterpret_cast<const uint16_t*>(w.data()), y.data(), n, 0, n);
+      time(wt, "rounded (bf16 dot)", (size_t)w.nbytes(), [&] {
+        GemmRowsBf16Dot(a.data(), m, k, reinterpret_cast<const uint16_t*>(w.data), y.data(), n, 0, n);
       });
     if (Int8DotSupported(wt, k)) {
-      Int8PackedWeight p = PackForInt8Dot(w.data(), wt, n, k);
+      Int8PackedWeight p = PackForInt8Dot(w.data, wt, n, k);
       time(wt, "rounded (int8 VNNI)", p.bytes, [&] { GemmRowsInt8(a.data(), m, p, y.data(), n, 0, n); });
     }
     if (PanelGemmSupported(wt)) {
-      PanelPackedWeight p = PackPanels(w.data(), wt, n, k);
+      PanelPackedWeight p = PackPanels(w.data, wt, n, k);
       time(wt, "panels", p.bytes, [&] { GemmPanels(a.data(), m, p, y.data(), n, 0, n); });
     }
   }

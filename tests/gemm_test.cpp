@@ -61,23 +61,18 @@ TEST(Gemm, Avx2RowsMatchExactProductsOverOddShapesAndSplits) {
         for (int64_t k : {32, 96, 7, 41}) {
           if (IsQuantized(wt) && k % 32) continue;
           auto a = testing::RandomFloats(m * k, 3), wf = testing::RandomFloats(n * k, 4);
-          std::vector<uint8_t> w(StorageBytes(wt, n * k));
-          if (wt == DType::Q8_0)
-            QuantizeQ8_0(wf.data(), reinterpret_cast<BlockQ8_0*>(w.data()), n * k);
-          else if (wt == DType::Q4_0)
-            QuantizeQ4_0(wf.data(), reinterpret_cast<BlockQ4_0*>(w.data()), n * k);
-          else
-            for (int64_t i = 0; i < n * k; ++i) StoreFromDouble(w.data(), wt, i, wf[i]);
+          HostTensor wt_tensor = HostTensor::FromFloats({n, k}, wf, wt);
+          const uint8_t* w = static_cast<const uint8_t*>(wt_tensor.data);
           std::vector<float> y(m * n, NAN);
           const int64_t split = n / 2;  // two ranges, as two threads would take them
-          GemmRowsAvx2(a.data(), m, k, w.data(), wt, y.data(), n, 0, split);
-          GemmRowsAvx2(a.data(), m, k, w.data(), wt, y.data(), n, split, n);
+          GemmRowsAvx2(a.data(), m, k, w, wt, y.data(), n, 0, split);
+          GemmRowsAvx2(a.data(), m, k, w, wt, y.data(), n, split, n);
           const int64_t rb = StorageBytes(wt, k);
           for (int64_t i = 0; i < m; ++i)
             for (int64_t j = 0; j < n; ++j) {
               double exact = 0, mag = 0;
               for (int64_t kk = 0; kk < k; ++kk) {
-                double p = (double)a[i * k + kk] * LoadAsDouble(w.data() + j * rb, wt, kk);
+                double p = (double)a[i * k + kk] * LoadAsDouble(w + j * rb, wt, kk);
                 exact += p;
                 mag += std::fabs(p);
               }

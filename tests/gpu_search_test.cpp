@@ -8,33 +8,11 @@
 #include "backends/opencl/opencl_device.h"
 #include "gpu_check.h"
 #include "op_graphs.h"
+#include "opencl_device.h"
 #include "runtime/gpu_tuner.h"
 
 namespace prism {
 namespace {
-
-std::shared_ptr<GpuDevice> TestDevice(std::string* why) {
-  static std::shared_ptr<GpuDevice> dev;
-  static std::string reason;
-  static bool tried = false;
-  if (!tried) {
-    tried = true;
-    try {
-      dev = OpenClDevice::Open();
-    } catch (const Error& e) {
-      reason = e.what();
-    }
-  }
-  *why = reason;
-  return dev;
-}
-
-#define PRISM_REQUIRE_OPENCL(dev)                     \
-  std::string why_;                                   \
-  std::shared_ptr<GpuDevice> dev = TestDevice(&why_); \
-  if (!dev) {                                         \
-    GTEST_SKIP() << why_;                             \
-  }
 
 // The default rendering of kernel k with every stored value scaled by 1.01: runs, is fast, and is
 // wrong by 1% (the check tolerates 0.2% of the samples' largest magnitude).

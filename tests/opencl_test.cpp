@@ -10,36 +10,12 @@
 #include "codegen/gpu_renderer.h"
 #include "gpu_check.h"
 #include "op_graphs.h"
+#include "opencl_device.h"
 #include "random_graph.h"
 #include "runtime/language_model.h"
 
 namespace prism {
 namespace {
-
-// One device for the whole binary; null with the reason when there is no OpenCL platform.
-std::shared_ptr<GpuDevice> TestDevice(std::string* why) {
-  static std::shared_ptr<GpuDevice> dev;
-  static std::string reason;
-  static bool tried = false;
-  if (!tried) {
-    tried = true;
-    try {
-      dev = OpenClDevice::Open();
-      std::cout << "OpenCL device: " << dev->name() << "\n";
-    } catch (const Error& e) {
-      reason = e.what();
-    }
-  }
-  *why = reason;
-  return dev;
-}
-
-#define PRISM_REQUIRE_OPENCL(dev)                     \
-  std::string why_;                                   \
-  std::shared_ptr<GpuDevice> dev = TestDevice(&why_); \
-  if (!dev) {                                         \
-    GTEST_SKIP() << why_;                             \
-  }
 
 struct NamedSchedule {
   const char* name;

@@ -9,13 +9,12 @@
 // nested inside a cooperative one stay per-thread loops.
 #include "codegen/gpu_renderer.h"
 
-#include "codegen/c_types.h"
-
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <sstream>
 
+#include "codegen/c_types.h"
 #include "ir/error.h"
 
 namespace prism {
@@ -185,15 +184,6 @@ void CollectSymbols(const KValuePtr& v, std::vector<std::string>* out) {
   }
   for (const Expr& e : v->rextents) e.CollectSymbols(out);
   for (const KValuePtr& a : v->args) CollectSymbols(a, out);
-}
-
-bool HasReduce(const KValuePtr& v) {
-  if (v->kind == KValue::Kind::Reduce) return true;
-  for (const GatherBinding& gb : v->gathers)
-    if (HasReduce(gb.value)) return true;
-  for (const KValuePtr& a : v->args)
-    if (HasReduce(a)) return true;
-  return false;
 }
 
 // Smallest extent among the reductions that are not nested in another reduction (0: none);

@@ -37,13 +37,13 @@ struct KValue {
   enum class Kind : uint8_t { Load, Const, Index, Op, Guard, Reduce };
   Kind kind = Kind::Const;
   DType dtype = DType::F32;
-  Op op = Op::Add;                    // Kind::Op: the primitive (unary, binary, Where, Cast); Reduce: Sum/Max
-  int buffer = -1;                    // Load
-  Expr index;                         // Load: element index; Index: the value; Guard: validity (0/1)
-  std::vector<GatherBinding> gathers; // Load, Index, Guard: gather symbols their index uses
-  double constant = 0;                // Const
-  std::vector<KValuePtr> args;        // Op operands; Guard/Reduce: args[0] is the body
-  std::vector<std::string> rvars;     // Reduce loop variables and their extents
+  Op op = Op::Add;  // Kind::Op: the primitive (unary, binary, Where, Cast); Reduce: Sum/Max
+  int buffer = -1;  // Load
+  Expr index;       // Load: element index; Index: the value; Guard: validity (0/1)
+  std::vector<GatherBinding> gathers;  // Load, Index, Guard: gather symbols their index uses
+  double constant = 0;                 // Const
+  std::vector<KValuePtr> args;         // Op operands; Guard/Reduce: args[0] is the body
+  std::vector<std::string> rvars;      // Reduce loop variables and their extents
   std::vector<Expr> rextents;
 };
 
@@ -61,23 +61,33 @@ struct Kernel {
   int out_buffer;
   std::vector<std::string> vars;  // output loop variables, outermost first
   std::vector<Expr> extents;
-  Expr out_index;                 // where the value is stored (linear element index)
+  Expr out_index;  // where the value is stored (linear element index)
   KValuePtr value;
-  NodeId root;                    // the graph node this kernel realizes
-  std::vector<NodeId> fused;      // graph nodes computed inside this kernel (for reports)
+  NodeId root;                // the graph node this kernel realizes
+  std::vector<NodeId> fused;  // graph nodes computed inside this kernel (for reports)
   // Arithmetic intensity inputs for the runtime's threading choice and reports.
-  Expr reduce_size;               // product of reduction extents per output element
+  Expr reduce_size;  // product of reduction extents per output element
   // Set when the kernel matches a template micro-kernel; the value tree stays valid, so a backend
   // without the template (or a search comparing tiers) can still use the generated form.
   std::optional<GemmTemplate> gemm;
 };
 
+// True when a value tree contains a reduction (in its operands or gathered indices).
+inline bool HasReduce(const KValuePtr& v) {
+  if (v->kind == KValue::Kind::Reduce) return true;
+  for (const GatherBinding& gb : v->gathers)
+    if (HasReduce(gb.value)) return true;
+  for (const KValuePtr& a : v->args)
+    if (HasReduce(a)) return true;
+  return false;
+}
+
 struct KernelProgram {
   std::vector<KBuffer> buffers;
   std::vector<Kernel> kernels;
-  std::vector<std::string> symbols;   // size symbols, in the order kernels receive them
-  std::vector<int> output_buffers;    // one per graph output
-  std::vector<NodeId> realized;       // nodes with their own buffer
+  std::vector<std::string> symbols;  // size symbols, in the order kernels receive them
+  std::vector<int> output_buffers;   // one per graph output
+  std::vector<NodeId> realized;      // nodes with their own buffer
   int graph_nodes = 0;
 };
 

@@ -18,22 +18,10 @@
 #include "codegen/gpu_renderer.h"
 #include "compiler/kernel_eval.h"
 #include "ir/error.h"
+#include "runtime/timing.h"
 
 namespace prism {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-bool HasReduce(const KValuePtr& v) {
-  if (v->kind == KValue::Kind::Reduce) return true;
-  for (const GatherBinding& gb : v->gathers)
-    if (HasReduce(gb.value)) return true;
-  for (const KValuePtr& a : v->args)
-    if (HasReduce(a)) return true;
-  return false;
-}
 
 bool Reads(const KValuePtr& v, int buffer) {
   if (v->kind == KValue::Kind::Load && v->buffer == buffer) return true;
@@ -54,10 +42,8 @@ void FillRandom(HostTensor& t, std::mt19937& rng) {
   if (IsQuantized(t.dtype)) {
     std::vector<float> f((size_t)n);
     for (float& x : f) x = value();
-    if (t.dtype == DType::Q8_0)
-      QuantizeQ8_0(f.data(), static_cast<BlockQ8_0*>(t.data), n);
-    else
-      QuantizeQ4_0(f.data(), static_cast<BlockQ4_0*>(t.data), n);
+    HostTensor q = HostTensor::FromFloats(t.shape, f, t.dtype);  // real blocks
+    std::memcpy(t.data, q.data, (size_t)t.nbytes());
     return;
   }
   for (int64_t i = 0; i < n; ++i)
@@ -408,11 +394,8 @@ GpuTuneResult SearchGpuSchedules(const Graph& g, GpuDevice& dev, const GpuTuneOp
     double best = INFINITY, best_rendered = INFINITY;
     size_t best_ci = cs.size();
     for (size_t ci : passed) {
-      std::vector<double>& ts = times[ci];
-      std::sort(ts.begin(), ts.end());
-      double med = ts[ts.size() / 2];
-      tried[ci].update(
-          {{"median_us", med}, {"min_us", ts.front()}, {"max_us", ts.back()}, {"runs", ts.size()}});
+      tried[ci].update(TimingSummary(times[ci]));
+      const double med = tried[ci]["median_us"];
       if (med < best) {
         best = med;
         best_ci = ci;

@@ -19,13 +19,10 @@
 #include "compiler/kernel_eval.h"
 #include "ir/error.h"
 #include "runtime/program.h"
+#include "runtime/timing.h"
 
 namespace prism {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 std::string Fnv(const std::string& text) {
   uint64_t h = 1469598103934665603ull;
@@ -362,11 +359,8 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
       double best = INFINITY;
       const Cand* best_c = nullptr;
       for (size_t ci : passed) {
-        std::vector<double>& ts = times[ci];
-        std::sort(ts.begin(), ts.end());
-        double med = ts[ts.size() / 2];
-        tried[ci].update(
-            {{"median_us", med}, {"min_us", ts.front()}, {"max_us", ts.back()}, {"runs", ts.size()}});
+        tried[ci].update(TimingSummary(times[ci]));
+        const double med = tried[ci]["median_us"];
         if (med < best) {
           best = med;
           best_c = &cands[ci];
@@ -421,16 +415,10 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
       size_t best_v = 0;
       std::vector<double> med(names.size());
       for (size_t v = 0; v < names.size(); ++v) {
-        std::vector<double>& ts = times[v];
-        std::sort(ts.begin(), ts.end());
-        med[v] = ts[ts.size() / 2];
-        tried.push_back({{"candidate", names[v]},
-                         {"passed", true},
-                         {"max_rel_error", 0.0},
-                         {"median_us", med[v]},
-                         {"min_us", ts.front()},
-                         {"max_us", ts.back()},
-                         {"runs", ts.size()}});
+        nlohmann::json t{{"candidate", names[v]}, {"passed", true}, {"max_rel_error", 0.0}};
+        t.update(TimingSummary(times[v]));
+        med[v] = t["median_us"];
+        tried.push_back(t);
         if (med[v] < med[best_v]) best_v = v;
       }
       decide_step(bucket, key, names[best_v], chosen,
