@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "compiler/attention_match.h"
+
 namespace prism {
 
 namespace {
@@ -83,11 +85,14 @@ std::vector<bool> ChooseRealized(const Graph& g, const FusionOptions& opts, cons
     }
   }
 
-  // The template GEMM reads its activation from a buffer and writes its own output buffer.
+  // The template GEMM reads its activation from a buffer and writes its own output buffer; so does
+  // fused attention with its queries.
   std::vector<bool> template_side(n, false);
   if (opts.templates)
-    for (NodeId i = 0; i < n; ++i)
+    for (NodeId i = 0; i < n; ++i) {
       if (auto m = MatchLinear(g, i)) template_side[i] = template_side[m->x] = true;
+      if (auto a = MatchCausalAttention(g, i)) template_side[i] = template_side[a->q] = true;
+    }
 
   std::vector<bool> realized(n, false);
   std::vector<int> cost(n, 0);

@@ -56,6 +56,18 @@ struct GemmTemplate {
   int64_t n, k;
 };
 
+// A kernel computing causal grouped-query attention in one pass (the template tier's fused form of
+// scores, mask, softmax and P·V): out[h, g, s, d] over [heads_kv, group, seq, head_dim], from
+// q [seq, heads_kv * group * head_dim] and the K/V caches [cap, heads_kv, head_dim] (all f32); key t
+// is visible to query s when t < s + offset. The kernels it replaces (the pattern's realized interior)
+// name it in `covered_by` and are skipped when it runs.
+struct AttentionTemplate {
+  int q_buffer, k_buffer, v_buffer;
+  int64_t heads_kv, group, head_dim;
+  Expr seq, total, offset;
+  double scale, exp_scale;
+};
+
 struct Kernel {
   std::string name;
   int out_buffer;
@@ -70,6 +82,8 @@ struct Kernel {
   // Set when the kernel matches a template micro-kernel; the value tree stays valid, so a backend
   // without the template (or a search comparing tiers) can still use the generated form.
   std::optional<GemmTemplate> gemm;
+  std::optional<AttentionTemplate> attention;
+  int covered_by = -1;  // index of the attention kernel that computes this one's consumers when it runs
 };
 
 // True when a value tree contains a reduction (in its operands or gathered indices).
@@ -93,7 +107,7 @@ struct KernelProgram {
 
 struct FusionOptions {
   bool fuse = true;       // false: every non-view node is its own kernel (a baseline for comparisons)
-  bool templates = true;  // match x · Wᵀ with weight W to the template GEMM tier
+  bool templates = true;  // match x · Wᵀ with weight W (and causal attention) to the template tier
 };
 
 // Decides which nodes get buffers, cuts the graph into kernels and lowers each to the kernel IR.

@@ -3,6 +3,7 @@
 #include <set>
 #include <sstream>
 
+#include "compiler/attention_match.h"
 #include "compiler/fusion.h"
 #include "compiler/kernel_ir.h"
 #include "ir/error.h"
@@ -240,6 +241,44 @@ BufferKind LeafKind(Op op) {
   return op == Op::Input ? BufferKind::Input : op == Op::Weight ? BufferKind::Weight : BufferKind::State;
 }
 
+void CollectLoads(const KValuePtr& v, std::set<int>* out) {
+  if (v->kind == KValue::Kind::Load) out->insert(v->buffer);
+  for (const GatherBinding& gb : v->gathers) CollectLoads(gb.value, out);
+  for (const KValuePtr& a : v->args) CollectLoads(a, out);
+}
+
+// Gives a kernel that realizes a causal-attention pattern its fused template, when the kernels of the
+// pattern's interior feed nothing outside it (so skipping them when the template runs loses nothing).
+void MarkAttention(const Graph& g, const std::vector<int>& buffer_of, KernelProgram* p) {
+  for (size_t k = 0; k < p->kernels.size(); ++k) {
+    Kernel& kn = p->kernels[k];
+    auto m = MatchCausalAttention(g, kn.root);
+    if (!m || kn.out_buffer != buffer_of[kn.root] || buffer_of[m->q] < 0) continue;
+    std::vector<size_t> covered;
+    std::set<int> covered_buffers;
+    for (size_t j = 0; j < p->kernels.size(); ++j)
+      if (m->interior.count(p->kernels[j].root)) {
+        covered.push_back(j);
+        covered_buffers.insert(p->kernels[j].out_buffer);
+      }
+    bool closed = true;
+    for (size_t j = 0; j < p->kernels.size() && closed; ++j) {
+      if (j == k || m->interior.count(p->kernels[j].root)) continue;
+      std::set<int> reads;
+      CollectLoads(p->kernels[j].value, &reads);
+      for (int b : covered_buffers) closed = closed && !reads.count(b);
+    }
+    for (int b : covered_buffers) closed = closed && p->buffers[b].kind == BufferKind::Intermediate;
+    for (size_t j : covered) closed = closed && j < k && p->kernels[j].covered_by < 0;
+    if (!closed) continue;
+    kn.attention = AttentionTemplate{buffer_of[m->q], buffer_of[m->k], buffer_of[m->v], m->heads_kv,
+                                     m->group,        m->head_dim,     m->seq,          m->total,
+                                     m->offset,       m->scale,        m->exp_scale};
+    kn.name += "_attention";
+    for (size_t j : covered) p->kernels[j].covered_by = (int)k;
+  }
+}
+
 }  // namespace
 
 KernelProgram BuildKernelProgram(const Graph& g, const FusionOptions& opts) {
@@ -301,7 +340,10 @@ KernelProgram BuildKernelProgram(const Graph& g, const FusionOptions& opts) {
       p.kernels.push_back(std::move(c));
       p.output_buffers.push_back(nb);
     }
-    if (lw.broadcast_reduces.empty()) return p;
+    if (lw.broadcast_reduces.empty()) {
+      if (opts.templates) MarkAttention(g, buffer_of, &p);
+      return p;
+    }
     size_t before = forced.size();
     forced.insert(lw.broadcast_reduces.begin(), lw.broadcast_reduces.end());
     if (forced.size() == before || attempt > g.size())

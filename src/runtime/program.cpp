@@ -80,6 +80,8 @@ Program::Program(const Graph& g, KernelProgram kp, std::string source, JitLibrar
   for (size_t k = 0; k < kp_.kernels.size(); ++k) {
     collect(kp_.kernels[k].value, &reads[k]);
     if (kp_.kernels[k].gemm) reads[k].insert({kp_.kernels[k].gemm->a_buffer, kp_.kernels[k].gemm->w_buffer});
+    if (const auto& at = kp_.kernels[k].attention)
+      reads[k].insert({at->q_buffer, at->k_buffer, at->v_buffer});
   }
   first_use_.assign(kp_.buffers.size(), -1);
   last_use_.assign(kp_.buffers.size(), -1);
@@ -173,32 +175,46 @@ void Program::PlanSteps(const SymbolBindings& b) {
   std::vector<int> epoch(kp_.kernels.size(), -1);  // barrier interval in which a kernel ran
   int current = 0;
   auto chosen = choices_.find(BucketOf(b));
+  auto choice = [&](size_t k) -> const KernelChoice* {
+    return chosen != choices_.end() && k < chosen->second.size() ? &chosen->second[k] : nullptr;
+  };
+  // An attention kernel running its template makes the kernels of its pattern's interior unneeded.
+  std::vector<bool> fused_attention(kp_.kernels.size(), false);
+  for (size_t k = 0; k < kp_.kernels.size(); ++k)
+    fused_attention[k] =
+        kp_.kernels[k].attention && AttentionTemplateSupported() && (!choice(k) || choice(k)->use_template);
   for (size_t k = 0; k < kp_.kernels.size(); ++k) {
     const Kernel& kn = kp_.kernels[k];
     Step& st = steps_[k];
     st.total = 1;
     for (const Expr& e : kn.extents) st.total *= e.Eval(b);
     st.inner = kn.extents.empty() ? 1 : std::max<int64_t>(kn.extents.back().Eval(b), 1);
+    st.skip = kn.covered_by >= 0 && fused_attention[kn.covered_by];
     int64_t work;
     if (kn.gemm) {
       st.m = kn.gemm->m.Eval(b);
       work = st.m * kn.gemm->n * kn.gemm->k;
+    } else if (fused_attention[k]) {
+      const AttentionTemplate& at = *kn.attention;
+      st.attn = {at.heads_kv,      at.group,          at.head_dim,     at.seq.Eval(b),
+                 at.total.Eval(b), at.offset.Eval(b), (float)at.scale, (float)at.exp_scale};
+      work = 2 * st.attn.heads_kv * st.attn.group * st.attn.seq * st.attn.total * st.attn.head_dim;
     } else {
       work = st.total * std::max<int64_t>(kn.reduce_size.Eval(b), 1);
     }
     // Small kernels run on one thread: splitting them costs more in cache traffic than it saves.
     st.parallel = threads > 1 && work >= (kn.gemm ? 65536 : 32768);
-    st.use_template = kn.gemm.has_value();
+    st.use_template = kn.gemm.has_value() || fused_attention[k];
     st.reduce_outer = false;
     st.form = TemplateForm::Rows;
-    if (chosen != choices_.end() && k < chosen->second.size()) {
-      const KernelChoice& c = chosen->second[k];
-      st.use_template = st.use_template && c.use_template;
-      if (st.use_template && PrepareForm(*kn.gemm, c.form)) st.form = c.form;
-      st.reduce_outer = !st.use_template && c.reduce_outer && fns_ro_[k];
-      if (c.parallel >= 0) st.parallel = threads > 1 && c.parallel == 1;
+    if (const KernelChoice* c = choice(k)) {
+      st.use_template = st.use_template && c->use_template;
+      if (st.use_template && kn.gemm && PrepareForm(*kn.gemm, c->form)) st.form = c->form;
+      st.reduce_outer = !st.use_template && c->reduce_outer && fns_ro_[k];
+      if (c->parallel >= 0) st.parallel = threads > 1 && c->parallel == 1;
     }
     st.barrier_before = false;
+    if (st.skip) continue;
     for (int j : deps_[k])
       if (epoch[j] == current && (st.parallel || steps_[j].parallel)) st.barrier_before = true;
     if (st.barrier_before) current++;
@@ -209,7 +225,15 @@ void Program::PlanSteps(const SymbolBindings& b) {
 void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const int64_t* syms) {
   const Kernel& kn = kp_.kernels[k];
   const Step& st = steps_[k];
-  if (st.total <= 0) return;
+  if (st.total <= 0 || st.skip) return;
+  if (st.use_template && kn.attention) {
+    const AttentionTemplate& at = *kn.attention;
+    CausalAttentionF32(static_cast<const float*>(bufs[at.q_buffer]),
+                       static_cast<const float*>(bufs[at.k_buffer]),
+                       static_cast<const float*>(bufs[at.v_buffer]), static_cast<float*>(bufs[kn.out_buffer]),
+                       st.attn, st.parallel ? t : 0, st.parallel ? threads : 1);
+    return;
+  }
   if (st.use_template) {
     const GemmTemplate& gm = *kn.gemm;
     if (st.m <= 0) return;

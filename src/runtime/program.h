@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/attention.h"
 #include "backends/cpu/gemm_int8.h"
 #include "backends/cpu/gemm_panels.h"
 #include "backends/cpu/jit.h"
@@ -109,6 +110,8 @@ class Program {
     bool reduce_outer = false;
     TemplateForm form = TemplateForm::Rows;
     bool barrier_before = false;
+    bool skip = false;     // covered by an attention kernel that runs its template this step
+    AttentionDims attn{};  // this step's sizes, for an attention template
   };
   // Weights repacked for a template form (int8 blocks or panels), made on first use and kept (by
   // weight buffer). Returns false where this CPU or weight type has no such form.

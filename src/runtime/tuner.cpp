@@ -50,6 +50,7 @@ std::string KernelKey(const Graph& g, const KernelProgram& p, const Kernel& k) {
   };
   collect(k.value);
   if (k.gemm) touched.insert({k.gemm->a_buffer, k.gemm->w_buffer});
+  if (k.attention) touched.insert({k.attention->q_buffer, k.attention->k_buffer, k.attention->v_buffer});
   // Buffers appear in the text as `name[`; the longest name matching at a word start wins.
   std::string canonical;
   std::vector<int> order;
@@ -80,6 +81,12 @@ std::string KernelKey(const Graph& g, const KernelProgram& p, const Kernel& k) {
   if (k.gemm)  // the template's operands, by canonical position
     for (int b : {k.gemm->a_buffer, k.gemm->w_buffer})
       text += "|g" + std::to_string(std::find(order.begin(), order.end(), b) - order.begin());
+  if (const auto& at = k.attention) {  // the fused form's operands and what it computes
+    for (int b : {at->q_buffer, at->k_buffer, at->v_buffer})
+      text += "|a" + std::to_string(std::find(order.begin(), order.end(), b) - order.begin());
+    text += "|attn" + std::to_string(at->group) + "," + at->offset.str() + "," + std::to_string(at->scale) +
+            "," + std::to_string(at->exp_scale);
+  }
   return Fnv(text);
 }
 
@@ -205,7 +212,21 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
     PlanSteps(b);
     const std::vector<Step> defaults = steps_;
     const std::vector<std::string> keys = kernel_keys(bucket);
-    double step_floor_us = 0;
+    std::vector<double> floors_us(kp_.kernels.size(), 0);
+    // Runs kernel j alone as the step would (its own choice if already made), even where a fused
+    // attention kernel covers it.
+    auto run_alone = [&](size_t j) {
+      steps_[j] = defaults[j];
+      steps_[j].skip = false;
+      steps_[j].use_template = false;
+      if (chosen[j].parallel >= 0) steps_[j].parallel = threads > 1 && chosen[j].parallel == 1;
+      steps_[j].reduce_outer = chosen[j].reduce_outer && fns_ro_[j];
+      if (steps_[j].parallel)
+        pool_->ParallelFor(threads, [&](int t) { RunChunk(j, t, threads, ptrs.data(), sym_values.data()); });
+      else
+        RunChunk(j, 0, threads, ptrs.data(), sym_values.data());
+      steps_[j] = defaults[j];
+    };
 
     for (size_t k = 0; k < kp_.kernels.size(); ++k) {
       const Kernel& kn = kp_.kernels[k];
@@ -227,6 +248,19 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
       };
       collect(kn.value, (double)st.total);
       if (kn.gemm) reach[kn.gemm->w_buffer] = reach[kn.gemm->a_buffer] = INFINITY;
+      std::vector<size_t> covered;  // an attention kernel's unfused form: these kernels, then its own
+      if (const auto& at = kn.attention) {
+        for (size_t j = 0; j < k; ++j)
+          if (kp_.kernels[j].covered_by == (int)k) covered.push_back(j);
+        // The fused form's floor: Q·Kᵀ and P·V over the visible (query, key) pairs only.
+        const int64_t seq = at->seq.Eval(b), total = at->total.Eval(b), offset = at->offset.Eval(b);
+        double pairs = 0;
+        for (int64_t q = 0; q < seq; ++q) pairs += (double)std::clamp<int64_t>(q + offset, 0, total);
+        flops = 4.0 * pairs * (double)(at->heads_kv * at->group * at->head_dim);
+        reach.clear();
+        reach[at->q_buffer] = INFINITY;
+        reach[at->k_buffer] = reach[at->v_buffer] = (double)(total * at->heads_kv * at->head_dim);
+      }
       reach[kn.out_buffer] += (double)st.total;
       double bytes = 0;
       for (const auto& [buf, execs] : reach) {
@@ -239,7 +273,7 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
       r["flops"] = flops;
       r["bytes"] = bytes;
       r["floor_us"] = floor_s * 1e6;
-      step_floor_us += floor_s * 1e6;
+      floors_us[k] = floor_s * 1e6;
       r["peak_gflops"] = peaks.fp32_gflops;
       r["read_gbps"] = peaks.read_gbps;
 
@@ -261,7 +295,9 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
         receipts.push_back(r);
         continue;
       }
-      // Reference values of sampled outputs, from the value tree evaluated in double.
+      // Reference values of sampled outputs, from the value tree evaluated in double (over the covered
+      // kernels' outputs: they run first, so that those hold this step's values).
+      for (size_t j : covered) run_alone(j);
       int64_t samples = std::min<int64_t>(st.total, 24);
       std::vector<KernelElement> ref;
       double scale = 1e-6;
@@ -285,6 +321,8 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
         cands.push_back({name + "/serial", tmpl, false, ro, form});
         if (threads > 1) cands.push_back({name + "/parallel", tmpl, true, ro, form});
       };
+      if (kn.attention && AttentionTemplateSupported())
+        add("template-attention", true, false, TemplateForm::Rows);
       if (kn.gemm) {
         add("template", true, false, TemplateForm::Rows);
         if (RoundedActivationSupported(wt, kn.gemm->k))
@@ -296,13 +334,16 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
       if (fns_ro_[k]) add("generated-reduce-outer", false, true, TemplateForm::Rows);
       auto select = [&](const Cand& c) {
         steps_[k] = defaults[k];
+        steps_[k].skip = false;  // a kernel an attention template covers is searched for its unfused form
         steps_[k].use_template = c.tmpl;
         steps_[k].parallel = c.par;
         steps_[k].reduce_outer = c.ro;
         steps_[k].form = c.form;
-        if (c.tmpl) PrepareForm(*kn.gemm, c.form);
+        if (c.tmpl && kn.gemm) PrepareForm(*kn.gemm, c.form);
       };
       auto run_once = [&](const Cand& c) {
+        if (!c.tmpl)
+          for (size_t j : covered) run_alone(j);
         if (c.par)
           pool_->ParallelFor(threads,
                              [&](int t) { RunChunk(k, t, threads, ptrs.data(), sym_values.data()); });
@@ -368,6 +409,10 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
       }
       steps_[k] = defaults[k];
       r["candidates"] = tried;
+      if (!covered.empty()) {  // the generated candidates' timings include these kernels
+        r["unfused_kernels"] = nlohmann::json::array();
+        for (size_t j : covered) r["unfused_kernels"].push_back(kp_.kernels[j].name);
+      }
       if (!best_c) {
         r["reason"] = "no candidate passed the correctness check: default kept";
         r["chosen"] = "";
@@ -385,6 +430,13 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
       db[key]["median_us"] = best;
       db_changed = true;
       receipts.push_back(r);
+    }
+    // The step's floor: the kernels that run under the choices made (a fused attention kernel's
+    // unfused ones do not).
+    double step_floor_us = 0;
+    for (size_t k = 0; k < kp_.kernels.size(); ++k) {
+      const int by = kp_.kernels[k].covered_by;
+      if (by < 0 || !chosen[by].use_template || !AttentionTemplateSupported()) step_floor_us += floors_us[k];
     }
     if (threads > 1 && opts.only_kernel.empty()) {
       // The whole step on the team (with its barriers) against thread 0 alone: for a small model the

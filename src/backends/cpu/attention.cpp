@@ -1,0 +1,174 @@
+// Template-tier CPU causal attention (AVX-512). A block of 16 (query, group head) rows of one K/V head
+// keeps its queries transposed in a D x 16 panel, so each key's scores for all 16 rows are one FMA
+// chain of broadcast key elements; the scores of the block then sit as [key][row], where the softmax's
+// max, exp and sum run down the keys for 16 rows at once; P·V reads each value row once per 4 rows.
+// Keys past a row's causal limit are never computed.
+#include "backends/cpu/attention.h"
+
+// GCC 12 warns inside its own AVX-512 intrinsics (_mm512_undefined_ps in max/roundscale/scalef).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backends/cpu/gemm.h"
+
+#define PRISM_ATTN __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
+
+namespace prism {
+namespace {
+
+constexpr int kRows = 16;  // rows per block: one vector of lanes
+
+// 2^x: x = i + f with i an integer and f in [0, 1); 2^f = sqrt(2) * e^((f - 1/2) ln 2) by its Taylor
+// series to degree 7 (relative error below 1e-8 on [-1/2, 1/2]); scalef applies 2^i and underflows to
+// 0. x is clamped below at -150 (2^-150 is 0 in f32); NaN passes through the clamp.
+PRISM_ATTN inline __m512 Exp2(__m512 x) {
+  x = _mm512_max_ps(_mm512_set1_ps(-150.0f), x);
+  const __m512 xi = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const __m512 g = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(x, xi), _mm512_set1_ps(0.5f)),
+                                 _mm512_set1_ps(0.6931471805599453f));
+  __m512 p = _mm512_set1_ps(1.0f / 5040);
+  for (float c : {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f})
+    p = _mm512_fmadd_ps(p, g, _mm512_set1_ps(c));
+  return _mm512_scalef_ps(_mm512_mul_ps(p, _mm512_set1_ps(1.4142135623730951f)), xi);
+}
+
+// out rows [r, r + rows) of the block (rows <= 4): sum over keys of p[t][lane] * v[t, :], over one
+// strip of at most 64 value columns starting at d0, scaled by 1 / l.
+template <int NC>
+PRISM_ATTN void ValueStrip(const float* p, const float* v, int64_t v_stride, int64_t keys, int lane0,
+                           int rows, int64_t d0, int64_t width, const float* inv_l, float* const* out_rows) {
+  __m512 acc[4][NC];
+  for (int i = 0; i < 4; ++i)
+    for (int c = 0; c < NC; ++c) acc[i][c] = _mm512_setzero_ps();
+  const __mmask16 tail = (__mmask16)((1u << (width - 16 * (NC - 1))) - 1);
+  for (int64_t t = 0; t < keys; ++t) {
+    const float* vr = v + t * v_stride + d0;
+    __m512 vv[NC];
+    for (int c = 0; c < NC; ++c)
+      vv[c] = c == NC - 1 ? _mm512_maskz_loadu_ps(tail, vr + 16 * c) : _mm512_loadu_ps(vr + 16 * c);
+    const float* pt = p + t * kRows + lane0;
+    for (int i = 0; i < 4; ++i) {
+      if (i >= rows) break;
+      const __m512 pi = _mm512_set1_ps(pt[i]);
+      for (int c = 0; c < NC; ++c) acc[i][c] = _mm512_fmadd_ps(pi, vv[c], acc[i][c]);
+    }
+  }
+  for (int i = 0; i < rows; ++i) {
+    const __m512 s = _mm512_set1_ps(inv_l[lane0 + i]);
+    float* o = out_rows[i] + d0;
+    for (int c = 0; c < NC; ++c) {
+      const __m512 r = _mm512_mul_ps(acc[i][c], s);
+      if (c == NC - 1)
+        _mm512_mask_storeu_ps(o + 16 * c, tail, r);
+      else
+        _mm512_storeu_ps(o + 16 * c, r);
+    }
+  }
+}
+
+PRISM_ATTN void AttentionBlock(const float* q, const float* k, const float* v, float* out,
+                               const AttentionDims& a, int64_t h, int64_t row0, std::vector<float>& scratch) {
+  const int64_t G = a.group, D = a.head_dim, S = a.seq, HD = a.heads_kv * D;
+  const int rows = (int)std::min<int64_t>(kRows, S * G - row0);
+  // Row r of the block is query s = (row0 + r) / G of group head (row0 + r) % G; it sees n[r] keys.
+  alignas(64) int32_t n[kRows] = {};
+  int64_t keys = 0;
+  for (int r = 0; r < rows; ++r) {
+    const int64_t s = (row0 + r) / G;
+    n[r] = (int32_t)std::clamp<int64_t>(s + a.offset, 0, a.total);
+    keys = std::max<int64_t>(keys, n[r]);
+  }
+  scratch.resize((size_t)(D + keys) * kRows);
+  float* qt = scratch.data();  // [D][16] queries, transposed, pre-scaled
+  float* p = qt + D * kRows;   // [keys][16] scores, then probabilities
+  for (int64_t e = 0; e < D; ++e)
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t s = (row0 + r) / G, g = (row0 + r) % G;
+      qt[e * kRows + r] = r < rows ? q[s * G * HD + (h * G + g) * D + e] * a.scale : 0.0f;
+    }
+  const float* kh = k + h * D;
+  int64_t t = 0;
+  for (; t + 4 <= keys; t += 4) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    const float *k0 = kh + t * HD, *k1 = k0 + HD, *k2 = k1 + HD, *k3 = k2 + HD;
+    for (int64_t e = 0; e < D; ++e) {
+      const __m512 qe = _mm512_loadu_ps(qt + e * kRows);
+      s0 = _mm512_fmadd_ps(qe, _mm512_set1_ps(k0[e]), s0);
+      s1 = _mm512_fmadd_ps(qe, _mm512_set1_ps(k1[e]), s1);
+      s2 = _mm512_fmadd_ps(qe, _mm512_set1_ps(k2[e]), s2);
+      s3 = _mm512_fmadd_ps(qe, _mm512_set1_ps(k3[e]), s3);
+    }
+    _mm512_storeu_ps(p + (t + 0) * kRows, s0);
+    _mm512_storeu_ps(p + (t + 1) * kRows, s1);
+    _mm512_storeu_ps(p + (t + 2) * kRows, s2);
+    _mm512_storeu_ps(p + (t + 3) * kRows, s3);
+  }
+  for (; t < keys; ++t) {
+    __m512 s0 = _mm512_setzero_ps();
+    const float* k0 = kh + t * HD;
+    for (int64_t e = 0; e < D; ++e)
+      s0 = _mm512_fmadd_ps(_mm512_loadu_ps(qt + e * kRows), _mm512_set1_ps(k0[e]), s0);
+    _mm512_storeu_ps(p + t * kRows, s0);
+  }
+  // Softmax down the keys, 16 rows at once; keys a row does not see become probability 0.
+  const __m512i nv = _mm512_load_si512(n);
+  __m512 m = _mm512_set1_ps(-INFINITY);
+  for (t = 0; t < keys; ++t) {
+    const __mmask16 vis = _mm512_cmpgt_epi32_mask(nv, _mm512_set1_epi32((int32_t)t));
+    m = _mm512_mask_max_ps(m, vis, m, _mm512_loadu_ps(p + t * kRows));
+  }
+  const __m512 c = _mm512_set1_ps(a.exp_scale);
+  __m512 l = _mm512_setzero_ps();
+  for (t = 0; t < keys; ++t) {
+    const __mmask16 vis = _mm512_cmpgt_epi32_mask(nv, _mm512_set1_epi32((int32_t)t));
+    const __m512 x = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(p + t * kRows), m), c);
+    const __m512 e = _mm512_maskz_mov_ps(vis, Exp2(x));
+    l = _mm512_add_ps(l, e);
+    _mm512_storeu_ps(p + t * kRows, e);
+  }
+  // A row that sees no key divides 0 by 0: NaN, as the unfused softmax gives.
+  alignas(64) float inv_l[kRows];
+  _mm512_store_ps(inv_l, _mm512_div_ps(_mm512_set1_ps(1.0f), l));
+  for (int r0 = 0; r0 < rows; r0 += 4) {
+    const int rr = std::min(4, rows - r0);
+    float* out_rows[4];
+    int64_t chunk_keys = 0;
+    for (int i = 0; i < rr; ++i) {
+      const int64_t s = (row0 + r0 + i) / G, g = (row0 + r0 + i) % G;
+      out_rows[i] = out + ((h * G + g) * S + s) * D;
+      chunk_keys = std::max<int64_t>(chunk_keys, n[r0 + i]);
+    }
+    for (int64_t d0 = 0; d0 < D; d0 += 64) {
+      const int64_t width = std::min<int64_t>(64, D - d0);
+      const float* vh = v + h * D;
+      switch ((width + 15) / 16) {
+        case 1: ValueStrip<1>(p, vh, HD, chunk_keys, r0, rr, d0, width, inv_l, out_rows); break;
+        case 2: ValueStrip<2>(p, vh, HD, chunk_keys, r0, rr, d0, width, inv_l, out_rows); break;
+        case 3: ValueStrip<3>(p, vh, HD, chunk_keys, r0, rr, d0, width, inv_l, out_rows); break;
+        default: ValueStrip<4>(p, vh, HD, chunk_keys, r0, rr, d0, width, inv_l, out_rows); break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool AttentionTemplateSupported() { return Avx512TemplatesEnabled(); }
+
+int64_t AttentionItems(const AttentionDims& a) {
+  return a.heads_kv * ((a.seq * a.group + kRows - 1) / kRows);
+}
+
+void CausalAttentionF32(const float* q, const float* k, const float* v, float* out, const AttentionDims& a,
+                        int thread, int threads) {
+  thread_local std::vector<float> scratch;
+  const int64_t blocks = (a.seq * a.group + kRows - 1) / kRows, items = a.heads_kv * blocks;
+  for (int64_t i = thread; i < items; i += threads)
+    AttentionBlock(q, k, v, out, a, i / blocks, i % blocks * kRows, scratch);
+}
+
+}  // namespace prism

@@ -1,0 +1,239 @@
+// Pattern match of causal grouped-query attention: walks back from P·V through the softmax, the causal
+// mask and Q·Kᵀ, composing every view's index map so that any chain of reshapes and permutes that
+// reads the right elements matches (and any that reads others does not).
+#include "compiler/attention_match.h"
+
+#include <cmath>
+#include <utility>
+
+#include "ir/movement.h"
+
+namespace prism {
+namespace {
+
+class AttentionMatcher {
+ public:
+  explicit AttentionMatcher(const Graph& g) : g_(g) {
+    for (const std::string& s : g.Symbols()) ranges_[s] = SymRange{};
+  }
+
+  std::optional<AttentionMatch> Match(NodeId pv) {
+    const Node& o = g_.node(pv);
+    if (o.op != Op::SumReduce || o.dtype != DType::F32 || o.shape.size() != 5 ||
+        o.axes != std::vector<int64_t>{4})
+      return std::nullopt;
+    const Node& prod = g_.node(o.inputs[0]);
+    if (prod.op != Op::Mul || prod.shape.size() != 5) return std::nullopt;
+    const auto& sh = prod.shape;  // [H, G, S, D, T]
+    if (!sh[0].IsConst() || !sh[1].IsConst() || !sh[3].IsConst()) return std::nullopt;
+    AttentionMatch m;
+    m.heads_kv = sh[0].value();
+    m.group = sh[1].value();
+    m.head_dim = sh[3].value();
+    m.seq = sh[2];
+    m.total = sh[4];
+    Range("attn_h", sh[0]);
+    Range("attn_g", sh[1]);
+    Range("attn_s", m.seq);
+    Range("attn_t", m.total);
+    Range("attn_d", sh[3]);
+    // A size-1 axis is index 0 (views drop it), as in lowering.
+    auto var = [](const char* name, const Expr& extent) {
+      return extent.IsConst(1) ? Expr(0) : Expr::Sym(name);
+    };
+    const Expr h = var("attn_h", sh[0]), gi = var("attn_g", sh[1]), s = var("attn_s", m.seq);
+    const Expr t = var("attn_t", m.total), d = var("attn_d", sh[3]);
+    interior_.insert(o.inputs[0]);
+
+    // P·V: p[h, g, s, t] * v[t, h, d], summed over t.
+    NodeId p = -1, v = -1;
+    if (!EitherOrder(prod, [&](NodeId a, NodeId b) {
+          return Reads(a, {h, gi, s, d, t}, {h, gi, s, t}, &p) &&
+                 ReadsState(b, {h, gi, s, d, t}, {t, h, d}, &v);
+        }))
+      return std::nullopt;
+    m.v = v;
+    // Softmax: p = e * recip(sum_t e), e = exp2((w - max_t w) * c).
+    const Node& pn = g_.node(p);
+    NodeId e = -1, recip = -1;
+    if (pn.op != Op::Mul || !EitherOrder(pn, [&](NodeId a, NodeId b) {
+          e = a;
+          return g_.node(a).op == Op::Exp2 && Reads(b, {h, gi, s, t}, {h, gi, s, Expr(0)}, &recip);
+        }))
+      return std::nullopt;
+    const Node& rn = g_.node(recip);
+    if (rn.op != Op::Recip) return std::nullopt;
+    const Node& zn = g_.node(rn.inputs[0]);
+    if (zn.op != Op::SumReduce || zn.axes != std::vector<int64_t>{3} || zn.inputs[0] != e)
+      return std::nullopt;
+    interior_.insert({p, e, recip, rn.inputs[0]});
+    const Node& scaled = g_.node(g_.node(e).inputs[0]);
+    interior_.insert(g_.node(e).inputs[0]);
+    NodeId shifted = -1;
+    std::optional<double> c;
+    if (scaled.op != Op::Mul || !EitherOrder(scaled, [&](NodeId a, NodeId b) {
+          shifted = a;
+          return (c = ConstantOf(b, {h, gi, s, t})).has_value();
+        }))
+      return std::nullopt;
+    m.exp_scale = *c;
+    const Node& sn = g_.node(shifted);
+    interior_.insert(shifted);
+    NodeId w = -1, negmax = -1;
+    if (sn.op != Op::Add || !EitherOrder(sn, [&](NodeId a, NodeId b) {
+          w = a;
+          return Reads(b, {h, gi, s, t}, {h, gi, s, Expr(0)}, &negmax);
+        }))
+      return std::nullopt;
+    const Node& nm = g_.node(negmax);
+    NodeId mx = -1;
+    if (nm.op != Op::Mul || !EitherOrder(nm, [&](NodeId a, NodeId b) {
+          mx = a;
+          return ConstantOf(b, {h, gi, s, Expr(0)}) == -1.0;
+        }))
+      return std::nullopt;
+    const Node& mxn = g_.node(mx);
+    if (mxn.op != Op::MaxReduce || mxn.axes != std::vector<int64_t>{3} || mxn.inputs[0] != w)
+      return std::nullopt;
+    interior_.insert({negmax, mx, w});
+    // The causal mask: w = t < s + offset ? scores : -inf.
+    const Node& wn = g_.node(w);
+    if (wn.op != Op::Where || ConstantOf(wn.inputs[2], {h, gi, s, t}) != -INFINITY) return std::nullopt;
+    const std::vector<Expr> at = {h, gi, s, t};
+    const Node& cond = g_.node(wn.inputs[0]);
+    if (cond.op != Op::LessThan || !IotaIs(cond.inputs[0], at, t)) return std::nullopt;
+    const Node& limit = g_.node(cond.inputs[1]);
+    std::optional<Expr> offset;
+    if (limit.op != Op::Add || !EitherOrder(limit, [&](NodeId a, NodeId b) {
+          return IotaIs(a, at, s) && (offset = IotaValue(b, at)).has_value();
+        }))
+      return std::nullopt;
+    m.offset = *offset;
+    interior_.insert({wn.inputs[0], cond.inputs[1]});
+    // Scores: scale * sum_d q[s, h*G + g, d] * k[t, h, d].
+    const Node& sc = g_.node(wn.inputs[1]);
+    interior_.insert(wn.inputs[1]);
+    NodeId qk = -1;
+    std::optional<double> scale;
+    if (sc.op != Op::Mul || !EitherOrder(sc, [&](NodeId a, NodeId b) {
+          return Reads(a, at, {h, gi, s, t, Expr(0)}, &qk) && (scale = ConstantOf(b, at)).has_value();
+        }))
+      return std::nullopt;
+    m.scale = *scale;
+    const Node& qkn = g_.node(qk);
+    if (qkn.op != Op::SumReduce || qkn.axes != std::vector<int64_t>{4}) return std::nullopt;
+    const Node& qkp = g_.node(qkn.inputs[0]);
+    if (qkp.op != Op::Mul || qkp.shape.size() != 5 || qkp.shape[4] != sh[3]) return std::nullopt;
+    interior_.insert({qk, qkn.inputs[0]});
+    const std::vector<Expr> qk_at = {h, gi, s, t, d};
+    const Expr q_linear =
+        s * Expr(m.heads_kv * m.group * m.head_dim) + (h * Expr(m.group) + gi) * Expr(m.head_dim) + d;
+    NodeId q = -1, k = -1;
+    if (!EitherOrder(qkp, [&](NodeId a, NodeId b) {
+          return ReadsLinear(a, qk_at, q_linear, &q) && ReadsState(b, qk_at, {t, h, d}, &k);
+        }))
+      return std::nullopt;
+    m.q = q;
+    m.k = k;
+    interior_.insert(views_.begin(), views_.end());
+    interior_.erase(q);
+    interior_.erase(k);
+    interior_.erase(v);
+    m.interior = interior_;
+    return m;
+  }
+
+ private:
+  void Range(const std::string& v, const Expr& extent) {
+    SymRange r;
+    if (extent.IsConst())
+      r.hi = std::max<int64_t>(extent.value() - 1, 0);
+    else
+      r.upper_excl = extent;
+    ranges_[v] = r;
+  }
+
+  bool Same(const Expr& a, const Expr& b) const { return Simplify(a - b, ranges_).IsConst(0); }
+
+  // Follows views from n at index idx down to the first computed node; false inside padding.
+  bool Resolve(NodeId n, std::vector<Expr> idx, NodeId* base, std::vector<Expr>* base_idx) {
+    while (true) {
+      const Node& nd = g_.node(n);
+      if (nd.op != Op::Reshape && nd.op != Op::Permute && nd.op != Op::Expand && nd.op != Op::Slice) break;
+      SourceIndex si = MapThroughMovement(nd, g_.node(nd.inputs[0]).shape, idx);
+      if (!Simplify(si.valid, ranges_).IsConst(1)) return false;
+      for (Expr& e : si.index) e = Simplify(e, ranges_);
+      views_.push_back(n);
+      idx = std::move(si.index);
+      n = nd.inputs[0];
+    }
+    *base = n;
+    *base_idx = std::move(idx);
+    return true;
+  }
+
+  // Whether node n at idx reads its base node at exactly `want` (index by index).
+  bool Reads(NodeId n, const std::vector<Expr>& idx, const std::vector<Expr>& want, NodeId* base) {
+    std::vector<Expr> got;
+    if (!Resolve(n, idx, base, &got) || got.size() != want.size()) return false;
+    for (size_t i = 0; i < want.size(); ++i)
+      if (!Same(got[i], want[i])) return false;
+    return true;
+  }
+
+  bool ReadsLinear(NodeId n, const std::vector<Expr>& idx, const Expr& want, NodeId* base) {
+    std::vector<Expr> got;
+    if (!Resolve(n, idx, base, &got) || g_.node(*base).dtype != DType::F32) return false;
+    if (!Same(LinearIndex(g_.node(*base).shape, got), want)) return false;
+    return true;
+  }
+
+  // An f32 state write [cap, H, D] read at `want`.
+  bool ReadsState(NodeId n, const std::vector<Expr>& idx, const std::vector<Expr>& want, NodeId* base) {
+    if (!Reads(n, idx, want, base)) return false;
+    const Node& b = g_.node(*base);
+    return b.op == Op::StateWrite && b.dtype == DType::F32 && b.shape.size() == 3;
+  }
+
+  std::optional<double> ConstantOf(NodeId n, const std::vector<Expr>& idx) {
+    NodeId base;
+    std::vector<Expr> got;
+    if (!Resolve(n, idx, &base, &got) || g_.node(base).op != Op::Constant) return std::nullopt;
+    return g_.node(base).scalar;
+  }
+
+  // The value an Iota view holds at idx (its index along the Iota's axis).
+  std::optional<Expr> IotaValue(NodeId n, const std::vector<Expr>& idx) {
+    NodeId base;
+    std::vector<Expr> got;
+    if (!Resolve(n, idx, &base, &got) || g_.node(base).op != Op::Iota) return std::nullopt;
+    return got[g_.node(base).axes[0]];
+  }
+
+  bool IotaIs(NodeId n, const std::vector<Expr>& idx, const Expr& want) {
+    auto v = IotaValue(n, idx);
+    return v && Same(*v, want);
+  }
+
+  template <typename F>
+  bool EitherOrder(const Node& n, F&& f) {
+    if (n.inputs.size() != 2) return false;
+    size_t mark = views_.size();
+    if (f(n.inputs[0], n.inputs[1])) return true;
+    views_.resize(mark);
+    return f(n.inputs[1], n.inputs[0]);
+  }
+
+  const Graph& g_;
+  RangeMap ranges_;
+  std::vector<NodeId> views_;  // views walked so far (rolled back when an operand order fails)
+  std::set<NodeId> interior_;
+};
+
+}  // namespace
+
+std::optional<AttentionMatch> MatchCausalAttention(const Graph& g, NodeId pv) {
+  return AttentionMatcher(g).Match(pv);
+}
+
+}  // namespace prism

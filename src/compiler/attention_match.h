@@ -1,0 +1,26 @@
+// Pattern match of causal grouped-query attention (scores, mask, softmax, P·V) in the primitive graph.
+#pragma once
+
+#include <optional>
+#include <set>
+
+#include "ir/graph.h"
+
+namespace prism {
+
+// out[h, g, s, d] = sum_t softmax_t(mask(scale * q[s, h*G + g, :] · k[t, h, :])) v[t, h, d], where
+// key t is visible to query s when t < s + offset, and the softmax is exp2((x - max) * exp_scale)
+// normalized. q is a [S, H*G*D] f32 node (any view of it); k and v are f32 state writes [cap, H, D]
+// read over their first `total` rows.
+struct AttentionMatch {
+  NodeId q, k, v;  // the nodes holding q, and the K and V state writes
+  int64_t heads_kv, group, head_dim;
+  Expr seq, total, offset;
+  double scale, exp_scale;
+  std::set<NodeId> interior;  // nodes strictly inside the pattern (neither operands nor the output)
+};
+
+// Matches the pattern whose output is `pv`: the SumReduce of P·V, shaped [H, G, S, D, 1].
+std::optional<AttentionMatch> MatchCausalAttention(const Graph& g, NodeId pv);
+
+}  // namespace prism

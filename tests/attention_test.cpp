@@ -1,0 +1,212 @@
+// Fused causal attention: the pattern match (what it takes, what it refuses) and the CPU template
+// against the reference interpreter over head layouts, odd sizes, prefill and decode, and the search.
+#include "backends/cpu/attention.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "frontend/nn.h"
+#include "graph_check.h"
+#include "test_util.h"
+
+namespace prism {
+namespace {
+
+Expr Seq() { return Expr::Sym("seq"); }
+Expr Past() { return Expr::Sym("past"); }
+
+struct Heads {
+  int64_t kv, group, dim;
+};
+
+// q/k/v inputs, K/V caches of `cap` rows, one attention output.
+Graph AttentionGraph(Heads hd, int64_t cap) {
+  Graph g;
+  Tensor q{&g, g.Input("q", DType::F32, {Seq(), Expr(hd.kv * hd.group), Expr(hd.dim)})};
+  Tensor k{&g, g.Input("k", DType::F32, {Seq(), Expr(hd.kv), Expr(hd.dim)})};
+  Tensor v{&g, g.Input("v", DType::F32, {Seq(), Expr(hd.kv), Expr(hd.dim)})};
+  Tensor kc{&g, g.State("k_cache", DType::F32, {Expr(cap), Expr(hd.kv), Expr(hd.dim)})};
+  Tensor vc{&g, g.State("v_cache", DType::F32, {Expr(cap), Expr(hd.kv), Expr(hd.dim)})};
+  Tensor a = CausalAttention(q, k, v, kc, vc, Past(), 1.0 / std::sqrt((double)hd.dim));
+  g.MarkOutput(a.id(), "attn");
+  return g;
+}
+
+int AttentionKernels(const KernelProgram& p, int* covered = nullptr) {
+  int n = 0;
+  for (const Kernel& k : p.kernels) {
+    n += k.attention.has_value();
+    if (covered && k.covered_by >= 0) ++*covered;
+  }
+  return n;
+}
+
+// A prefill, decode steps, then another prefill chunk on top of the cache: the compiled program
+// (fused template where the CPU has it) against the interpreter.
+void CheckSteps(const Graph& g, int threads, const std::string& what) {
+  CompileOptions opts;
+  opts.threads = threads;
+  auto prog = Program::Compile(g, opts);
+  Interpreter interp(g);
+  int64_t past = 0;
+  for (int64_t n : {37, 1, 1, 19, 2}) {
+    SymbolBindings b{{"seq", n}, {"past", past}};
+    auto in = testing::RandomTensors(g, Op::Input, b, 7 + past);
+    testing::ExpectClose(interp.Run(in, b), prog->Run(in, b), 1e-5, 1e-4,
+                         what + " seq=" + std::to_string(n) + " past=" + std::to_string(past));
+    past += n;
+  }
+}
+
+}  // namespace
+
+TEST(AttentionMatch, FindsTheFrontendsAttentionAndCoversItsKernels) {
+  Graph g = AttentionGraph({2, 3, 20}, 96);
+  KernelProgram p = BuildKernelProgram(g);
+  int covered = 0;
+  EXPECT_EQ(AttentionKernels(p, &covered), 1);
+  EXPECT_GE(covered, 3);  // scores, max, exp (and the sum) run only in the unfused form
+  for (const Kernel& k : p.kernels)
+    if (k.attention) {
+      EXPECT_EQ(k.attention->heads_kv, 2);
+      EXPECT_EQ(k.attention->group, 3);
+      EXPECT_EQ(k.attention->head_dim, 20);
+      EXPECT_EQ(k.attention->offset.str(), (Past() + Expr(1)).str());
+      EXPECT_NEAR(k.attention->scale, 1.0 / std::sqrt(20.0), 1e-12);
+    }
+  FusionOptions off;
+  off.templates = false;
+  EXPECT_EQ(AttentionKernels(BuildKernelProgram(g, off)), 0);
+}
+
+// The same computation spelled differently: another mask, or scores read from another layout. The
+// matcher must refuse what it does not compute, and the program stays right either way.
+TEST(AttentionMatch, RefusesLookalikesAndTheyStillMatchTheInterpreter) {
+  for (int variant = 0; variant < 3; ++variant) {
+    Graph g;
+    const Expr seq = Seq(), past = Past(), total = past + seq;
+    Tensor q{&g, g.Input("q", DType::F32, {seq, Expr(2), Expr(8)})};
+    Tensor k{&g, g.Input("k", DType::F32, {seq, Expr(2), Expr(8)})};
+    Tensor v{&g, g.Input("v", DType::F32, {seq, Expr(2), Expr(8)})};
+    Tensor kc{&g, g.State("kc", DType::F32, {Expr(64), Expr(2), Expr(8)})};
+    Tensor vc{&g, g.State("vc", DType::F32, {Expr(64), Expr(2), Expr(8)})};
+    Tensor kw{&g, g.StateWrite(kc.id(), k.id(), 0, past)}, vw{&g, g.StateWrite(vc.id(), v.id(), 0, past)};
+    Tensor keys = kw.slice(0, 0, total), vals = vw.slice(0, 0, total);
+    Tensor qg = q.reshape({seq, Expr(2), Expr(1), Expr(8)}).permute({1, 2, 0, 3});
+    Tensor kt = keys.permute({1, 0, 2}).unsqueeze(1);
+    // variant 2: every query head reads key head 0 (a layout the template does not have)
+    if (variant == 2) kt = keys.slice(1, 0, Expr(1)).permute({1, 0, 2}).unsqueeze(1);
+    Tensor scores = Matmul(qg, kt.transpose(-1, -2)) * 0.35;
+    std::vector<Expr> sshape = {Expr(2), Expr(1), seq, total};
+    Tensor t_idx{&g, g.Iota(sshape, 3, DType::I32)}, s_idx{&g, g.Iota(sshape, 2, DType::I32)};
+    Tensor limit = s_idx + BroadcastTo(ExprValue(&g, past + Expr(1), DType::I32), sshape);
+    // variant 0: the causal mask the other way round (keys at or after the query); 1: no mask at all
+    Tensor visible = variant == 0
+                         ? Less(s_idx, t_idx + BroadcastTo(ExprValue(&g, Expr(1), DType::I32), sshape))
+                         : Less(t_idx, limit);
+    Tensor masked = variant == 1 ? scores : Where(visible, scores, Full(&g, -INFINITY, sshape));
+    Tensor out = Matmul(Softmax(masked, -1), vals.permute({1, 0, 2}).unsqueeze(1));
+    g.MarkOutput(out.id(), "o");
+    EXPECT_EQ(AttentionKernels(BuildKernelProgram(g)), 0) << "variant " << variant;
+    auto prog = Program::Compile(g);
+    Interpreter interp(g);
+    int64_t p = 0;
+    for (int64_t n : {6, 1}) {
+      SymbolBindings b{{"seq", n}, {"past", p}};
+      auto in = testing::RandomTensors(g, Op::Input, b, 40 + p);
+      auto want = interp.Run(in, b);
+      testing::ExpectClose(want, prog->Run(in, b), 1e-5, 1e-4, "variant " + std::to_string(variant));
+      p += n;
+    }
+  }
+}
+
+TEST(AttentionTemplate, MatchesTheInterpreterOverHeadLayoutsAndSizes) {
+  if (!AttentionTemplateSupported()) GTEST_SKIP() << "no AVX-512 here: the unfused kernels run";
+  // Head sizes below, at and above one 16-lane vector and one 64-wide strip; groups 1 to 4.
+  for (Heads hd : std::vector<Heads>{{1, 1, 5}, {2, 3, 20}, {2, 4, 64}, {1, 2, 72}, {3, 1, 130}, {4, 2, 8}})
+    for (int threads : {1, 2}) {
+      Graph g = AttentionGraph(hd, 80);
+      ASSERT_EQ(AttentionKernels(BuildKernelProgram(g)), 1);
+      CheckSteps(g, threads,
+                 "H=" + std::to_string(hd.kv) + " G=" + std::to_string(hd.group) +
+                     " D=" + std::to_string(hd.dim) + " threads=" + std::to_string(threads));
+    }
+}
+
+// The kernel itself against a double-precision loop, including queries that see no key (offset 0):
+// those are NaN in the unfused graph, and must be here too.
+TEST(AttentionTemplate, KernelMatchesClosedFormAndKeepsNaNForRowsWithoutKeys) {
+  if (!AttentionTemplateSupported()) GTEST_SKIP() << "no AVX-512 here";
+  const AttentionDims a{2, 3, 24, 9, 13, 0, 0.3f, 1.4426950408889634f};
+  const int64_t hd = a.heads_kv * a.head_dim, hq = a.heads_kv * a.group;
+  auto q = testing::RandomFloats(a.seq * hq * a.head_dim, 1, -2, 2);
+  auto k = testing::RandomFloats(a.total * hd, 2, -2, 2), v = testing::RandomFloats(a.total * hd, 3, -2, 2);
+  for (int64_t offset : {0, 4}) {
+    AttentionDims d = a;
+    d.offset = offset;
+    std::vector<float> out(a.seq * hq * a.head_dim, 0);
+    for (int t = 0; t < 2; ++t) CausalAttentionF32(q.data(), k.data(), v.data(), out.data(), d, t, 2);
+    for (int64_t h = 0; h < a.heads_kv; ++h)
+      for (int64_t gi = 0; gi < a.group; ++gi)
+        for (int64_t s = 0; s < a.seq; ++s) {
+          const int64_t n = std::min(a.total, s + offset);
+          std::vector<double> w(n);
+          double mx = -INFINITY, z = 0;
+          for (int64_t t = 0; t < n; ++t) {
+            double dot = 0;
+            for (int64_t e = 0; e < a.head_dim; ++e)
+              dot += (double)q[(s * hq + h * a.group + gi) * a.head_dim + e] * k[t * hd + h * a.head_dim + e];
+            w[t] = a.scale * dot;
+            mx = std::max(mx, w[t]);
+          }
+          for (int64_t t = 0; t < n; ++t) z += (w[t] = std::exp(w[t] - mx));
+          for (int64_t e = 0; e < a.head_dim; ++e) {
+            double o = 0;
+            for (int64_t t = 0; t < n; ++t) o += w[t] / z * v[t * hd + h * a.head_dim + e];
+            const float got = out[((h * a.group + gi) * a.seq + s) * a.head_dim + e];
+            if (n == 0)
+              EXPECT_TRUE(std::isnan(got)) << "s=" << s;
+            else
+              EXPECT_NEAR(got, o, 2e-5 * (1 + std::fabs(o)))
+                  << "h=" << h << " g=" << gi << " s=" << s << " e=" << e;
+          }
+        }
+  }
+}
+
+// The search offers the fused form beside the unfused kernels, checks both against the reference
+// and times the unfused one with the kernels it would skip.
+TEST(AttentionTemplate, SearchChecksFusedAgainstUnfusedAndTheChoiceRuns) {
+  if (!AttentionTemplateSupported()) GTEST_SKIP() << "no AVX-512 here";
+  Graph g = AttentionGraph({2, 2, 32}, 160);
+  CompileOptions copts;
+  copts.threads = 2;
+  auto prog = Program::Compile(g, copts);
+  TuneOptions opts;
+  opts.buckets = {{"prefill", {{"seq", 128}, {"past", 0}}}};
+  opts.budget_seconds = 30;
+  nlohmann::json receipts = prog->Tune(opts);
+  bool seen = false;
+  for (const auto& r : receipts) {
+    if (r["kernel"].get<std::string>().find("_attention") == std::string::npos) continue;
+    seen = true;
+    ASSERT_TRUE(r.contains("unfused_kernels")) << r.dump();
+    EXPECT_GE(r["unfused_kernels"].size(), 3u);
+    int passed = 0;
+    for (const auto& c : r["candidates"]) {
+      EXPECT_TRUE(c["passed"].get<bool>()) << c.dump();
+      passed += c["candidate"].get<std::string>().rfind("template-attention", 0) == 0;
+    }
+    EXPECT_GE(passed, 1);
+    EXPECT_GT(r["flops"].get<double>(), 0);
+  }
+  EXPECT_TRUE(seen);
+  Interpreter interp(g);
+  SymbolBindings b{{"seq", 128}, {"past", 0}};
+  auto in = testing::RandomTensors(g, Op::Input, b, 99);
+  testing::ExpectClose(interp.Run(in, b), prog->Run(in, b), 1e-5, 1e-4, "after the search");
+}
+
+}  // namespace prism
