@@ -35,6 +35,17 @@ TEST(Stories260K, PrefillEqualsTokenByTokenDecode) {
   for (size_t i = 0; i < all.size(); ++i) EXPECT_NEAR(all[i], last[i], 1e-4) << i;
 }
 
+TEST(Stories260K, ArenaNeverLetsKernelsThatRunAtOnceShareBytes) {
+  // Two threads, a long prefill (parallel kernels beside serial ones) and decode steps.
+  auto lm = LanguageModel::Load(kModelDir + "stories260K.bin", {"", 256, 2});
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 200; ++i) ids.push_back(1 + (i * 37) % 500);
+  lm->Forward(ids);
+  EXPECT_EQ(lm->program().ArenaConflicts(), 0);
+  for (int32_t t : {5, 6, 7}) lm->Forward({t});
+  EXPECT_EQ(lm->program().ArenaConflicts(), 0);
+}
+
 TEST(Stories260K, BadInputsGiveClearErrors) {
   auto lm = LanguageModel::Load(kModelDir + "stories260K.bin", {"", 16, 0});
   EXPECT_THROW(lm->Forward({600}), Error);                        // outside the 512-token vocabulary

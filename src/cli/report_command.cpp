@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -71,9 +72,27 @@ Runner AddReportCommand(CLI::App& app) {
         "<html><head><meta charset='utf-8'><title>Prism report</title></head><body "
         "style='font-family:sans-serif'>";
     html += "<h1>Prism report: " + o->artifact + "</h1>";
+    std::ifstream mf(std::filesystem::path(o->artifact) / "manifest.json");
+    nlohmann::json manifest = nlohmann::json::parse(mf, nullptr, false);
+    if (manifest.is_object() && manifest.contains("memory"))
+      for (const char* step : {"prefill", "decode"}) {
+        const nlohmann::json m = manifest["memory"].value(step, nlohmann::json::object());
+        if (!m.contains("arena_bytes")) continue;
+        std::string line = fmt::format("{} scratch memory at {}: {:.1f} MiB in one arena for {} buffers ({:.1f} MiB as separate buffers)",
+                                       step, m["sizes"].dump(), m["arena_bytes"].get<double>() / (1 << 20),
+                                       m["scratch_buffers"].get<int64_t>(),
+                                       m["scratch_bytes_separate"].get<double>() / (1 << 20));
+        std::printf("%s\n", line.c_str());
+        html += "<p>" + line + "</p>";
+      }
     for (const char* bucket : {"decode", "prefill"}) {
       std::vector<nlohmann::json> rows;
       double total = 0;
+      // Kernels a chosen fused attention template makes unnecessary: they do not run in the step.
+      std::set<std::string> not_run;
+      for (const auto& r : receipts)
+        if (r.value("bucket", "") == bucket && r.value("chosen", "").rfind("template-attention", 0) == 0)
+          for (const auto& k : r.value("unfused_kernels", nlohmann::json::array())) not_run.insert(k.get<std::string>());
       std::string step_line;    // the whole-step decision (team or one thread), not a kernel
       std::string search_line;  // how busy the machine was while the search timed candidates
       for (const auto& r : receipts) {
@@ -90,6 +109,7 @@ Runner AddReportCommand(CLI::App& app) {
                                       r.value("saved", true) ? "" : " (its decisions were not saved)");
           continue;
         }
+        if (not_run.count(r.value("kernel", ""))) continue;
         rows.push_back(r);
         total += r.value("median_us", 0.0);
       }
@@ -102,7 +122,8 @@ Runner AddReportCommand(CLI::App& app) {
       std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
         return a.value("median_us", 0.0) > b.value("median_us", 0.0);
       });
-      std::printf("%s step: %zu kernels, %.1f us summed\n", bucket, rows.size(), total);
+      std::printf("%s step: %zu kernels, %.1f us summed (%zu of the unfused attention form not run)\n", bucket,
+                  rows.size(), total, not_run.size());
       std::printf("  %6s %10s %10s %7s  %-22s %s\n", "share", "median_us", "floor_us", "roof%", "chosen",
                   "kernel");
       html += std::string("<h2>") + bucket +

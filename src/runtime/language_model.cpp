@@ -191,7 +191,9 @@ void LanguageModel::SaveArtifact(const std::string& dir, const nlohmann::json& r
                    {"graph_nodes", p.stats().graph_nodes},
                    {"kernels", kernels},
                    {"buffers", buffers},
-                   {"memory", p.MemoryReport()}};
+                   {"memory",
+                    {{"prefill", step_->MemoryReport({{"seq", max_context_}, {"past", 0}})},
+                     {"decode", step_->MemoryReport({{"seq", 1}, {"past", max_context_ - 1}})}}}};
   std::ofstream f(fs::path(dir) / "manifest.json");
   f << m.dump(1);
   if (!f) throw Error(dir + ": cannot write manifest.json");

@@ -83,15 +83,9 @@ Program::Program(const Graph& g, KernelProgram kp, std::string source, JitLibrar
     if (const auto& at = kp_.kernels[k].attention)
       reads[k].insert({at->q_buffer, at->k_buffer, at->v_buffer});
   }
-  first_use_.assign(kp_.buffers.size(), -1);
-  last_use_.assign(kp_.buffers.size(), -1);
   for (size_t k = 0; k < kp_.kernels.size(); ++k) {
-    std::set<int> touched = reads[k];
-    touched.insert(kp_.kernels[k].out_buffer);
-    for (int b : touched) {
-      if (first_use_[b] < 0) first_use_[b] = (int)k;
-      last_use_[b] = (int)k;
-    }
+    touched_.push_back(reads[k]);
+    touched_.back().insert(kp_.kernels[k].out_buffer);
   }
   deps_.resize(kp_.kernels.size());
   for (size_t k = 0; k < kp_.kernels.size(); ++k)
@@ -297,39 +291,119 @@ void Program::RunPerKernel(void* const* bufs, const int64_t* syms) {
   }
 }
 
-nlohmann::json Program::MemoryReport() const {
-  struct Item {
-    int64_t bytes;
-    int first, last;
-  };
-  std::vector<Item> items;
-  int64_t held = 0;
-  for (size_t i = 0; i < kp_.buffers.size(); ++i) {
-    if (kp_.buffers[i].kind != BufferKind::Intermediate || !storage_[i].data) continue;  // not allocated yet
-    int64_t n = 1;
-    for (int64_t d : shapes_[i]) n *= d;
-    int64_t bytes = StorageBytes(kp_.buffers[i].dtype, n);
-    held += bytes;
-    items.push_back({(bytes + 63) / 64 * 64, first_use_[i], last_use_[i]});
-  }
-  // Largest first; each takes the lowest offset free for its whole lifetime.
-  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.bytes > b.bytes; });
-  std::vector<std::pair<Item, int64_t>> placed;
-  int64_t peak = 0;
-  for (const Item& it : items) {
-    std::vector<std::pair<int64_t, int64_t>> busy;
-    for (const auto& [p, off] : placed)
-      if (!(p.last < it.first || it.last < p.first)) busy.push_back({off, off + p.bytes});
-    std::sort(busy.begin(), busy.end());
-    int64_t off = 0;
-    for (const auto& [lo, hi] : busy) {
-      if (off + it.bytes <= lo) break;
-      off = std::max(off, hi);
+nlohmann::json Program::MemoryReport(const SymbolBindings& b) {
+  PlanSteps(b);
+  std::vector<int64_t> needed(kp_.buffers.size(), 0);
+  for (size_t i = 0; i < kp_.buffers.size(); ++i)
+    if (kp_.buffers[i].kind == BufferKind::Intermediate) {
+      int64_t n = 1;
+      for (int64_t d : EvalShape(kp_.buffers[i].shape, b)) n *= d;
+      needed[i] = StorageBytes(kp_.buffers[i].dtype, n);
     }
-    placed.push_back({it, off});
-    peak = std::max(peak, off + it.bytes);
+  std::vector<ScratchItem> items = ScratchLifetimes(needed);
+  int64_t buffers = 0, separate = 0, arena = 0;
+  for (const ScratchItem& it : items)
+    if (it.bytes > 0) {
+      buffers++;
+      separate += (it.bytes + 63) / 64 * 64;
+    }
+  PlaceInArena(items, &arena);
+  nlohmann::json sizes = b;
+  return {{"sizes", sizes},
+          {"scratch_buffers", buffers},
+          {"scratch_bytes_separate", separate},
+          {"arena_bytes", arena}};
+}
+
+int Program::ArenaConflicts() const {
+  const size_t nk = kp_.kernels.size();
+  if (steps_.size() != nk || arena_offset_.size() != kp_.buffers.size()) return 0;
+  auto overlap = [&](int x, int y) {
+    if (x == y || arena_offset_[x] < 0 || arena_offset_[y] < 0) return false;
+    return arena_offset_[x] < arena_offset_[y] + arena_items_[y].bytes &&
+           arena_offset_[y] < arena_offset_[x] + arena_items_[x].bytes;
+  };
+  // Kernels that may run at the same time: one of them parallel, no barrier between them.
+  std::vector<int> interval(nk, 0);
+  for (size_t k = 1; k < nk; ++k) interval[k] = interval[k - 1] + (steps_[k].barrier_before ? 1 : 0);
+  int conflicts = 0;
+  for (size_t a = 0; a < nk; ++a)
+    for (size_t b = a; b < nk; ++b) {
+      if (steps_[a].skip || steps_[b].skip) continue;
+      bool together = a == b || (interval[a] == interval[b] && (steps_[a].parallel || steps_[b].parallel));
+      if (!together) continue;
+      for (int x : touched_[a])
+        for (int y : touched_[b]) conflicts += overlap(x, y);
+    }
+  // And in order: bytes two buffers share must not be live for both between their uses.
+  std::vector<int> first(kp_.buffers.size(), -1), last(kp_.buffers.size(), -1);
+  for (size_t k = 0; k < nk; ++k)
+    if (!steps_[k].skip)
+      for (int x : touched_[k]) {
+        if (first[x] < 0) first[x] = (int)k;
+        last[x] = (int)k;
+      }
+  for (size_t x = 0; x < first.size(); ++x)
+    for (size_t y = x + 1; y < first.size(); ++y)
+      if (first[x] >= 0 && first[y] >= 0 && overlap((int)x, (int)y) && !(last[x] < first[y] || last[y] < first[x]))
+        conflicts++;
+  return conflicts;
+}
+
+std::vector<ScratchItem> Program::ScratchLifetimes(const std::vector<int64_t>& needed) const {
+  const size_t nb = kp_.buffers.size();
+  std::vector<ScratchItem> items(nb, ScratchItem{0, 0, 0});
+  // Lifetimes in kernel positions. Thread 0 runs the kernels in order, the others only parallel ones, so
+  // kernels of a barrier interval holding a parallel kernel may run at once: each of them spans the
+  // whole interval. While searching, every intermediate is live throughout.
+  const size_t nk = kp_.kernels.size();
+  const bool planned = steps_.size() == nk;
+  std::vector<int> span_first(nk), span_last(nk);
+  for (size_t k = 0; k < nk; ++k) span_first[k] = span_last[k] = share_scratch_ ? (int)k : 0;
+  if (share_scratch_ && planned)
+    for (size_t k0 = 0; k0 < nk;) {
+      size_t k1 = k0 + 1;  // [k0, k1): one barrier interval (skipped kernels join any)
+      while (k1 < nk && !steps_[k1].barrier_before) ++k1;
+      bool parallel = false;
+      for (size_t k = k0; k < k1; ++k) parallel = parallel || (!steps_[k].skip && steps_[k].parallel);
+      if (parallel)
+        for (size_t k = k0; k < k1; ++k) span_first[k] = (int)k0, span_last[k] = (int)k1 - 1;
+      k0 = k1;
+    }
+  std::vector<bool> live(nb, false);
+  for (size_t k = 0; k < nk; ++k) {
+    if (share_scratch_ && planned && steps_[k].skip) continue;
+    for (int b : touched_[k]) {
+      ScratchItem& it = items[b];
+      if (!live[b]) it.first = span_first[k], it.last = span_last[k];
+      it.first = std::min(it.first, span_first[k]);
+      it.last = std::max(it.last, span_last[k]);
+      live[b] = true;
+    }
   }
-  return {{"scratch_buffers", items.size()}, {"scratch_bytes_held", held}, {"arena_peak_bytes", peak}};
+  for (size_t b = 0; b < nb; ++b)
+    if (kp_.buffers[b].kind == BufferKind::Intermediate && live[b]) items[b].bytes = needed[b];
+  return items;
+}
+
+void Program::PlanArena(const std::vector<int64_t>& needed) {
+  const size_t nb = kp_.buffers.size();
+  std::vector<ScratchItem> items = ScratchLifetimes(needed);
+  bool fits = arena_items_.size() == nb;
+  for (size_t b = 0; b < nb; ++b) {
+    if (items[b].bytes == 0) continue;
+    const int64_t before = arena_items_.size() == nb ? arena_items_[b].bytes : 0;
+    items[b].bytes = needed[b] <= before ? before : std::max(needed[b], before + before / 2);
+    fits = fits && needed[b] <= before && arena_offset_[b] >= 0 && items[b].first == arena_items_[b].first &&
+           items[b].last == arena_items_[b].last;
+  }
+  for (size_t b = 0; b < nb && fits; ++b) fits = (items[b].bytes > 0) == (arena_items_[b].bytes > 0);
+  if (fits) return;  // the placement in use still holds every buffer for its lifetime
+  arena_items_ = std::move(items);
+  int64_t bytes = 0;
+  arena_offset_ = PlaceInArena(arena_items_, &bytes);
+  arena_bytes_ = bytes;
+  if (bytes > (int64_t)arena_.nbytes()) arena_ = HostTensor::Zeros(DType::U8, {bytes + bytes / 4});
 }
 
 std::string_view TemplateFormName(TemplateForm f) {
@@ -394,6 +468,7 @@ std::string Program::BucketOf(const SymbolBindings& b) {
 std::vector<void*> Program::PrepareBuffers(const std::map<std::string, HostTensor>& inputs,
                                            const SymbolBindings& b) {
   std::vector<void*> ptrs(kp_.buffers.size(), nullptr);
+  std::vector<int64_t> scratch(kp_.buffers.size(), 0);
   for (size_t i = 0; i < kp_.buffers.size(); ++i) {
     const KBuffer& kb = kp_.buffers[i];
     std::vector<int64_t>& shape = shapes_[i];
@@ -412,6 +487,8 @@ std::vector<void*> Program::PrepareBuffers(const std::map<std::string, HostTenso
         ptrs[i] = storage_[i].data;
         break;
       case BufferKind::Intermediate:
+        scratch[i] = StorageBytes(kb.dtype, std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>()));
+        break;
       case BufferKind::Output: {
         // Scratch is reused across steps and grows geometrically: decode steps change `past` each time.
         int64_t bytes = StorageBytes(
@@ -426,6 +503,10 @@ std::vector<void*> Program::PrepareBuffers(const std::map<std::string, HostTenso
       }
     }
   }
+  PlanArena(scratch);
+  for (size_t i = 0; i < kp_.buffers.size(); ++i)
+    if (kp_.buffers[i].kind == BufferKind::Intermediate && arena_offset_[i] >= 0)
+      ptrs[i] = static_cast<uint8_t*>(arena_.data) + arena_offset_[i];
   return ptrs;
 }
 
@@ -434,9 +515,9 @@ std::vector<HostTensor> Program::Run(const std::map<std::string, HostTensor>& in
   SymbolBindings b = BindSymbols(input_nodes_, kp_.symbols, inputs, syms);
   std::vector<int64_t> sym_values;
   for (const std::string& s : kp_.symbols) sym_values.push_back(b.at(s));
+  PlanSteps(b);  // before the buffers: the arena places them by the step's barrier intervals
   std::vector<void*> ptrs = PrepareBuffers(inputs, b);
   CheckStateWrites(graph_, kp_, b);  // here, not in the kernels
-  PlanSteps(b);
   if (megakernel_ && !profile_)
     RunMegakernel(ptrs.data(), sym_values.data());
   else

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -15,6 +16,7 @@
 #include "compiler/kernel_ir.h"
 #include "ir/graph.h"
 #include "ir/host_tensor.h"
+#include "runtime/memory_plan.h"
 
 namespace prism {
 
@@ -81,9 +83,12 @@ class Program {
   const KernelProgram& kernels() const { return kp_; }
   const std::string& source() const { return source_; }
   const CompileStats& stats() const { return stats_; }
-  // Scratch memory of the last step: bytes held now (one buffer per intermediate) and the peak an
-  // arena planned by liveness would need (greedy first fit over each buffer's kernel interval).
-  nlohmann::json MemoryReport() const;
+  // Scratch memory of a step at these sizes: intermediates live in one arena, placed by lifetime (see
+  // PlanArena); the report gives its size against the bytes separate buffers would need.
+  nlohmann::json MemoryReport(const SymbolBindings& b);
+  // Pairs of buffers the last step's arena lets share bytes while kernels touching them could run at
+  // once or both be live (0 when the plan is right; for tests).
+  int ArenaConflicts() const;
   int threads() const { return pool_->size(); }
   // Per-kernel wall time accumulated over runs when profiling is on ($PRISM_PROFILE=1 turns it on
   // for every program and prints the table when the program is destroyed).
@@ -119,6 +124,14 @@ class Program {
   // The search times a GEMM as a step runs it: its weights (and their repacked forms) not in cache.
   void EvictWeights(const GemmTemplate& gm) const;
   void PlanSteps(const SymbolBindings& b);
+  // Places this step's intermediates in the arena: buffers share bytes only when no two kernels touching
+  // them can run at once; one no kernel touches this step gets none. Sizes grow
+  // geometrically and the placement is kept while it fits, so decode steps (whose attention buffers
+  // grow by one key each) rarely replan. Needs PlanSteps first.
+  void PlanArena(const std::vector<int64_t>& needed);
+  // Per buffer: `needed` bytes (0 for buffers that are not intermediates or that no running kernel
+  // touches) and its lifetime in kernel positions, under the planned steps.
+  std::vector<ScratchItem> ScratchLifetimes(const std::vector<int64_t>& needed) const;
   std::vector<void*> PrepareBuffers(const std::map<std::string, HostTensor>& inputs, const SymbolBindings& b);
   void RunChunk(size_t k, int thread, int threads, void* const* bufs, const int64_t* syms);
   void RunMegakernel(void* const* bufs, const int64_t* syms);
@@ -136,11 +149,15 @@ class Program {
   std::vector<int64_t> capacity_;    // bytes allocated per scratch buffer (reused while big enough)
   std::vector<std::vector<int64_t>> shapes_;  // per buffer, this step's shape
   std::vector<const Node*> input_nodes_;
-  std::vector<std::vector<int>> deps_;
-  std::vector<int> first_use_, last_use_;  // per buffer: first and last kernel touching it  // per kernel:
-                                           // earlier kernels it must wait for (RAW, WAR, WAW)
+  std::vector<std::set<int>> touched_;  // per kernel: buffers it reads or writes
+  std::vector<std::vector<int>> deps_;  // per kernel: earlier kernels it must wait for (RAW, WAR, WAW)
   std::vector<Step> steps_;
   std::unique_ptr<SpinBarrier> barrier_;
+  HostTensor arena_;                      // all intermediates of a step
+  std::vector<ScratchItem> arena_items_;  // per buffer: planned bytes and lifetime (intermediates only)
+  std::vector<int64_t> arena_offset_;     // per buffer: offset in the arena, -1 if none
+  int64_t arena_bytes_ = 0;
+  bool share_scratch_ = true;  // false while searching: kernels then run alone, in any order
   bool megakernel_ = true;
   KernelChoices choices_;
   CompileStats stats_;

@@ -177,6 +177,12 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
     return receipts;
   }
   const MachinePeaks& peaks = ProbeMachine(threads);
+  // Candidates run kernels alone and out of order: every intermediate gets its own bytes meanwhile.
+  share_scratch_ = false;
+  struct ShareAgain {
+    bool& share;
+    ~ShareAgain() { share = true; }
+  } share_again{share_scratch_};
   std::mt19937 rng(20261122);
   bool db_changed = false;
   // Decisions measured while other processes kept the cores busy are used for this compile but not
@@ -260,6 +266,9 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
         reach.clear();
         reach[at->q_buffer] = INFINITY;
         reach[at->k_buffer] = reach[at->v_buffer] = (double)(total * at->heads_kv * at->head_dim);
+        // The unfused form's kernels: skipped when the template is chosen, timed with it when not.
+        r["unfused_kernels"] = nlohmann::json::array();
+        for (size_t j : covered) r["unfused_kernels"].push_back(kp_.kernels[j].name);
       }
       reach[kn.out_buffer] += (double)st.total;
       double bytes = 0;
@@ -409,10 +418,6 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
       }
       steps_[k] = defaults[k];
       r["candidates"] = tried;
-      if (!covered.empty()) {  // the generated candidates' timings include these kernels
-        r["unfused_kernels"] = nlohmann::json::array();
-        for (size_t j : covered) r["unfused_kernels"].push_back(kp_.kernels[j].name);
-      }
       if (!best_c) {
         r["reason"] = "no candidate passed the correctness check: default kept";
         r["chosen"] = "";
