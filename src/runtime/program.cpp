@@ -388,6 +388,18 @@ std::vector<ScratchItem> Program::ScratchLifetimes(const std::vector<int64_t>& n
 
 void Program::PlanArena(const std::vector<int64_t>& needed) {
   const size_t nb = kp_.buffers.size();
+  // Lifetimes follow from which kernels run, in parallel or not, and where barriers fall: unchanged
+  // from the last step (as in decode), a placement whose buffers are all still big enough holds.
+  std::vector<uint8_t> shape(steps_.size());
+  for (size_t k = 0; k < steps_.size(); ++k)
+    shape[k] = steps_[k].skip | steps_[k].parallel << 1 | steps_[k].barrier_before << 2;
+  shape.push_back(share_scratch_);
+  if (shape == arena_steps_ && arena_items_.size() == nb) {
+    bool fits = true;
+    for (size_t b = 0; b < nb && fits; ++b) fits = needed[b] <= arena_items_[b].bytes || arena_offset_[b] < 0;
+    if (fits) return;
+  }
+  arena_steps_ = std::move(shape);
   std::vector<ScratchItem> items = ScratchLifetimes(needed);
   bool fits = arena_items_.size() == nb;
   for (size_t b = 0; b < nb; ++b) {

@@ -157,6 +157,7 @@ class Program {
   std::vector<ScratchItem> arena_items_;  // per buffer: planned bytes and lifetime (intermediates only)
   std::vector<int64_t> arena_offset_;     // per buffer: offset in the arena, -1 if none
   int64_t arena_bytes_ = 0;
+  std::vector<uint8_t> arena_steps_;  // the step plan the lifetimes were taken from
   bool share_scratch_ = true;  // false while searching: kernels then run alone, in any order
   bool megakernel_ = true;
   KernelChoices choices_;
