@@ -94,10 +94,20 @@ std::vector<bool> ChooseRealized(const Graph& g, const FusionOptions& opts, cons
       if (auto a = MatchCausalAttention(g, i)) template_side[i] = template_side[a->q] = true;
     }
 
+  // Dead code: nodes no output or state write depends on get no kernel.
+  std::vector<bool> needed(n, false);
+  for (NodeId i = n; i-- > 0;) {
+    const Op op = g.node(i).op;
+    needed[i] = needed[i] || is_output[i] || op == Op::StateWrite || IsLeafBuffer(op);
+    if (needed[i])
+      for (NodeId x : g.node(i).inputs) needed[x] = true;
+  }
+
   std::vector<bool> realized(n, false);
   std::vector<int> cost(n, 0);
   for (NodeId i = 0; i < n; ++i) {
     const Node& nd = g.node(i);
+    if (!needed[i]) continue;
     int c = OwnCost(nd.op);
     for (NodeId x : nd.inputs)
       if (!realized[x]) c += cost[x];

@@ -61,17 +61,9 @@ class Evaluator {
     std::vector<double> a;
     for (const auto& x : v.args) a.push_back(Value(x));
     switch (v.op) {
-      case Op::Exp2: return std::exp2(a[0]);
-      case Op::Log2: return std::log2(a[0]);
-      case Op::Sin: return std::sin(a[0]);
-      case Op::Sqrt: return std::sqrt(a[0]);
-      case Op::Recip: return 1.0 / a[0];
+      case Op::Exp2: case Op::Log2: case Op::Sin: case Op::Sqrt: case Op::Recip: return ApplyUnary(v.op, a[0]);
       case Op::Cast: return RoundToDType(a[0], v.dtype);
-      case Op::Add: return a[0] + a[1];
-      case Op::Mul: return a[0] * a[1];
-      case Op::Mod: return std::fmod(a[0], a[1]);
-      case Op::LessThan: return a[0] < a[1] ? 1 : 0;
-      case Op::Max: return std::isnan(a[0]) || std::isnan(a[1]) ? NAN : std::max(a[0], a[1]);
+      case Op::Add: case Op::Mul: case Op::Mod: case Op::LessThan: case Op::Max: return ApplyBinary(v.op, a[0], a[1]);
       case Op::Where: return a[0] != 0 ? a[1] : a[2];
       default: throw Error("kernel evaluator: unsupported op " + std::string(OpName(v.op)));
     }

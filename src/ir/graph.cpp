@@ -2,6 +2,8 @@
 #include "ir/graph.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <sstream>
 
 #include "ir/error.h"
@@ -40,9 +42,55 @@ DType PromoteTypes(DType a, DType b) {
   return IsQuantized(r) ? DType::F32 : r;
 }
 
+double ApplyUnary(Op op, double x) {
+  switch (op) {
+    case Op::Exp2: return std::exp2(x);
+    case Op::Log2: return std::log2(x);
+    case Op::Sin: return std::sin(x);
+    case Op::Sqrt: return std::sqrt(x);
+    case Op::Recip: return 1.0 / x;
+    default: return x;
+  }
+}
+
+double ApplyBinary(Op op, double a, double b) {
+  switch (op) {
+    case Op::Add: return a + b;
+    case Op::Mul: return a * b;
+    case Op::Mod: return std::fmod(a, b);  // C semantics (sign of a), as the generated code
+    case Op::LessThan: return a < b ? 1.0 : 0.0;
+    case Op::Max: return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
+    default: return 0;
+  }
+}
+
+// Everything that makes a node what it is: equal keys, equal values (every op is a pure function of
+// its operands, and two equal state writes write the same values).
+static std::string NodeKey(const Node& n) {
+  std::string key = std::to_string((int)n.op) + "|" + std::to_string((int)n.dtype) + "|" + ShapeStr(n.shape) + "|";
+  for (NodeId i : n.inputs) key += std::to_string(i) + ",";
+  char scalar[32];
+  std::snprintf(scalar, sizeof scalar, "%a", n.scalar);  // exact, and NaN/inf spelled out
+  key += std::string("|") + scalar + "|" + n.name + "|";
+  for (int64_t a : n.axes) key += std::to_string(a) + ",";
+  key += "|";
+  for (const Expr& e : n.args) key += e.str() + ",";
+  return key;
+}
+
 NodeId Graph::Add(Node n) {
+  // Common subexpressions: a node equal to one already built is that node.
+  std::string key = NodeKey(n);
+  if (auto it = interned_.find(key); it != interned_.end()) return it->second;
   nodes_.push_back(std::move(n));
-  return (NodeId)nodes_.size() - 1;
+  const NodeId id = (NodeId)nodes_.size() - 1;
+  interned_.emplace(std::move(key), id);
+  return id;
+}
+
+bool Graph::IsConstant(NodeId x, double value) const {
+  const Node& n = nodes_[x];
+  return n.op == Op::Constant && RoundToDType(n.scalar, n.dtype) == value;
 }
 
 void Graph::Check(NodeId id, const char* what) const {
@@ -102,6 +150,8 @@ NodeId Graph::Unary(Op op, NodeId x) {
   const Node& in = nodes_[x];
   DType t = in.dtype;
   if (IsQuantized(t) || IsInteger(t)) t = DType::F32;  // transcendental math is float math
+  if (in.op == Op::Constant)  // folded, with the interpreter's rounding of operand and result
+    return Constant(RoundToDType(ApplyUnary(op, RoundToDType(in.scalar, in.dtype)), t), t, in.shape);
   return Add(Node{op, t, in.shape, {x}, "", 0, {}, {}});
 }
 
@@ -109,7 +159,9 @@ NodeId Graph::Cast(NodeId x, DType dtype) {
   Check(x, "Cast");
   if (IsQuantized(dtype)) throw Error("Cast to " + std::string(DTypeName(dtype)) + " of " + Describe(x) +
                                       ": quantized types are storage only");
-  return Add(Node{Op::Cast, dtype, nodes_[x].shape, {x}, "", 0, {}, {}});
+  const Node& in = nodes_[x];
+  if (in.op == Op::Constant) return Constant(RoundToDType(RoundToDType(in.scalar, in.dtype), dtype), dtype, in.shape);
+  return Add(Node{Op::Cast, dtype, in.shape, {x}, "", 0, {}, {}});
 }
 
 static bool SameShape(const std::vector<Expr>& a, const std::vector<Expr>& b) {
@@ -126,7 +178,18 @@ NodeId Graph::Binary(Op op, NodeId a, NodeId b) {
   if (!SameShape(nodes_[a].shape, nodes_[b].shape))
     throw Error(std::string(OpName(op)) + ": shape mismatch " + Describe(a) + " vs " + Describe(b));
   DType t = op == Op::LessThan ? DType::Bool : PromoteTypes(nodes_[a].dtype, nodes_[b].dtype);
-  return Add(Node{op, t, nodes_[a].shape, {a, b}, "", 0, {}, {}});
+  const Node &na = nodes_[a], &nb = nodes_[b];
+  if (na.op == Op::Constant && nb.op == Op::Constant)  // folded, rounded as the interpreter rounds
+    return Constant(
+        RoundToDType(ApplyBinary(op, RoundToDType(na.scalar, na.dtype), RoundToDType(nb.scalar, nb.dtype)), t), t,
+        na.shape);
+  // x * 1 and x + 0 are x (when the result keeps x's type).
+  const double identity = op == Op::Mul ? 1.0 : 0.0;
+  if (op == Op::Mul || op == Op::Add) {
+    if (IsConstant(b, identity) && na.dtype == t) return a;
+    if (IsConstant(a, identity) && nb.dtype == t) return b;
+  }
+  return Add(Node{op, t, na.shape, {a, b}, "", 0, {}, {}});
 }
 
 NodeId Graph::Where(NodeId cond, NodeId a, NodeId b) {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "ir/dtype.h"
@@ -43,6 +44,10 @@ bool IsElementwise(Op op);  // unary, binary, where, cast
 
 using NodeId = int32_t;
 
+// An op's value on scalars, in double: the interpreter's semantics, and the constant folder's.
+double ApplyUnary(Op op, double x);
+double ApplyBinary(Op op, double a, double b);
+
 struct Node {
   Op op;
   DType dtype;
@@ -55,7 +60,9 @@ struct Node {
 };
 
 // A graph owns its nodes; builder methods infer shape and dtype and throw prism::Error with a
-// one-line message naming the op and the shapes on any mismatch.
+// one-line message naming the op and the shapes on any mismatch. Building is also where the graph is
+// simplified: a node equal to an existing one is that node (common subexpressions), ops on constants
+// fold to constants (rounded as the interpreter rounds), and x * 1, x + 0 are x.
 class Graph {
  public:
   NodeId Input(const std::string& name, DType dtype, std::vector<Expr> shape);
@@ -91,11 +98,14 @@ class Graph {
   // Human-readable listing, one node per line.
   std::string ToText() const;
   std::string ToDot() const;
+  // True when x is a constant whose value (in its type) is `value`.
+  bool IsConstant(NodeId x, double value) const;
 
  private:
   NodeId Add(Node n);
   void Check(NodeId id, const char* what) const;
   std::vector<Node> nodes_;
+  std::unordered_map<std::string, NodeId> interned_;  // NodeKey -> node, for common subexpressions
   std::vector<NodeId> outputs_;
   std::vector<std::string> output_names_;
 };

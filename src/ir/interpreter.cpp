@@ -44,28 +44,6 @@ int64_t Offset(const std::vector<int64_t>& idx, const std::vector<int64_t>& stri
   return o;
 }
 
-double ApplyUnary(Op op, double x) {
-  switch (op) {
-    case Op::Exp2: return std::exp2(x);
-    case Op::Log2: return std::log2(x);
-    case Op::Sin: return std::sin(x);
-    case Op::Sqrt: return std::sqrt(x);
-    case Op::Recip: return 1.0 / x;
-    default: return x;
-  }
-}
-
-double ApplyBinary(Op op, double a, double b) {
-  switch (op) {
-    case Op::Add: return a + b;
-    case Op::Mul: return a * b;
-    case Op::Mod: return std::fmod(a, b);  // C semantics (sign of a), as the generated code
-    case Op::LessThan: return a < b ? 1.0 : 0.0;
-    case Op::Max: return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
-    default: return 0;
-  }
-}
-
 }  // namespace
 
 std::vector<HostTensor> Interpreter::Run(const std::map<std::string, HostTensor>& inputs, const SymbolBindings& syms) {
