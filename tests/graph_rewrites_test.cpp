@@ -43,7 +43,8 @@ TEST(GraphRewrites, ConstantsFoldWithTheInterpretersRounding) {
   NodeId hb = g.Constant(1.0, DType::BF16, shape), lb = g.Constant(0.0078125 * 1.3, DType::BF16, shape);
   NodeId sb = g.Binary(Op::Add, hb, lb);
   ASSERT_EQ(g.node(sb).op, Op::Constant);
-  const double want = RoundToDType(RoundToDType(1.0, DType::BF16) + RoundToDType(0.0078125 * 1.3, DType::BF16), DType::BF16);
+  const double want =
+      RoundToDType(RoundToDType(1.0, DType::BF16) + RoundToDType(0.0078125 * 1.3, DType::BF16), DType::BF16);
   EXPECT_EQ(g.node(sb).scalar, want);
   NodeId x = g.Input("x", DType::F32, shape);
   g.MarkOutput(g.Binary(Op::Mul, x, sb), "y");

@@ -36,30 +36,38 @@ PRISM_ATTN inline __m512 Exp2(__m512 x) {
   return _mm512_scalef_ps(_mm512_mul_ps(p, _mm512_set1_ps(1.4142135623730951f)), xi);
 }
 
-// out rows [r, r + rows) of the block (rows <= 4): sum over keys of p[t][lane] * v[t, :], over one
-// strip of at most 64 value columns starting at d0, scaled by 1 / l.
+// out rows [r, r + rows) of the block (rows <= 4; always computed 4 wide, so the accumulators stay in
+// registers): sum over keys of p[t][lane] * v[t, :], over one strip of at most 64 value columns
+// starting at d0, scaled by 1 / l.
 template <int NC>
 PRISM_ATTN void ValueStrip(const float* p, const float* v, int64_t v_stride, int64_t keys, int lane0,
                            int rows, int64_t d0, int64_t width, const float* inv_l, float* const* out_rows) {
-  __m512 acc[4][NC];
+  __m512 acc[4][NC];  // fully unrolled below: the accumulators live in registers
+#pragma GCC unroll 4
   for (int i = 0; i < 4; ++i)
+#pragma GCC unroll 4
     for (int c = 0; c < NC; ++c) acc[i][c] = _mm512_setzero_ps();
   const __mmask16 tail = (__mmask16)((1u << (width - 16 * (NC - 1))) - 1);
   for (int64_t t = 0; t < keys; ++t) {
     const float* vr = v + t * v_stride + d0;
     __m512 vv[NC];
+#pragma GCC unroll 4
     for (int c = 0; c < NC; ++c)
       vv[c] = c == NC - 1 ? _mm512_maskz_loadu_ps(tail, vr + 16 * c) : _mm512_loadu_ps(vr + 16 * c);
     const float* pt = p + t * kRows + lane0;
-    for (int i = 0; i < 4; ++i) {
-      if (i >= rows) break;
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {  // all 4 (a lane past the block's rows holds probability 0)
       const __m512 pi = _mm512_set1_ps(pt[i]);
+#pragma GCC unroll 4
       for (int c = 0; c < NC; ++c) acc[i][c] = _mm512_fmadd_ps(pi, vv[c], acc[i][c]);
     }
   }
-  for (int i = 0; i < rows; ++i) {
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {  // constant trip count: a variable one sends acc to the stack
+    if (i >= rows) break;
     const __m512 s = _mm512_set1_ps(inv_l[lane0 + i]);
     float* o = out_rows[i] + d0;
+#pragma GCC unroll 4
     for (int c = 0; c < NC; ++c) {
       const __m512 r = _mm512_mul_ps(acc[i][c], s);
       if (c == NC - 1)
