@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,20 @@ inline bool HasReduce(const KValuePtr& v) {
   for (const KValuePtr& a : v->args)
     if (HasReduce(a)) return true;
   return false;
+}
+
+// Every buffer a kernel reads: the loads of its value tree and its template's operands.
+inline void CollectLoads(const KValuePtr& v, std::set<int>* out) {
+  if (v->kind == KValue::Kind::Load) out->insert(v->buffer);
+  for (const GatherBinding& gb : v->gathers) CollectLoads(gb.value, out);
+  for (const KValuePtr& a : v->args) CollectLoads(a, out);
+}
+inline std::set<int> KernelReads(const Kernel& k) {
+  std::set<int> reads;
+  CollectLoads(k.value, &reads);
+  if (k.gemm) reads.insert({k.gemm->a_buffer, k.gemm->w_buffer});
+  if (k.attention) reads.insert({k.attention->q_buffer, k.attention->k_buffer, k.attention->v_buffer});
+  return reads;
 }
 
 struct KernelProgram {

@@ -241,12 +241,6 @@ BufferKind LeafKind(Op op) {
   return op == Op::Input ? BufferKind::Input : op == Op::Weight ? BufferKind::Weight : BufferKind::State;
 }
 
-void CollectLoads(const KValuePtr& v, std::set<int>* out) {
-  if (v->kind == KValue::Kind::Load) out->insert(v->buffer);
-  for (const GatherBinding& gb : v->gathers) CollectLoads(gb.value, out);
-  for (const KValuePtr& a : v->args) CollectLoads(a, out);
-}
-
 // Gives a kernel that realizes a causal-attention pattern its fused template, when the kernels of the
 // pattern's interior feed nothing outside it (so skipping them when the template runs loses nothing).
 void MarkAttention(const Graph& g, const std::vector<int>& buffer_of, KernelProgram* p) {
@@ -264,8 +258,7 @@ void MarkAttention(const Graph& g, const std::vector<int>& buffer_of, KernelProg
     bool closed = true;
     for (size_t j = 0; j < p->kernels.size() && closed; ++j) {
       if (j == k || m->interior.count(p->kernels[j].root)) continue;
-      std::set<int> reads;
-      CollectLoads(p->kernels[j].value, &reads);
+      const std::set<int> reads = KernelReads(p->kernels[j]);
       for (int b : covered_buffers) closed = closed && !reads.count(b);
     }
     for (int b : covered_buffers) closed = closed && p->buffers[b].kind == BufferKind::Intermediate;

@@ -70,19 +70,8 @@ Program::Program(const Graph& g, KernelProgram kp, std::string source, JitLibrar
   barrier_ = std::make_unique<SpinBarrier>(pool_->size());
   if (const char* mk = std::getenv("PRISM_MEGAKERNEL"); mk && std::string(mk) == "0") megakernel_ = false;
   // Static dependencies between kernels through the buffers they read and write.
-  std::vector<std::set<int>> reads(kp_.kernels.size());
-  std::function<void(const KValuePtr&, std::set<int>*)> collect = [&](const KValuePtr& v,
-                                                                      std::set<int>* out) {
-    if (v->kind == KValue::Kind::Load) out->insert(v->buffer);
-    for (const auto& gb : v->gathers) collect(gb.value, out);
-    for (const auto& a : v->args) collect(a, out);
-  };
-  for (size_t k = 0; k < kp_.kernels.size(); ++k) {
-    collect(kp_.kernels[k].value, &reads[k]);
-    if (kp_.kernels[k].gemm) reads[k].insert({kp_.kernels[k].gemm->a_buffer, kp_.kernels[k].gemm->w_buffer});
-    if (const auto& at = kp_.kernels[k].attention)
-      reads[k].insert({at->q_buffer, at->k_buffer, at->v_buffer});
-  }
+  std::vector<std::set<int>> reads;
+  for (const Kernel& k : kp_.kernels) reads.push_back(KernelReads(k));
   for (size_t k = 0; k < kp_.kernels.size(); ++k) {
     touched_.push_back(reads[k]);
     touched_.back().insert(kp_.kernels[k].out_buffer);

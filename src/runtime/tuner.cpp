@@ -42,15 +42,8 @@ std::string KernelKey(const Graph& g, const KernelProgram& p, const Kernel& k) {
   text = text.substr(text.find('\n') + 1);
   text = text.substr(text.find(':'));  // drop the kernel's position-dependent name
   text = text.substr(0, text.find("\n    fuses"));
-  std::set<int> touched{k.out_buffer};
-  std::function<void(const KValuePtr&)> collect = [&](const KValuePtr& v) {
-    if (v->kind == KValue::Kind::Load) touched.insert(v->buffer);
-    for (const auto& gb : v->gathers) collect(gb.value);
-    for (const auto& a : v->args) collect(a);
-  };
-  collect(k.value);
-  if (k.gemm) touched.insert({k.gemm->a_buffer, k.gemm->w_buffer});
-  if (k.attention) touched.insert({k.attention->q_buffer, k.attention->k_buffer, k.attention->v_buffer});
+  std::set<int> touched = KernelReads(k);
+  touched.insert(k.out_buffer);
   // Buffers appear in the text as `name[`; the longest name matching at a word start wins.
   std::string canonical;
   std::vector<int> order;
