@@ -146,7 +146,7 @@ class Program {
   std::map<int, Int8PackedWeight> int8_packed_;
   std::map<int, PanelPackedWeight> panel_packed_;
   std::vector<HostTensor> storage_;  // per buffer: weights, state and scratch; inputs are borrowed per run
-  std::vector<int64_t> capacity_;    // bytes allocated per scratch buffer (reused while big enough)
+  std::vector<int64_t> capacity_;    // bytes allocated per output buffer (reused while big enough)
   std::vector<std::vector<int64_t>> shapes_;  // per buffer, this step's shape
   std::vector<const Node*> input_nodes_;
   std::vector<std::set<int>> touched_;  // per kernel: buffers it reads or writes

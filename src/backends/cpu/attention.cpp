@@ -167,10 +167,6 @@ PRISM_ATTN void AttentionBlock(const float* q, const float* k, const float* v, f
 
 bool AttentionTemplateSupported() { return Avx512TemplatesEnabled(); }
 
-int64_t AttentionItems(const AttentionDims& a) {
-  return a.heads_kv * ((a.seq * a.group + kRows - 1) / kRows);
-}
-
 void CausalAttentionF32(const float* q, const float* k, const float* v, float* out, const AttentionDims& a,
                         int thread, int threads) {
   thread_local std::vector<float> scratch;

@@ -8,41 +8,15 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
 #include <mutex>
 #include <vector>
 
+#include "backends/cuda/toolkit_library.h"
 #include "codegen/cuda_mma_gemm.h"
 #include "ir/error.h"
 
 namespace prism {
 namespace {
-
-// Candidate library files, most specific first: PRISM_CUBLAS, the loader's search path, then the
-// toolkit's directories (lib64 or lib under CUDA_HOME, /usr/local/cuda and /usr/local/cuda-*).
-std::vector<std::string> Candidates() {
-  std::vector<std::string> out;
-  if (const char* p = std::getenv("PRISM_CUBLAS"); p && *p) out.push_back(p);
-  for (const char* n : {"libcublas.so", "libcublas.so.13", "libcublas.so.12", "libcublas.so.11"})
-    out.push_back(n);
-  std::vector<std::filesystem::path> roots;
-  if (const char* h = std::getenv("CUDA_HOME"); h && *h) roots.push_back(h);
-  roots.push_back("/usr/local/cuda");
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/usr/local", ec))
-    if (e.path().filename().string().rfind("cuda-", 0) == 0) roots.push_back(e.path());
-  for (const auto& r : roots)
-    for (const char* sub : {"lib64", "lib"}) {
-      std::vector<std::string> found;
-      for (const auto& f : std::filesystem::directory_iterator(r / sub, ec)) {
-        std::string name = f.path().filename().string();
-        if (name == "libcublas.so" || name.rfind("libcublas.so.", 0) == 0) found.push_back(f.path().string());
-      }
-      std::sort(found.begin(), found.end());
-      out.insert(out.end(), found.begin(), found.end());
-    }
-  return out;
-}
 
 struct Loaded {
   CublasApi api;
@@ -55,7 +29,9 @@ const Loaded& Load() {
   std::call_once(once, [] {
     std::string tried, first_error;
     void* lib = nullptr;
-    for (const std::string& c : Candidates()) {
+    for (const std::string& c : ToolkitLibraryCandidates(
+             "PRISM_CUBLAS", {"libcublas.so", "libcublas.so.13", "libcublas.so.12", "libcublas.so.11"},
+             "libcublas.so", {"lib64", "lib"})) {
       lib = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
       if (lib && dlsym(lib, "cublasGemmEx")) {
         l.api.library = c;

@@ -3,12 +3,11 @@
 
 #include <dlfcn.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
 #include <mutex>
 
+#include "backends/cuda/toolkit_library.h"
 #include "ir/error.h"
 
 namespace prism {
@@ -32,30 +31,6 @@ struct NvrtcCompiler::Api {
 
 namespace {
 
-// Candidate library files, most specific first.
-std::vector<std::string> Candidates() {
-  std::vector<std::string> out;
-  if (const char* p = std::getenv("PRISM_NVRTC"); p && *p) out.push_back(p);
-  for (const char* n : {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2"})
-    out.push_back(n);
-  std::vector<std::filesystem::path> dirs;
-  if (const char* h = std::getenv("CUDA_HOME"); h && *h) dirs.push_back(std::filesystem::path(h) / "lib64");
-  dirs.push_back("/usr/local/cuda/lib64");
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/usr/local", ec))
-    if (e.path().filename().string().rfind("cuda-", 0) == 0) dirs.push_back(e.path() / "lib64");
-  for (const auto& d : dirs) {
-    std::vector<std::string> found;
-    for (const auto& f : std::filesystem::directory_iterator(d, ec)) {
-      std::string name = f.path().filename().string();
-      if (name.rfind("libnvrtc.so", 0) == 0) found.push_back(f.path().string());
-    }
-    std::sort(found.begin(), found.end());
-    out.insert(out.end(), found.begin(), found.end());
-  }
-  return out;
-}
-
 struct Loaded {
   NvrtcCompiler::Api api;
   std::string path;
@@ -68,7 +43,9 @@ const Loaded& Load() {
   std::call_once(once, [] {
     std::string tried;
     void* lib = nullptr;
-    for (const std::string& c : Candidates()) {
+    for (const std::string& c : ToolkitLibraryCandidates(
+             "PRISM_NVRTC", {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2"},
+             "libnvrtc.so", {"lib64"})) {
       lib = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
       if (lib && dlsym(lib, "nvrtcCompileProgram")) {
         l.path = c;
