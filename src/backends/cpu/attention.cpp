@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/gemm.h"
@@ -23,17 +24,19 @@ namespace {
 constexpr int kRows = 16;  // rows per block: one vector of lanes
 
 // 2^x: x = i + f with i an integer and f in [0, 1); 2^f = sqrt(2) * e^((f - 1/2) ln 2) by its Taylor
-// series to degree 7 (relative error below 1e-8 on [-1/2, 1/2]); scalef applies 2^i and underflows to
-// 0. x is clamped below at -150 (2^-150 is 0 in f32); NaN passes through the clamp.
+// series to degree 7 (relative error below 1e-8 on [-1/2, 1/2]); scalef applies 2^i. Below x = -126 the
+// result is 0, not a subnormal: every FMA that reads a subnormal takes a microcode assist (~100 cycles),
+// and a peaked softmax (stories260K) had made P·V 4x slower that way. NaN passes through.
 PRISM_ATTN inline __m512 Exp2(__m512 x) {
-  x = _mm512_max_ps(_mm512_set1_ps(-150.0f), x);
+  const __mmask16 normal = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);
+  x = _mm512_max_ps(_mm512_set1_ps(-127.0f), x);
   const __m512 xi = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
   const __m512 g = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(x, xi), _mm512_set1_ps(0.5f)),
                                  _mm512_set1_ps(0.6931471805599453f));
   __m512 p = _mm512_set1_ps(1.0f / 5040);
   for (float c : {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f})
     p = _mm512_fmadd_ps(p, g, _mm512_set1_ps(c));
-  return _mm512_scalef_ps(_mm512_mul_ps(p, _mm512_set1_ps(1.4142135623730951f)), xi);
+  return _mm512_maskz_scalef_ps(normal, _mm512_mul_ps(p, _mm512_set1_ps(1.4142135623730951f)), xi);
 }
 
 // out rows [r, r + rows) of the block (rows <= 4; always computed 4 wide, so the accumulators stay in
@@ -76,6 +79,36 @@ PRISM_ATTN void ValueStrip(const float* p, const float* v, int64_t v_stride, int
         _mm512_storeu_ps(o + 16 * c, r);
     }
   }
+}
+
+// Narrow heads (D <= 16): out[row][d] for all 16 rows of the block at once, as D accumulators over the
+// rows: each key adds v[t][d] (broadcast) times the key's probability vector. One FMA per key and
+// column, against 9 operations per 4 rows of a half-empty vector in ValueStrip.
+template <int D>
+PRISM_ATTN void ValueColumns(const float* p, const float* v, int64_t v_stride, int64_t keys, int rows,
+                             const float* inv_l, float* const* out_rows) {
+  __m512 acc[D];
+#pragma GCC unroll 16
+  for (int d = 0; d < D; ++d) acc[d] = _mm512_setzero_ps();
+  for (int64_t t = 0; t < keys; ++t) {
+    const __m512 pt = _mm512_loadu_ps(p + t * kRows);
+    const float* vr = v + t * v_stride;
+#pragma GCC unroll 16
+    for (int d = 0; d < D; ++d) acc[d] = _mm512_fmadd_ps(pt, _mm512_set1_ps(vr[d]), acc[d]);
+  }
+  alignas(64) float cols[D][kRows];
+  const __m512 s = _mm512_load_ps(inv_l);
+#pragma GCC unroll 16
+  for (int d = 0; d < D; ++d) _mm512_store_ps(cols[d], _mm512_mul_ps(acc[d], s));
+  for (int r = 0; r < rows; ++r)
+    for (int d = 0; d < D; ++d) out_rows[r][d] = cols[d][r];
+}
+
+template <int... Ds>
+PRISM_ATTN void ValueColumnsOf(int64_t D, std::integer_sequence<int, Ds...>, const float* p, const float* v,
+                               int64_t v_stride, int64_t keys, int rows, const float* inv_l,
+                               float* const* out_rows) {
+  ((D == Ds + 1 ? ValueColumns<Ds + 1>(p, v, v_stride, keys, rows, inv_l, out_rows) : void()), ...);
 }
 
 PRISM_ATTN void AttentionBlock(const float* q, const float* k, const float* v, float* out,
@@ -141,6 +174,15 @@ PRISM_ATTN void AttentionBlock(const float* q, const float* k, const float* v, f
   // A row that sees no key divides 0 by 0: NaN, as the unfused softmax gives.
   alignas(64) float inv_l[kRows];
   _mm512_store_ps(inv_l, _mm512_div_ps(_mm512_set1_ps(1.0f), l));
+  if (D <= 16) {
+    float* out_rows[kRows];
+    for (int r = 0; r < rows; ++r) {
+      const int64_t s = (row0 + r) / G, g = (row0 + r) % G;
+      out_rows[r] = out + ((h * G + g) * S + s) * D;
+    }
+    ValueColumnsOf(D, std::make_integer_sequence<int, 16>{}, p, v + h * D, HD, keys, rows, inv_l, out_rows);
+    return;
+  }
   for (int r0 = 0; r0 < rows; r0 += 4) {
     const int rr = std::min(4, rows - r0);
     float* out_rows[4];
