@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -61,6 +62,56 @@ TEST(Search, EveryCandidateIsCheckedAndTimedThenTheDatabaseIsReused) {
   nlohmann::json second = again->Tune(30);
   for (const auto& r : second) EXPECT_EQ(r["reason"], "tuning database") << r.dump();
   EXPECT_EQ(second.size() + search_receipts, receipts.size());
+  unsetenv("PRISM_CACHE_DIR");
+}
+
+// Long prompts get their own attention choices (its cost grows as the square of the prompt's length):
+// the "prefill-long" bucket searches only the kernels whose loops span the KV cache and takes every
+// other choice from "prefill".
+TEST(Search, LongPromptsSearchOnlyTheKernelsSpanningTheContext) {
+  const std::string model = std::string(PRISM_SOURCE_DIR) + "/models/stories260K/stories260K.bin";
+  auto dir = testing::MakeTempDir("long");
+  setenv("PRISM_CACHE_DIR", dir.c_str(), 1);
+  LoadOptions lo{"", 320, 2};
+  lo.search_busy_limit = 1;
+  auto lm = LanguageModel::Load(model, lo);
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 300; ++i) ids.push_back(1 + (i * 37) % 500);
+  const std::vector<float> before = lm->Forward(ids);
+  const nlohmann::json receipts = lm->Tune(60);
+  const Program& p = lm->program();
+  const auto& kernels = p.kernels().kernels;
+  int long_searched = 0;
+  for (const auto& r : receipts) {
+    if (r.value("bucket", "") != "prefill-long" || !r.contains("candidates")) continue;
+    long_searched++;
+    auto k = std::find_if(kernels.begin(), kernels.end(), [&](const Kernel& kn) { return kn.name == r["kernel"]; });
+    ASSERT_NE(k, kernels.end());
+    EXPECT_TRUE(LoopsSpan(*k, "past")) << r.dump();
+  }
+  EXPECT_GE(long_searched, 1);  // the attention kernel (each layer's copy shares its decision)
+  const auto& prefill = p.choices().at("prefill");
+  const auto& long_prefill = p.choices().at("prefill-long");
+  ASSERT_EQ(prefill.size(), kernels.size());
+  ASSERT_EQ(long_prefill.size(), kernels.size());
+  int spanning = 0;
+  for (size_t k = 0; k < kernels.size(); ++k) {
+    if (LoopsSpan(kernels[k], "past")) {
+      spanning++;
+      continue;
+    }
+    EXPECT_EQ(prefill[k], long_prefill[k]) << kernels[k].name;
+  }
+  EXPECT_GE(spanning, 5);  // at least each layer's attention
+  EXPECT_LT(spanning, (int)kernels.size() / 2);
+  EXPECT_EQ(p.BucketOf({{"seq", 1}, {"past", 0}}), "decode");
+  EXPECT_EQ(p.BucketOf({{"seq", kLongPrefillSeq - 1}, {"past", 0}}), "prefill");
+  EXPECT_EQ(p.BucketOf({{"seq", kLongPrefillSeq}, {"past", 0}}), "prefill-long");
+  // The long prompt, now on the long bucket's choices, computes the same logits.
+  lm->Reset();
+  const std::vector<float> after = lm->Forward(ids);
+  ASSERT_EQ(before.size(), after.size());
+  for (size_t i = 0; i < before.size(); ++i) ASSERT_NEAR(before[i], after[i], 1e-4) << i;
   unsetenv("PRISM_CACHE_DIR");
 }
 

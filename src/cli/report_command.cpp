@@ -85,7 +85,7 @@ Runner AddReportCommand(CLI::App& app) {
         std::printf("%s\n", line.c_str());
         html += "<p>" + line + "</p>";
       }
-    for (const char* bucket : {"decode", "prefill"}) {
+    for (const char* bucket : {"decode", "prefill", "prefill-long"}) {
       std::vector<nlohmann::json> rows;
       double total = 0;
       // Kernels a chosen fused attention template makes unnecessary: they do not run in the step.

@@ -1,6 +1,7 @@
 // Kernel IR: a graph cut into kernels, each a loop nest over its output computing one value tree.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -95,6 +96,23 @@ inline bool HasReduce(const KValuePtr& v) {
   for (const KValuePtr& a : v->args)
     if (HasReduce(a)) return true;
   return false;
+}
+
+// Whether a loop of the kernel (over its output or inside a reduction) has an extent involving symbol s.
+inline bool LoopsSpan(const KValuePtr& v, const std::string& s) {
+  std::vector<std::string> syms;
+  for (const Expr& e : v->rextents) e.CollectSymbols(&syms);
+  if (std::find(syms.begin(), syms.end(), s) != syms.end()) return true;
+  for (const GatherBinding& gb : v->gathers)
+    if (LoopsSpan(gb.value, s)) return true;
+  for (const KValuePtr& a : v->args)
+    if (LoopsSpan(a, s)) return true;
+  return false;
+}
+inline bool LoopsSpan(const Kernel& k, const std::string& s) {
+  std::vector<std::string> syms;
+  for (const Expr& e : k.extents) e.CollectSymbols(&syms);
+  return std::find(syms.begin(), syms.end(), s) != syms.end() || LoopsSpan(k.value, s);
 }
 
 // Every buffer a kernel reads: the loads of its value tree and its template's operands.

@@ -154,6 +154,11 @@ nlohmann::json LanguageModel::Tune(double budget_seconds, const std::string& onl
   int64_t prefill = std::min<int64_t>(128, std::max<int64_t>(2, max_context_ / 2));
   to.buckets = {{"decode", {{"seq", 1}, {"past", std::min<int64_t>(max_context_ - 1, 64)}}},
                 {"prefill", {{"seq", prefill}, {"past", 0}}}};
+  // Long prompts: attention searched again at 512 (or the context), the rest as in "prefill".
+  if (const int64_t long_seq = std::min<int64_t>(512, max_context_); long_seq >= kLongPrefillSeq) {
+    to.buckets.push_back({"prefill-long", {{"seq", long_seq}, {"past", 0}}});
+    to.inherit["prefill-long"] = {"prefill", "past"};
+  }
   return step_->Tune(to);
 }
 

@@ -460,10 +460,11 @@ bool Program::PrepareForm(const GemmTemplate& gm, TemplateForm form) {
   return true;
 }
 
-std::string Program::BucketOf(const SymbolBindings& b) {
+std::string Program::BucketOf(const SymbolBindings& b) const {
   auto it = b.find("seq");
   if (it == b.end()) return "all";
-  return it->second <= 1 ? "decode" : "prefill";
+  if (it->second <= 1) return "decode";
+  return it->second >= kLongPrefillSeq && choices_.count("prefill-long") ? "prefill-long" : "prefill";
 }
 
 std::vector<void*> Program::PrepareBuffers(const std::map<std::string, HostTensor>& inputs,

@@ -63,7 +63,18 @@ struct TuneOptions {
   std::string db_path;         // tuning database (JSON); "" = none
   std::string only_kernel;     // replay the search for one kernel only
   double busy_limit = 0.2;     // decisions timed while others used more of the CPU are not saved
+  // A bucket named here is searched only for the kernels with a loop over a range involving
+  // `span_symbol` (attention over the KV cache, whose cost grows as the square of a prompt's length,
+  // so a choice made at a short prefill does not carry to a long one); its other kernels take the
+  // choices of bucket `from`, searched before it.
+  struct Inherit {
+    std::string from, span_symbol;
+  };
+  std::map<std::string, Inherit> inherit;
 };
+
+// Prompts at least this long run on the "prefill-long" bucket's choices when the search made them.
+constexpr int64_t kLongPrefillSeq = 256;
 
 using KernelFn = void (*)(void* const* bufs, const int64_t* syms, int64_t begin, int64_t end);
 
@@ -100,8 +111,9 @@ class Program {
   nlohmann::json Tune(const TuneOptions& opts);
   const KernelChoices& choices() const { return choices_; }
   void SetChoices(KernelChoices c) { choices_ = std::move(c); }
-  // The bucket a set of sizes falls in: "decode" (seq == 1), "prefill" (seq > 1) or "all".
-  static std::string BucketOf(const SymbolBindings& b);
+  // The bucket a set of sizes falls in: "decode" (seq == 1), "prefill-long" (seq >= kLongPrefillSeq,
+  // where chosen), "prefill" (other seq > 1) or "all".
+  std::string BucketOf(const SymbolBindings& b) const;
   std::string ProfileTable() const;
   ~Program();
 

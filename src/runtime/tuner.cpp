@@ -148,15 +148,32 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
     if (db.contains(key))
       decide_step(bucket, key, db[key].value("candidate", "team"), chosen, {{"reason", "tuning database"}});
   };
+  // A bucket's starting choices, and which of its kernels it searches: all, or (inheriting) the ones
+  // whose loops span the context, the rest as decided in the bucket it inherits from.
+  auto start_bucket = [&](const std::string& bucket, std::vector<bool>* searched) {
+    std::vector<KernelChoice>& chosen = choices_[bucket];
+    searched->assign(kp_.kernels.size(), true);
+    auto in = opts.inherit.find(bucket);
+    if (in == opts.inherit.end()) {
+      chosen.assign(kp_.kernels.size(), KernelChoice{});
+      return false;
+    }
+    auto from = choices_.find(in->second.from);
+    if (from == choices_.end()) throw Error("bucket " + bucket + " inherits from " + in->second.from + ", not searched before it");
+    chosen = from->second;
+    for (size_t k = 0; k < kp_.kernels.size(); ++k) (*searched)[k] = LoopsSpan(kp_.kernels[k], in->second.span_symbol);
+    return true;
+  };
   if (opts.budget_seconds <= 0) {
     // No search: apply what the database already knows, at the cost of hashing each kernel.
     for (const auto& [bucket, sizes] : opts.buckets) {
+      std::vector<bool> searched;
+      const bool inherits = start_bucket(bucket, &searched);
       std::vector<KernelChoice>& chosen = choices_[bucket];
-      chosen.assign(kp_.kernels.size(), KernelChoice{});
       const std::vector<std::string> keys = kernel_keys(bucket);
       for (size_t k = 0; k < kp_.kernels.size(); ++k) {
         const std::string& key = keys[k];
-        if (!db.contains(key)) continue;
+        if (!searched[k] || !db.contains(key)) continue;
         chosen[k] = ChoiceFromJson(db[key]);
         receipts.push_back({{"kernel", kp_.kernels[k].name},
                             {"bucket", bucket},
@@ -165,7 +182,7 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
                             {"median_us", db[key].value("median_us", 0.0)},
                             {"reason", "tuning database"}});
       }
-      apply_step_decision(bucket, keys, chosen);
+      if (!inherits) apply_step_decision(bucket, keys, chosen);
     }
     return receipts;
   }
@@ -185,6 +202,14 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
   for (const auto& [bucket, sizes] : opts.buckets) {
     BusyMeter busy;
     std::vector<std::string> written;  // database keys decided in this bucket
+    std::vector<bool> searched;
+    const bool inherits = start_bucket(bucket, &searched);
+    std::set<int> touched;  // buffers the searched kernels use: only those need random values
+    for (size_t k = 0; k < kp_.kernels.size(); ++k)
+      if (searched[k]) {
+        for (int r : KernelReads(kp_.kernels[k])) touched.insert(r);
+        touched.insert(kp_.kernels[k].out_buffer);
+      }
     // Random inputs (never zeros) at this bucket's sizes; scratch and state filled with random data
     // too, so that a kernel timed alone reads realistic values.
     std::map<std::string, HostTensor> inputs;
@@ -200,14 +225,14 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
     std::vector<void*> ptrs = PrepareBuffers(inputs, b);
     for (size_t i = 0; i < kp_.buffers.size(); ++i) {
       BufferKind kind = kp_.buffers[i].kind;
-      if (kind == BufferKind::Intermediate || kind == BufferKind::Output || kind == BufferKind::State) {
+      if ((kind == BufferKind::Intermediate || kind == BufferKind::Output || kind == BufferKind::State) &&
+          touched.count((int)i)) {
         int64_t n = 1;
         for (int64_t d : shapes_[i]) n *= d;
         FillRandom(ptrs[i], kp_.buffers[i].dtype, n, rng);
       }
     }
     std::vector<KernelChoice>& chosen = choices_[bucket];
-    chosen.assign(kp_.kernels.size(), KernelChoice{});
     PlanSteps(b);
     const std::vector<Step> defaults = steps_;
     const std::vector<std::string> keys = kernel_keys(bucket);
@@ -229,7 +254,7 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
 
     for (size_t k = 0; k < kp_.kernels.size(); ++k) {
       const Kernel& kn = kp_.kernels[k];
-      if (!opts.only_kernel.empty() && kn.name != opts.only_kernel) continue;
+      if (!searched[k] || (!opts.only_kernel.empty() && kn.name != opts.only_kernel)) continue;
       const std::string& key = keys[k];
       nlohmann::json r{{"kernel", kn.name}, {"bucket", bucket}, {"key", key}};
       // Roofline floor of the kernel: flops of its products and bytes of every buffer it touches.
@@ -436,7 +461,7 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
       const int by = kp_.kernels[k].covered_by;
       if (by < 0 || !chosen[by].use_template || !AttentionTemplateSupported()) step_floor_us += floors_us[k];
     }
-    if (threads > 1 && opts.only_kernel.empty()) {
+    if (threads > 1 && opts.only_kernel.empty() && !inherits) {
       // The whole step on the team (with its barriers) against thread 0 alone: for a small model the
       // barriers can cost more than splitting gains, which timing kernels one at a time cannot see.
       std::string key = step_key(bucket, keys);
