@@ -41,11 +41,12 @@ PRISM_PANELS inline __m512 Load16(const uint8_t* p) {
 
 // Register tile: kMR activation rows x the 32 columns of a panel.
 constexpr int kMR = 12;
-// Blocks: the activation block (kMBlock rows x kKBlock values of K, repacked tile by tile) stays in
-// L2, and each panel's kKBlock x 32 slice (converted to f32) stays in L1 while every tile of the
-// block passes over it.
-constexpr int64_t kMBlock = 96, kKBlock = 256;
-
+// Blocks: a block of activation rows (at most kMaxMBlock rows x kKBlock values of K, repacked tile by
+// tile) stays in L2, and each panel's kKBlock x 32 slice (converted to f32) stays in L1 while every
+// tile of the row block passes over it. Weights are so read from memory, and converted, once per row
+// block: a 512-token prompt is one block (with 96-row blocks, weights were streamed 6 times).
+constexpr int64_t kMaxMBlock = 516, kKBlock = 256;
+constexpr int64_t kMaxMBlockTiles = (kMaxMBlock + kMR - 1) / kMR;
 // Weights of a panel slice as f32, 16 at a time.
 template <DType T>
 PRISM_PANELS void ToF32(const uint8_t* src, int64_t count, float* dst) {
@@ -91,18 +92,24 @@ template <DType T>
 PRISM_PANELS void Gemm(const float* a, int64_t m, const PanelPackedWeight& w, float* y, int64_t n_total,
                        int64_t n_begin, int64_t n_end) {
   const int64_t k = w.k, elem = T == DType::F32 ? 4 : 2, panel_bytes = k * kPanelCols * elem;
-  alignas(64) static thread_local float apack[kMBlock * kKBlock], wconv[kKBlock * kPanelCols];
+  alignas(64) static thread_local float apack[kMaxMBlockTiles * kMR * kKBlock], wconv[kKBlock * kPanelCols];
   alignas(64) float edge[kMR * kPanelCols];
-  for (int64_t m0 = 0; m0 < m; m0 += kMBlock) {
-    const int64_t m1 = std::min(m, m0 + kMBlock);
+  // Equal row blocks, whole tiles each.
+  const int64_t blocks = (m + kMaxMBlock - 1) / kMaxMBlock;
+  const int64_t m_block = ((m + blocks - 1) / blocks + kMR - 1) / kMR * kMR;
+  for (int64_t m0 = 0; m0 < m; m0 += m_block) {
+    const int64_t m1 = std::min(m, m0 + m_block);
     for (int64_t k0 = 0; k0 < k; k0 += kKBlock) {
       const int64_t kb = std::min(kKBlock, k - k0);
       const bool first = k0 == 0;
       PackActivation(a, k, m0, m1, k0, kb, apack);
       for (int64_t p = n_begin / kPanelCols; p * kPanelCols < n_end; ++p) {
         const uint8_t* slice = w.data.get() + p * panel_bytes + k0 * kPanelCols * elem;
-        ToF32<T>(slice, kb * kPanelCols, wconv);
-        const float* wf = wconv;
+        const float* wf = reinterpret_cast<const float*>(slice);  // f32 weights are read in place
+        if constexpr (T != DType::F32) {
+          ToF32<T>(slice, kb * kPanelCols, wconv);
+          wf = wconv;
+        }
         // Columns of this panel that are ours: a split may start or end inside a panel.
         const int64_t c0 = std::max<int64_t>(0, n_begin - p * kPanelCols),
                       c1 = std::min<int64_t>(kPanelCols, n_end - p * kPanelCols);
