@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backends/cpu/weight_memory.h"
 #include "ir/error.h"
 
 namespace prism {
@@ -207,10 +208,7 @@ Int8PackedWeight PackForInt8Dot(const void* w, DType wt, int64_t n, int64_t k) {
   p.groups = (k / kQuantBlock + kGroupBlocks - 1) / kGroupBlocks;
   p.row_bytes = p.groups * (ValueBytes(wt) + kScaleBytes);
   const size_t bytes = p.bytes = (size_t)((n + kTileRows - 1) / kTileRows * kTileRows * p.row_bytes);
-  p.data = {static_cast<uint8_t*>(std::aligned_alloc(64, bytes)), std::free};
-  if (!p.data)
-    throw Error("int8 dot: cannot allocate " + std::to_string(bytes) + " bytes for packed weights");
-  std::memset(p.data.get(), 0, bytes);  // padding blocks: zero values and zero scales
+  p.data = AllocateWeightMemory(bytes, "int8 dot: packed weights");  // zeroed: padding blocks stay 0
   const int64_t blocks = k / kQuantBlock;
   const uint8_t* src = static_cast<const uint8_t*>(w);
   for (int64_t r = 0; r < n; ++r) {

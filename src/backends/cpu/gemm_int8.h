@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "backends/cpu/weight_memory.h"
 #include "ir/dtype.h"
 
 namespace prism {
@@ -19,7 +20,7 @@ struct Int8PackedWeight {
   DType type = DType::Q8_0;
   int64_t n = 0, k = 0, groups = 0, row_bytes = 0;
   size_t bytes = 0;  // all of data
-  std::unique_ptr<uint8_t, void (*)(void*)> data{nullptr, nullptr};
+  WeightMemory data{nullptr, nullptr};
 };
 
 // True when this CPU has the instructions GemmRowsInt8 needs (AVX512-BW and AVX512-VNNI) and the

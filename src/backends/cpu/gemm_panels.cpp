@@ -3,6 +3,7 @@
 #include "backends/cpu/gemm_panels.h"
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/weight_memory.h"
 
 // GCC 12 warns inside its own AVX-512 conversion intrinsics (_mm512_cvtph_ps): false positives.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -151,10 +152,7 @@ PanelPackedWeight PackPanels(const void* w, DType wt, int64_t n, int64_t k) {
   p.panels = (n + kPanelCols - 1) / kPanelCols;
   const int64_t elem = wt == DType::F32 ? 4 : 2;
   const size_t bytes = p.bytes = (size_t)(p.panels * k * kPanelCols * elem);
-  p.data = {static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)), std::free};
-  if (!p.data)
-    throw Error("panel gemm: cannot allocate " + std::to_string(bytes) + " bytes for packed weights");
-  std::memset(p.data.get(), 0, bytes);
+  p.data = AllocateWeightMemory(bytes, "panel gemm: packed weights");
   const uint8_t* src = static_cast<const uint8_t*>(w);
   for (int64_t col = 0; col < n; ++col) {
     uint8_t* dst = p.data.get() + (col / kPanelCols * k * kPanelCols + col % kPanelCols) * elem;

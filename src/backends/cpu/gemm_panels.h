@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "backends/cpu/weight_memory.h"
 #include "ir/dtype.h"
 
 namespace prism {
@@ -17,7 +18,7 @@ struct PanelPackedWeight {
   DType type = DType::F32;
   int64_t n = 0, k = 0, panels = 0;
   size_t bytes = 0;  // all of data
-  std::unique_ptr<uint8_t, void (*)(void*)> data{nullptr, nullptr};
+  WeightMemory data{nullptr, nullptr};
 };
 
 constexpr int64_t kPanelCols = 32;
