@@ -83,6 +83,62 @@ TEST(MemoryPlan, ProgramsInTheArenaMatchTheInterpreterAndUseLessThanSeparateBuff
   }
 }
 
+TEST(MemoryPlan, AnItemWrittenInPlaceTakesTheBytesOfTheOneItOverwrites) {
+  // b is written over a (a's last use is b's first), c over b; d lives through all three.
+  std::vector<ScratchItem> items = {{1000, 0, 2}, {1000, 2, 4}, {640, 4, 6}, {500, 0, 6}};
+  items[1].over = 0;
+  items[2].over = 1;
+  int64_t arena = 0;
+  std::vector<int64_t> off = PlaceInArena(items, &arena);
+  EXPECT_EQ(off[1], off[0]);
+  EXPECT_EQ(off[2], off[0]);
+  EXPECT_TRUE(off[3] >= off[0] + 1024 || off[3] + 512 <= off[0]) << "d overlaps the chain";
+  EXPECT_EQ(arena, 1024 + 512);
+}
+
+// One product's output, SiLU-gated by another's, is written over the gate's bytes (its last use) but
+// not over the first product's, which is read again later; nothing is written in place over a buffer
+// read at another element (a transpose).
+TEST(MemoryPlan, ElementwiseKernelsWriteInPlaceOnlyWhereLegal) {
+  auto build = [](bool transposed) {
+    Graph g;
+    const Expr seq = Expr::Sym("seq");
+    auto weight = [&](const std::string& name, std::vector<Expr> shape) {
+      return Tensor{&g, g.Weight(name, DType::F32, std::move(shape))};
+    };
+    Tensor x{&g, g.Input("x", DType::F32, {seq, Expr(96)})};
+    Tensor a = Linear(x, weight("wa", {Expr(96), Expr(96)})) * 0.1, b = Linear(x, weight("wb", {Expr(96), Expr(96)})) * 0.1;
+    Tensor gate = transposed ? b.reshape({seq, Expr(8), Expr(12)}).permute({0, 2, 1}).reshape({seq, Expr(96)}) : b;
+    Tensor h = a.sigmoid() * a * gate;  // a is read again below: only the gate may be overwritten
+    g.MarkOutput((Linear(h, weight("wc", {Expr(96), Expr(96)})) + a).id(), "y");
+    return g;
+  };
+  for (bool transposed : {false, true})
+    for (int threads : {1, 2}) {
+      Graph g = build(transposed);
+      CompileOptions opts;
+      opts.threads = threads;
+      auto prog = Program::Compile(g, opts);
+      auto weights = testing::RandomTensors(g, Op::Weight, {}, 6);
+      Interpreter interp(g);
+      for (auto& [name, t] : weights) {
+        prog->BindWeight(name, t);
+        interp.BindWeight(name, t);
+      }
+      for (int64_t n : {40, 1, 7}) {
+        SymbolBindings b{{"seq", n}};
+        auto in = testing::RandomTensors(g, Op::Input, b, 21 + n);
+        testing::ExpectClose(interp.Run(in, b), prog->Run(in, b), 1e-5, 1e-4, "seq=" + std::to_string(n));
+        EXPECT_EQ(prog->ArenaConflicts(), 0) << "threads=" << threads << " seq=" << n;
+      }
+      const int64_t in_place = prog->MemoryReport({{"seq", 40}})["written_in_place"].get<int64_t>();
+      if (transposed)
+        EXPECT_EQ(in_place, 0) << "threads=" << threads;
+      else
+        EXPECT_GE(in_place, 1) << "threads=" << threads;
+    }
+}
+
 // A parallel product reads X for the last time while, in the same barrier interval, thread 0 runs an
 // independent serial product writing Y: X's bytes are still being read, so Y must not take them.
 TEST(MemoryPlan, KernelsThatRunAtOnceNeverShareBytes) {

@@ -51,7 +51,9 @@ TEST(PrimitiveOps, Exp2OverItsWholeRange) {
       EXPECT_EQ(got[i], 0.0f) << xs[i];
     } else {
       EXPECT_NEAR(got[i], want, 2e-7 * want) << xs[i];
-      if (xs[i] == std::floor(xs[i])) EXPECT_EQ(got[i], want) << xs[i];  // exact at integers
+      if (xs[i] == std::floor(xs[i])) {
+        EXPECT_EQ(got[i], want) << xs[i];  // exact at integers
+      }
     }
   }
 }

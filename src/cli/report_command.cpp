@@ -78,10 +78,11 @@ Runner AddReportCommand(CLI::App& app) {
       for (const char* step : {"prefill", "decode"}) {
         const nlohmann::json m = manifest["memory"].value(step, nlohmann::json::object());
         if (!m.contains("arena_bytes")) continue;
-        std::string line = fmt::format("{} scratch memory at {}: {:.1f} MiB in one arena for {} buffers ({:.1f} MiB as separate buffers)",
-                                       step, m["sizes"].dump(), m["arena_bytes"].get<double>() / (1 << 20),
-                                       m["scratch_buffers"].get<int64_t>(),
-                                       m["scratch_bytes_separate"].get<double>() / (1 << 20));
+        std::string line = fmt::format(
+            "{} scratch memory at {}: {:.1f} MiB in one arena for {} buffers, {} written in place over an "
+            "input ({:.1f} MiB as separate buffers)",
+            step, m["sizes"].dump(), m["arena_bytes"].get<double>() / (1 << 20), m["scratch_buffers"].get<int64_t>(),
+            m.value("written_in_place", 0), m["scratch_bytes_separate"].get<double>() / (1 << 20));
         std::printf("%s\n", line.c_str());
         html += "<p>" + line + "</p>";
       }

@@ -76,6 +76,7 @@ Program::Program(const Graph& g, KernelProgram kp, std::string source, JitLibrar
   for (size_t k = 0; k < kp_.kernels.size(); ++k) {
     touched_.push_back(reads[k]);
     touched_.back().insert(kp_.kernels[k].out_buffer);
+    in_place_inputs_.push_back(InPlaceInputs(kp_, kp_.kernels[k]));
   }
   deps_.resize(kp_.kernels.size());
   for (size_t k = 0; k < kp_.kernels.size(); ++k)
@@ -146,7 +147,8 @@ void Program::BindWeight(const std::string& name, HostTensor t) {
       WeightMemory copy = AllocateWeightMemory((size_t)t.nbytes(), ("weight '" + name + "'").c_str());
       std::memcpy(copy.get(), t.data, (size_t)t.nbytes());
       t.data = copy.get();
-      t.owner = std::shared_ptr<void>(copy.release(), std::free);
+      const auto unmap = copy.get_deleter();
+      t.owner = std::shared_ptr<void>(copy.release(), unmap);
     }
     storage_[b] = std::move(t);
     int8_packed_.erase((int)b);  // repacked from the new weights when next needed
@@ -302,17 +304,19 @@ nlohmann::json Program::MemoryReport(const SymbolBindings& b) {
       needed[i] = StorageBytes(kp_.buffers[i].dtype, n);
     }
   std::vector<ScratchItem> items = ScratchLifetimes(needed);
-  int64_t buffers = 0, separate = 0, arena = 0;
+  int64_t buffers = 0, separate = 0, arena = 0, in_place = 0;
   for (const ScratchItem& it : items)
     if (it.bytes > 0) {
       buffers++;
       separate += (it.bytes + 63) / 64 * 64;
+      in_place += it.over >= 0;
     }
   PlaceInArena(items, &arena);
   nlohmann::json sizes = b;
   return {{"sizes", sizes},
           {"scratch_buffers", buffers},
           {"scratch_bytes_separate", separate},
+          {"written_in_place", in_place},
           {"arena_bytes", arena}};
 }
 
@@ -327,16 +331,9 @@ int Program::ArenaConflicts() const {
   // Kernels that may run at the same time: one of them parallel, no barrier between them.
   std::vector<int> interval(nk, 0);
   for (size_t k = 1; k < nk; ++k) interval[k] = interval[k - 1] + (steps_[k].barrier_before ? 1 : 0);
-  int conflicts = 0;
-  for (size_t a = 0; a < nk; ++a)
-    for (size_t b = a; b < nk; ++b) {
-      if (steps_[a].skip || steps_[b].skip) continue;
-      bool together = a == b || (interval[a] == interval[b] && (steps_[a].parallel || steps_[b].parallel));
-      if (!together) continue;
-      for (int x : touched_[a])
-        for (int y : touched_[b]) conflicts += overlap(x, y);
-    }
-  // And in order: bytes two buffers share must not be live for both between their uses.
+  auto together = [&](size_t a, size_t b) {
+    return a == b || (interval[a] == interval[b] && (steps_[a].parallel || steps_[b].parallel));
+  };
   std::vector<int> first(kp_.buffers.size(), -1), last(kp_.buffers.size(), -1);
   for (size_t k = 0; k < nk; ++k)
     if (!steps_[k].skip)
@@ -344,9 +341,33 @@ int Program::ArenaConflicts() const {
         if (first[x] < 0) first[x] = (int)k;
         last[x] = (int)k;
       }
+  // The one legal sharing of live bytes: kernel k writes y over x element by element (InPlaceInputs), k
+  // is x's last use and y's first, and nothing that may run beside k touches x.
+  auto in_place = [&](int x, int y) {
+    for (int pass = 0; pass < 2; ++pass, std::swap(x, y)) {
+      const int k = last[x];
+      if (k < 0 || first[y] != k || kp_.kernels[k].out_buffer != y) continue;
+      const std::vector<int>& can = in_place_inputs_[k];
+      if (std::find(can.begin(), can.end(), x) == can.end()) continue;
+      bool alone = true;
+      for (size_t j = 0; j < nk && alone; ++j)
+        alone = (int)j == k || steps_[j].skip || !together(j, k) || !touched_[j].count(x);
+      if (alone) return true;
+    }
+    return false;
+  };
+  int conflicts = 0;
+  for (size_t a = 0; a < nk; ++a)
+    for (size_t b = a; b < nk; ++b) {
+      if (steps_[a].skip || steps_[b].skip || !together(a, b)) continue;
+      for (int x : touched_[a])
+        for (int y : touched_[b]) conflicts += overlap(x, y) && !(a == b && in_place(x, y));
+    }
+  // And in order: bytes two buffers share must not be live for both between their uses.
   for (size_t x = 0; x < first.size(); ++x)
     for (size_t y = x + 1; y < first.size(); ++y)
-      if (first[x] >= 0 && first[y] >= 0 && overlap((int)x, (int)y) && !(last[x] < first[y] || last[y] < first[x]))
+      if (first[x] >= 0 && first[y] >= 0 && overlap((int)x, (int)y) &&
+          !(last[x] < first[y] || last[y] < first[x]) && !in_place((int)x, (int)y))
         conflicts++;
   return conflicts;
 }
@@ -372,18 +393,38 @@ std::vector<ScratchItem> Program::ScratchLifetimes(const std::vector<int64_t>& n
       k0 = k1;
     }
   std::vector<bool> live(nb, false);
+  std::vector<int> first_use(nb, -1), last_use(nb, -1);  // kernel positions, not spans
   for (size_t k = 0; k < nk; ++k) {
     if (share_scratch_ && planned && steps_[k].skip) continue;
     for (int b : touched_[k]) {
       ScratchItem& it = items[b];
-      if (!live[b]) it.first = span_first[k], it.last = span_last[k];
+      if (!live[b]) it.first = span_first[k], it.last = span_last[k], first_use[b] = (int)k;
       it.first = std::min(it.first, span_first[k]);
       it.last = std::max(it.last, span_last[k]);
+      last_use[b] = (int)k;
       live[b] = true;
     }
   }
   for (size_t b = 0; b < nb; ++b)
     if (kp_.buffers[b].kind == BufferKind::Intermediate && live[b]) items[b].bytes = needed[b];
+  if (!share_scratch_ || !planned) return items;
+  // In place: a kernel writes its output over an input it reads only element by element (InPlaceInputs)
+  // when that is the input's last use and the output's first, and no kernel that may run beside it
+  // (its barrier interval, when parallel) touches the input.
+  for (size_t k = 0; k < nk; ++k) {
+    const int o = kp_.kernels[k].out_buffer;
+    if (steps_[k].skip || items[o].bytes == 0 || first_use[o] != (int)k) continue;
+    for (int x : in_place_inputs_[k]) {
+      if (items[x].bytes == 0 || last_use[x] != (int)k) continue;
+      bool alone = true;
+      for (int j = span_first[k]; j <= span_last[k] && alone; ++j)
+        alone = j == (int)k || steps_[j].skip || !touched_[j].count(x);
+      if (alone) {
+        items[o].over = x;
+        break;
+      }
+    }
+  }
   return items;
 }
 
@@ -408,7 +449,7 @@ void Program::PlanArena(const std::vector<int64_t>& needed) {
     const int64_t before = arena_items_.size() == nb ? arena_items_[b].bytes : 0;
     items[b].bytes = needed[b] <= before ? before : std::max(needed[b], before + before / 2);
     fits = fits && needed[b] <= before && arena_offset_[b] >= 0 && items[b].first == arena_items_[b].first &&
-           items[b].last == arena_items_[b].last;
+           items[b].last == arena_items_[b].last && items[b].over == arena_items_[b].over;
   }
   for (size_t b = 0; b < nb && fits; ++b) fits = (items[b].bytes > 0) == (arena_items_[b].bytes > 0);
   if (fits) return;  // the placement in use still holds every buffer for its lifetime

@@ -162,6 +162,7 @@ class Program {
   std::vector<std::vector<int64_t>> shapes_;  // per buffer, this step's shape
   std::vector<const Node*> input_nodes_;
   std::vector<std::set<int>> touched_;  // per kernel: buffers it reads or writes
+  std::vector<std::vector<int>> in_place_inputs_;  // per kernel: inputs it may write its output over
   std::vector<std::vector<int>> deps_;  // per kernel: earlier kernels it must wait for (RAW, WAR, WAW)
   std::vector<Step> steps_;
   std::unique_ptr<SpinBarrier> barrier_;

@@ -5,25 +5,62 @@
 
 #include <sys/mman.h>
 
-#include <cstdlib>
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include "ir/error.h"
 
 namespace prism {
+namespace {
+
+constexpr size_t kHuge = size_t{2} << 20;
+
+// Mappings by the aligned address handed out: where they start and how long they are.
+std::mutex mappings_mu;
+std::map<void*, std::pair<void*, size_t>>& Mappings() {
+  static std::map<void*, std::pair<void*, size_t>> m;
+  return m;
+}
+
+void Unmap(void* p) {
+  if (!p) return;
+  std::pair<void*, size_t> m;
+  {
+    std::lock_guard<std::mutex> lock(mappings_mu);
+    auto it = Mappings().find(p);
+    if (it == Mappings().end()) return;
+    m = it->second;
+    Mappings().erase(it);
+  }
+  munmap(m.first, m.second);
+}
+
+}  // namespace
 
 WeightMemory AllocateWeightMemory(size_t bytes, const char* what) {
-  constexpr size_t kHuge = size_t{2} << 20;
-  // Below a huge page, rounding up would waste more than it saves.
-  const size_t align = bytes >= kHuge ? kHuge : 64;
-  const size_t size = (bytes + align - 1) / align * align;
-  void* p = std::aligned_alloc(align, size == 0 ? align : size);
-  if (!p) throw Error(std::string(what) + ": cannot allocate " + std::to_string(bytes) + " bytes");
+  // A fresh anonymous mapping is already zero (no pass over it before the caller's own writes). From a
+  // huge page up, one huge page longer than asked, so that the data can start on a huge-page boundary;
+  // below, plain pages (a huge page would make a small weight 2 MiB resident).
+  const size_t align = bytes >= kHuge ? kHuge : 4096;
+  const size_t size = (std::max<size_t>(bytes, 1) + align - 1) / align * align;
+  const size_t length = align == kHuge ? size + kHuge : size;
+  void* base = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED)
+    throw Error(std::string(what) + ": cannot allocate " + std::to_string(bytes) + " bytes (" +
+                std::strerror(errno) + ")");
+  auto* data = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(base) + align - 1) / align * align);
   // Advice only: where the kernel has no huge pages (or they are off) this is ordinary memory.
-  if (align == kHuge) madvise(p, size, MADV_HUGEPAGE);
-  std::memset(p, 0, size);
-  return {static_cast<uint8_t*>(p), std::free};
+  if (align == kHuge) madvise(data, size, MADV_HUGEPAGE);
+  {
+    std::lock_guard<std::mutex> lock(mappings_mu);
+    Mappings()[data] = {base, length};
+  }
+  return {data, Unmap};
 }
 
 }  // namespace prism

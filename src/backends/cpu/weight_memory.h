@@ -1,5 +1,5 @@
-// Memory for repacked weights: zeroed, 64-byte aligned, and backed by 2 MiB pages where the kernel
-// gives them.
+// Memory for repacked weights: zeroed, page aligned, and backed by 2 MiB pages where the kernel gives
+// them.
 #pragma once
 
 #include <cstddef>
