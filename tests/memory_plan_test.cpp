@@ -107,8 +107,10 @@ TEST(MemoryPlan, ElementwiseKernelsWriteInPlaceOnlyWhereLegal) {
       return Tensor{&g, g.Weight(name, DType::F32, std::move(shape))};
     };
     Tensor x{&g, g.Input("x", DType::F32, {seq, Expr(96)})};
-    Tensor a = Linear(x, weight("wa", {Expr(96), Expr(96)})) * 0.1, b = Linear(x, weight("wb", {Expr(96), Expr(96)})) * 0.1;
-    Tensor gate = transposed ? b.reshape({seq, Expr(8), Expr(12)}).permute({0, 2, 1}).reshape({seq, Expr(96)}) : b;
+    Tensor a = Linear(x, weight("wa", {Expr(96), Expr(96)})) * 0.1,
+           b = Linear(x, weight("wb", {Expr(96), Expr(96)})) * 0.1;
+    Tensor gate =
+        transposed ? b.reshape({seq, Expr(8), Expr(12)}).permute({0, 2, 1}).reshape({seq, Expr(96)}) : b;
     Tensor h = a.sigmoid() * a * gate;  // a is read again below: only the gate may be overwritten
     g.MarkOutput((Linear(h, weight("wc", {Expr(96), Expr(96)})) + a).id(), "y");
     return g;

@@ -73,7 +73,8 @@ std::vector<int> InPlaceInputs(const KernelProgram& p, const Kernel& k) {
   const std::string at = k.out_index.str();
   std::set<int> elsewhere;
   std::function<void(const KValuePtr&)> visit = [&](const KValuePtr& v) {
-    if (v->kind == KValue::Kind::Load && (v->index.str() != at || !v->gathers.empty())) elsewhere.insert(v->buffer);
+    if (v->kind == KValue::Kind::Load && (v->index.str() != at || !v->gathers.empty()))
+      elsewhere.insert(v->buffer);
     for (const GatherBinding& gb : v->gathers) {
       std::set<int> inner;
       CollectLoads(gb.value, &inner);
