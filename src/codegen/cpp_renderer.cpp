@@ -153,10 +153,13 @@ class KernelRenderer {
     std::set<int> used;
     CollectBuffers(k.value, &used);
     used.insert(k.out_buffer);
+    // A kernel that maps elements may get its output in the bytes of an input (the arena writes in place),
+    // so its pointers may alias: no __restrict there (its loop is vectorized by `omp simd` anyway).
+    const char* restrict = HasReduce(k.value) ? "* __restrict b" : "* b";
     for (int b : used) {
       const char* t = StorageCType(p_.buffers[b].dtype);
       bool out = b == k.out_buffer;
-      os << "  " << (out ? "" : "const ") << t << "* __restrict b" << b << " = (" << (out ? "" : "const ") << t
+      os << "  " << (out ? "" : "const ") << t << restrict << b << " = (" << (out ? "" : "const ") << t
          << "*)bufs[" << b << "];\n";
     }
   }
