@@ -10,6 +10,25 @@
 #include "graph_check.h"
 
 namespace prism {
+namespace {
+
+// The graph compiled for `threads` and its reference interpreter, bound to the same random weights.
+struct Compiled {
+  std::unique_ptr<Program> prog;
+  std::unique_ptr<Interpreter> interp;
+};
+Compiled CompileWithReference(const Graph& g, int threads, uint64_t seed) {
+  CompileOptions opts;
+  opts.threads = threads;
+  Compiled c{Program::Compile(g, opts), std::make_unique<Interpreter>(g)};
+  for (auto& [name, t] : testing::RandomTensors(g, Op::Weight, {}, seed)) {
+    c.prog->BindWeight(name, t);
+    c.interp->BindWeight(name, t);
+  }
+  return c;
+}
+
+}  // namespace
 
 TEST(MemoryPlan, LiveBuffersNeverShareBytesAndDeadOnesDo) {
   std::mt19937 rng(5);
@@ -64,17 +83,11 @@ TEST(MemoryPlan, ProgramsInTheArenaMatchTheInterpreterAndUseLessThanSeparateBuff
   }
   g.MarkOutput(h.id(), "y");
   for (int threads : {1, 2}) {
-    CompileOptions opts;
-    opts.threads = threads;
-    auto prog = Program::Compile(g, opts);
-    auto weights = testing::RandomTensors(g, Op::Weight, {}, 3);
-    for (auto& [name, t] : weights) prog->BindWeight(name, t);
-    Interpreter interp(g);
-    for (auto& [name, t] : weights) interp.BindWeight(name, t);
+    auto [prog, interp] = CompileWithReference(g, threads, 3);
     for (int64_t n : {70, 1, 5}) {
       SymbolBindings b{{"seq", n}};
       auto in = testing::RandomTensors(g, Op::Input, b, 11 + n);
-      testing::ExpectClose(interp.Run(in, b), prog->Run(in, b), 1e-5, 1e-4, "seq=" + std::to_string(n));
+      testing::ExpectClose(interp->Run(in, b), prog->Run(in, b), 1e-5, 1e-4, "seq=" + std::to_string(n));
       EXPECT_EQ(prog->ArenaConflicts(), 0) << "threads=" << threads << " seq=" << n;
     }
     nlohmann::json m = prog->MemoryReport({{"seq", 70}});
@@ -118,19 +131,11 @@ TEST(MemoryPlan, ElementwiseKernelsWriteInPlaceOnlyWhereLegal) {
   for (bool transposed : {false, true})
     for (int threads : {1, 2}) {
       Graph g = build(transposed);
-      CompileOptions opts;
-      opts.threads = threads;
-      auto prog = Program::Compile(g, opts);
-      auto weights = testing::RandomTensors(g, Op::Weight, {}, 6);
-      Interpreter interp(g);
-      for (auto& [name, t] : weights) {
-        prog->BindWeight(name, t);
-        interp.BindWeight(name, t);
-      }
+      auto [prog, interp] = CompileWithReference(g, threads, 6);
       for (int64_t n : {40, 1, 7}) {
         SymbolBindings b{{"seq", n}};
         auto in = testing::RandomTensors(g, Op::Input, b, 21 + n);
-        testing::ExpectClose(interp.Run(in, b), prog->Run(in, b), 1e-5, 1e-4, "seq=" + std::to_string(n));
+        testing::ExpectClose(interp->Run(in, b), prog->Run(in, b), 1e-5, 1e-4, "seq=" + std::to_string(n));
         EXPECT_EQ(prog->ArenaConflicts(), 0) << "threads=" << threads << " seq=" << n;
       }
       const int64_t in_place = prog->MemoryReport({{"seq", 40}})["written_in_place"].get<int64_t>();
@@ -154,18 +159,10 @@ TEST(MemoryPlan, KernelsThatRunAtOnceNeverShareBytes) {
   Tensor big = Linear(xn, weight("w1", {Expr(512), Expr(96)}));  // parallel: xn's last use
   Tensor y = Linear(z, weight("w2", {Expr(96), Expr(8)}));       // serial, independent of big
   g.MarkOutput((Linear(y, weight("w3", {Expr(512), Expr(96)})) + big).id(), "out");
-  CompileOptions opts;
-  opts.threads = 2;
-  auto prog = Program::Compile(g, opts);
-  auto weights = testing::RandomTensors(g, Op::Weight, {}, 4);
-  Interpreter interp(g);
-  for (auto& [name, t] : weights) {
-    prog->BindWeight(name, t);
-    interp.BindWeight(name, t);
-  }
+  auto [prog, interp] = CompileWithReference(g, 2, 4);
   SymbolBindings b{{"seq", 70}};
   auto in = testing::RandomTensors(g, Op::Input, b, 12);
-  testing::ExpectClose(interp.Run(in, b), prog->Run(in, b), 1e-4, 1e-4, "two products at once");
+  testing::ExpectClose(interp->Run(in, b), prog->Run(in, b), 1e-4, 1e-4, "two products at once");
   EXPECT_EQ(prog->ArenaConflicts(), 0);
 }
 

@@ -14,14 +14,27 @@
 #include "test_util.h"
 
 namespace prism {
+namespace {
+
+const std::string kStories = std::string(PRISM_SOURCE_DIR) + "/models/stories260K/stories260K.bin";
+
+// A tuning database and kernel cache of the test's own (PRISM_CACHE_DIR = dir / sub), taken out of the
+// environment when the test ends, however it ends.
+struct FreshCache {
+  std::filesystem::path dir;
+  explicit FreshCache(const std::string& tag, const char* sub = "") : dir(testing::MakeTempDir(tag)) {
+    setenv("PRISM_CACHE_DIR", (*sub ? dir / sub : dir).c_str(), 1);
+  }
+  ~FreshCache() { unsetenv("PRISM_CACHE_DIR"); }
+};
+
+}  // namespace
 
 TEST(Search, EveryCandidateIsCheckedAndTimedThenTheDatabaseIsReused) {
-  const std::string model = std::string(PRISM_SOURCE_DIR) + "/models/stories260K/stories260K.bin";
-  auto dir = testing::MakeTempDir("search");
-  setenv("PRISM_CACHE_DIR", dir.c_str(), 1);
+  FreshCache cache("search");
   LoadOptions lo{"", 64, 2};
   lo.search_busy_limit = 1;  // ctest runs other tests beside this one: save whatever was timed
-  auto lm = LanguageModel::Load(model, lo);
+  auto lm = LanguageModel::Load(kStories, lo);
   std::vector<int32_t> ids = lm->tokenizer().Encode("Once upon a time", true);
   std::vector<float> before = lm->Forward(ids);
   nlohmann::json receipts = lm->Tune(30);
@@ -58,23 +71,20 @@ TEST(Search, EveryCandidateIsCheckedAndTimedThenTheDatabaseIsReused) {
   for (size_t i = 0; i < before.size(); ++i) ASSERT_NEAR(before[i], after[i], 1e-4) << i;
   // A second load finds every decision in the database and searches nothing.
   EXPECT_EQ(search_receipts, 2);
-  auto again = LanguageModel::Load(model, {"", 64, 2});
+  auto again = LanguageModel::Load(kStories, {"", 64, 2});
   nlohmann::json second = again->Tune(30);
   for (const auto& r : second) EXPECT_EQ(r["reason"], "tuning database") << r.dump();
   EXPECT_EQ(second.size() + search_receipts, receipts.size());
-  unsetenv("PRISM_CACHE_DIR");
 }
 
 // Long prompts get their own attention choices (its cost grows as the square of the prompt's length):
 // the "prefill-long" bucket searches only the kernels whose loops span the KV cache and takes every
 // other choice from "prefill".
 TEST(Search, LongPromptsSearchOnlyTheKernelsSpanningTheContext) {
-  const std::string model = std::string(PRISM_SOURCE_DIR) + "/models/stories260K/stories260K.bin";
-  auto dir = testing::MakeTempDir("long");
-  setenv("PRISM_CACHE_DIR", dir.c_str(), 1);
+  FreshCache cache("long");
   LoadOptions lo{"", 320, 2};
   lo.search_busy_limit = 1;
-  auto lm = LanguageModel::Load(model, lo);
+  auto lm = LanguageModel::Load(kStories, lo);
   std::vector<int32_t> ids;
   for (int i = 0; i < 300; ++i) ids.push_back(1 + (i * 37) % 500);
   const std::vector<float> before = lm->Forward(ids);
@@ -85,7 +95,8 @@ TEST(Search, LongPromptsSearchOnlyTheKernelsSpanningTheContext) {
   for (const auto& r : receipts) {
     if (r.value("bucket", "") != "prefill-long" || !r.contains("candidates")) continue;
     long_searched++;
-    auto k = std::find_if(kernels.begin(), kernels.end(), [&](const Kernel& kn) { return kn.name == r["kernel"]; });
+    auto k = std::find_if(kernels.begin(), kernels.end(),
+                          [&](const Kernel& kn) { return kn.name == r["kernel"]; });
     ASSERT_NE(k, kernels.end());
     EXPECT_TRUE(LoopsSpan(*k, "past")) << r.dump();
   }
@@ -112,16 +123,13 @@ TEST(Search, LongPromptsSearchOnlyTheKernelsSpanningTheContext) {
   const std::vector<float> after = lm->Forward(ids);
   ASSERT_EQ(before.size(), after.size());
   for (size_t i = 0; i < before.size(); ++i) ASSERT_NEAR(before[i], after[i], 1e-4) << i;
-  unsetenv("PRISM_CACHE_DIR");
 }
 
 TEST(Search, DecisionsTimedOnABusyMachineAreUsedButNotSaved) {
-  const std::string model = std::string(PRISM_SOURCE_DIR) + "/models/stories260K/stories260K.bin";
-  auto dir = testing::MakeTempDir("busy");
-  setenv("PRISM_CACHE_DIR", dir.c_str(), 1);
+  FreshCache cache("busy");
   LoadOptions lo{"", 64, 2};
   lo.search_busy_limit = 0.05;
-  auto lm = LanguageModel::Load(model, lo);
+  auto lm = LanguageModel::Load(kStories, lo);
   pid_t spinner = fork();  // another process keeping a core busy while candidates are timed
   ASSERT_GE(spinner, 0);
   if (spinner == 0)
@@ -140,17 +148,15 @@ TEST(Search, DecisionsTimedOnABusyMachineAreUsedButNotSaved) {
   EXPECT_GT(searched, 0);
   EXPECT_GT(busy, 0);
   // Nothing was saved: the next search (on a quiet machine) times the candidates again.
-  std::ifstream db(dir / "tuning.json");
+  std::ifstream db(cache.dir / "tuning.json");
   std::string text((std::istreambuf_iterator<char>(db)), std::istreambuf_iterator<char>());
   EXPECT_EQ(text.find("\"candidate\""), std::string::npos) << text.substr(0, 300);
-  unsetenv("PRISM_CACHE_DIR");
 }
 
 TEST(Search, ArtifactRunsWithoutCompilingAndRejectsStaleKernels) {
-  const std::string model = std::string(PRISM_SOURCE_DIR) + "/models/stories260K/stories260K.bin";
-  auto dir = testing::MakeTempDir("artifact");
-  setenv("PRISM_CACHE_DIR", (dir / "cache").c_str(), 1);
-  auto lm = LanguageModel::Load(model, {"", 64, 1});
+  FreshCache cache("artifact", "cache");
+  const std::filesystem::path& dir = cache.dir;
+  auto lm = LanguageModel::Load(kStories, {"", 64, 1});
   auto receipts = lm->Tune(10);
   std::string art = (dir / "stories.prism").string();
   lm->SaveArtifact(art, receipts);
@@ -168,7 +174,6 @@ TEST(Search, ArtifactRunsWithoutCompilingAndRejectsStaleKernels) {
   // Edited kernels no longer match what this Prism renders: a clear error, not wrong answers.
   std::ofstream(std::filesystem::path(art) / "kernels.cpp", std::ios::app) << "// edited\n";
   EXPECT_THROW(LanguageModel::Load(art), Error);
-  unsetenv("PRISM_CACHE_DIR");
 }
 
 }  // namespace prism

@@ -98,11 +98,15 @@ inline bool HasReduce(const KValuePtr& v) {
   return false;
 }
 
+// Whether any of the extents involves symbol s.
+inline bool AnyMentions(const std::vector<Expr>& extents, const std::string& s) {
+  std::vector<std::string> syms;
+  for (const Expr& e : extents) e.CollectSymbols(&syms);
+  return std::find(syms.begin(), syms.end(), s) != syms.end();
+}
 // Whether a loop of the kernel (over its output or inside a reduction) has an extent involving symbol s.
 inline bool LoopsSpan(const KValuePtr& v, const std::string& s) {
-  std::vector<std::string> syms;
-  for (const Expr& e : v->rextents) e.CollectSymbols(&syms);
-  if (std::find(syms.begin(), syms.end(), s) != syms.end()) return true;
+  if (AnyMentions(v->rextents, s)) return true;
   for (const GatherBinding& gb : v->gathers)
     if (LoopsSpan(gb.value, s)) return true;
   for (const KValuePtr& a : v->args)
@@ -110,9 +114,7 @@ inline bool LoopsSpan(const KValuePtr& v, const std::string& s) {
   return false;
 }
 inline bool LoopsSpan(const Kernel& k, const std::string& s) {
-  std::vector<std::string> syms;
-  for (const Expr& e : k.extents) e.CollectSymbols(&syms);
-  return std::find(syms.begin(), syms.end(), s) != syms.end() || LoopsSpan(k.value, s);
+  return AnyMentions(k.extents, s) || LoopsSpan(k.value, s);
 }
 
 // Every buffer a kernel reads: the loads of its value tree and its template's operands.
