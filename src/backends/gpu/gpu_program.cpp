@@ -58,6 +58,7 @@ std::vector<std::unique_ptr<GpuProgram>> GpuProgram::CompileMany(const std::vect
     }
     functions.insert(functions.end(), p->src_.functions.begin(), p->src_.functions.end());
     p->mma_function_.assign(p->kp_.kernels.size(), -1);
+    p->mma_min_rows_ = o.mma_min_rows;
     if (!o.mma_gemm.empty() && o.mma_gemm.size() != p->kp_.kernels.size())
       throw Error("gpu compile: " + std::to_string(o.mma_gemm.size()) + " tensor-core flags for " +
                   std::to_string(p->kp_.kernels.size()) + " kernels");
@@ -154,13 +155,16 @@ void GpuProgram::SetGraphReplay(bool on) {
 
 void GpuProgram::Launch(const std::vector<size_t>& kernels, const std::vector<GpuLaunchParams>& launches) {
   if (graph_replay_) {
-    if (!launch_graph_ || graph_kernels_ != kernels) {
+    std::vector<int> functions;
+    for (const GpuLaunchParams& l : launches) functions.push_back(l.function);
+    if (!launch_graph_ || graph_kernels_ != kernels || graph_functions_ != functions) {
       launch_graph_.reset();
       launch_graph_ = device_->RecordGraph(*module_, launches);
       if (!launch_graph_) {
         graph_replay_ = false;  // the device has no graphs: launch one by one from now on
       } else {
         graph_kernels_ = kernels;
+        graph_functions_ = std::move(functions);
         ++graph_records_;
       }
     }
@@ -250,7 +254,7 @@ std::vector<HostTensor> GpuProgram::Run(const std::map<std::string, HostTensor>&
       continue;
     }
     GpuLaunchParams l;
-    if (const Kernel& kn = kp_.kernels[k]; mma_function_[k] >= 0) {
+    if (const Kernel& kn = kp_.kernels[k]; mma_function_[k] >= 0 && kn.gemm->m.Eval(b) >= mma_min_rows_) {
       const GemmTemplate& gm = *kn.gemm;
       int64_t m = gm.m.Eval(b);
       l.function = mma_function_[k];

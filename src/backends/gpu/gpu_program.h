@@ -20,6 +20,9 @@ struct GpuCompileOptions {
   // Per kernel (empty: none): run it with the CUDA tensor-core GEMM template (codegen/cuda_mma_gemm.h)
   // instead of its rendering; only for kernels where CudaMmaGemmApplies, on a CUDA device.
   std::vector<bool> mma_gemm;
+  // ... when its GEMM has at least this many rows; below, the kernel's rendering runs (a decode
+  // step's single row streams the weights better through a GEMV than through 64-row tiles).
+  int64_t mma_min_rows = 1;
   // Per kernel (empty: none): run it through the device's GEMM library (GpuDevice::LibraryGemm,
   // cuBLAS on CUDA) instead of a generated kernel; only for kernels where LibraryGemmApplies and
   // whose weight dtype the device's library takes. A program using it launches kernel by kernel
@@ -94,12 +97,14 @@ class GpuProgram {
   std::shared_ptr<GpuModule> module_;  // shared by the programs of one CompileMany
   std::vector<int> function_of_;       // kernel -> index into src_.functions
   std::vector<int> mma_function_;      // kernel -> module function of its tensor-core GEMM (-1: none)
+  int64_t mma_min_rows_ = 1;           // ... used from this many rows on
   std::vector<bool> library_gemm_;     // kernel -> run through GpuDevice::LibraryGemm
   std::vector<Slot> slots_;            // per buffer
   GpuCompileStats stats_;
   bool graph_replay_ = false;
   std::unique_ptr<GpuLaunchGraph> launch_graph_;
-  std::vector<size_t> graph_kernels_;  // the kernels launch_graph_ runs, in order
+  std::vector<size_t> graph_kernels_;  // the kernels launch_graph_ runs, in order ...
+  std::vector<int> graph_functions_;   // ... and their functions (a node's function is fixed)
   int64_t graph_replays_ = 0, graph_records_ = 0;
 };
 
