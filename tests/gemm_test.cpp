@@ -6,6 +6,7 @@
 #include "backends/cpu/gemm_avx2.h"
 #include "backends/cpu/gemm_bf16.h"
 #include "backends/cpu/gemm_int8.h"
+#include "ir/error.h"
 #include "backends/cpu/gemm_panels.h"
 #include "frontend/nn.h"
 #include "graph_check.h"
@@ -115,6 +116,51 @@ TEST(Gemm, Int8DotStaysWithinItsActivationRoundingBound) {
         EXPECT_GT(total_error, 0.0)
             << "the int8 path rounds its activations: an exact result means it did not run";
       }
+}
+
+// Quantized weights as panels (a column per lane) quantize the activations as the one-row int8
+// path does and sum the same integers per block, so the two agree to f32 rounding; both stay within
+// the rounding bound of the exact product. Tails in every dimension: rows past a 6-row tile, columns
+// past a 32-column panel, K past a 32-block slice and not a multiple of a 512-value group.
+TEST(Gemm, Int8PanelsAgreeWithTheOneRowPathOverOddShapes) {
+  if (!PanelGemmSupported(DType::Q8_0)) GTEST_SKIP() << "this CPU has no AVX512-VNNI";
+  for (DType wt : {DType::Q8_0, DType::Q4_0})
+    for (int64_t k : {32, 1056, 1600})
+      for (int64_t m : {1, 6, 37}) {
+        const int64_t n = 75, split = 32;
+        auto a = testing::RandomFloats(m * k, 13), wf = testing::RandomFloats(n * k, 14);
+        a[k / 2 + 3] = -9.0f;  // an outlier
+        std::vector<uint8_t> wq(StorageBytes(wt, n * k));
+        if (wt == DType::Q8_0)
+          QuantizeQ8_0(wf.data(), reinterpret_cast<BlockQ8_0*>(wq.data()), n * k);
+        else
+          QuantizeQ4_0(wf.data(), reinterpret_cast<BlockQ4_0*>(wq.data()), n * k);
+        PanelPackedWeight panels = PackPanels(wq.data(), wt, n, k);
+        Int8PackedWeight rows_form = PackForInt8Dot(wq.data(), wt, n, k);
+        std::vector<float> y(m * n, NAN), rows(m * n, NAN);
+        GemmPanels(a.data(), m, panels, y.data(), n, 0, split);  // two ranges, as two threads split them
+        GemmPanels(a.data(), m, panels, y.data(), n, split, n);
+        GemmRowsInt8(a.data(), m, rows_form, rows.data(), n, 0, n);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double exact = 0, magnitude = 0;
+            for (int64_t kk = 0; kk < k; ++kk) {
+              const double p = (double)a[i * k + kk] * LoadAsDouble(wq.data(), wt, j * k + kk);
+              exact += p;
+              magnitude += std::fabs(p);
+            }
+            const double got = y[i * n + j];
+            ASSERT_FALSE(std::isnan(got)) << DTypeName(wt) << " k=" << k << " m=" << m << " at " << i << "," << j;
+            EXPECT_NEAR(got, rows[i * n + j], 1e-5 * magnitude + 1e-6)
+                << DTypeName(wt) << " k=" << k << " m=" << m << " at " << i << "," << j;
+            EXPECT_NEAR(got, exact, Int8DotErrorBound(a.data() + i * k, wq.data(), wt, k, j) * 1.01 + 1e-4)
+                << DTypeName(wt) << " k=" << k << " m=" << m << " at " << i << "," << j;
+          }
+      }
+  std::vector<uint8_t> wq(StorageBytes(DType::Q8_0, 64 * 32));
+  PanelPackedWeight p = PackPanels(wq.data(), DType::Q8_0, 64, 32);
+  std::vector<float> a(32, 1.0f), y(64);
+  EXPECT_THROW(GemmPanels(a.data(), 1, p, y.data(), 64, 16, 64), Error) << "a split inside a panel";
 }
 
 TEST(Gemm, Bf16DotStaysWithinItsActivationRoundingBound) {

@@ -384,6 +384,8 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
       std::vector<size_t> passed;
       for (size_t ci = 0; ci < cands.size(); ++ci) {
         const Cand& c = cands[ci];
+        // Int8 dot products round the activations, in either form (rows, or panels of quantized weights).
+        const bool rounds = c.form == TemplateForm::RoundedActivation || (c.form == TemplateForm::Panels && IsQuantized(wt));
         select(c);
         run_once(c);
         double max_err = 0, max_bound = 0;
@@ -394,7 +396,7 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
           if (std::isnan(got) != std::isnan(want)) ok = false;
           if (!std::isnan(got) && !std::isnan(want) && !(std::isinf(got) && got == want)) {
             double bound = 0;
-            if (c.form == TemplateForm::RoundedActivation) {
+            if (rounds) {
               const GemmTemplate& gm = *kn.gemm;
               const float* a_row = static_cast<const float*>(ptrs[gm.a_buffer]) + e.out_index / gm.n * gm.k;
               bound = RoundedActivationErrorBound(a_row, ptrs[gm.w_buffer], wt, gm.k, e.out_index % gm.n);
@@ -406,8 +408,7 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
           }
         }
         tried.push_back({{"candidate", c.name}, {"max_rel_error", max_err}, {"passed", ok}});
-        if (c.form == TemplateForm::RoundedActivation)
-          tried.back()["rel_error_bound"] = max_bound;  // beyond the exact tiers' 2e-3
+        if (rounds) tried.back()["rel_error_bound"] = max_bound;  // beyond the exact tiers' 2e-3
         if (ok) passed.push_back(ci);
       }
       // Then the candidates that passed are timed in rounds, one run of each per round, so that a burst

@@ -23,13 +23,15 @@ struct PanelPackedWeight {
 
 constexpr int64_t kPanelCols = 32;
 
-// True when this CPU has AVX-512 (F, BW, VL; F16C for f16) and the dtype is a plain float type.
+// True when this CPU has AVX-512 (F, BW, VL; F16C for f16) and the dtype is a plain float type, or
+// AVX512-VNNI and the dtype is Q8_0 or Q4_0 (GemmPanelsInt8: activations rounded to 8 bits).
 bool PanelGemmSupported(DType wt);
 
 PanelPackedWeight PackPanels(const void* w, DType wt, int64_t n, int64_t k);
 
 // Y[m, n] = sum_k A[m, k] * W[n, k] for n in [n_begin, n_end), exactly as the reference (f32
-// products and sums). Threads should split N at multiples of kPanelCols.
+// products and sums) for float weights; quantized ones round the activations (Int8DotErrorBound).
+// Threads should split N at multiples of kPanelCols (quantized weights require it).
 void GemmPanels(const float* a, int64_t m, const PanelPackedWeight& w, float* y, int64_t n_total,
                 int64_t n_begin, int64_t n_end);
 
