@@ -30,6 +30,7 @@ constexpr int64_t kActGroupBytes = kGroupValues + kGroupBlocks * 4 * 2;
 // (four short row streams per tile left it behind: 5-7 GB/s from DRAM instead of 14).
 constexpr int64_t kTileRows = 4;
 constexpr int64_t kPrefetchBytes = 4096;  // ahead of the loads (1-16 KiB measured alike, within noise)
+constexpr int64_t kFarPrefetchBytes = 4 * kPrefetchBytes;
 
 constexpr int64_t ValueBytes(DType t) { return t == DType::Q8_0 ? kGroupValues : kGroupValues / 2; }
 
@@ -100,9 +101,12 @@ PRISM_VNNI void Tile(const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t 
     const uint8_t* ag = a + g * kActGroupBytes;
     const uint8_t* wg = w + g * kTileRows * kGroup;
     // The stream ahead, a line per 64 bytes of this group's tile slice: the prefetcher alone stays
-    // too close behind the loads.
-    for (int64_t l = 0; l < kTileRows * kGroup; l += 64)
+    // too close behind the loads. Into L1 just ahead, and into L2 further ahead: L1 can wait on only
+    // so many misses at once, too few to cover the memory latency at this core's share of bandwidth.
+    for (int64_t l = 0; l < kTileRows * kGroup; l += 64) {
       _mm_prefetch(reinterpret_cast<const char*>(wg + kPrefetchBytes + l), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(wg + kFarPrefetchBytes + l), _MM_HINT_T1);
+    }
     if constexpr (T == DType::Q8_0) {
       for (int c = 0; c < 8; ++c) {
         __m512i wv[NR];
