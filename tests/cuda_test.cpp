@@ -408,8 +408,7 @@ void CheckRoundedActivationGemm(GpuProgram& prog, DType wt, const std::vector<in
         const float* x_row = xs + i / n * k;
         const uint16_t* w_row = w + i % n * k;
         double sum_abs = 0;
-        for (int64_t l = 0; l < k; ++l)
-          sum_abs += std::fabs(x_row[l] * LoadAsDouble(w_row, wt, l));
+        for (int64_t l = 0; l < k; ++l) sum_abs += std::fabs(x_row[l] * LoadAsDouble(w_row, wt, l));
         const double f32_sums = 4e-5 * sum_abs + 1e-6;  // two f32 sums of 172 terms, any order
         const double tol = f32_sums + (representable ? 0 : CublasGemmErrorBound(wt, x_row, w_row, k));
         if (!(std::fabs(want.At(i) - got.At(i)) <= tol) && reported++ < 3)  // NaN fails too

@@ -6,10 +6,10 @@
 #include "backends/cpu/gemm_avx2.h"
 #include "backends/cpu/gemm_bf16.h"
 #include "backends/cpu/gemm_int8.h"
-#include "ir/error.h"
 #include "backends/cpu/gemm_panels.h"
 #include "frontend/nn.h"
 #include "graph_check.h"
+#include "ir/error.h"
 #include "test_util.h"
 
 namespace prism {
@@ -150,7 +150,8 @@ TEST(Gemm, Int8PanelsAgreeWithTheOneRowPathOverOddShapes) {
               magnitude += std::fabs(p);
             }
             const double got = y[i * n + j];
-            ASSERT_FALSE(std::isnan(got)) << DTypeName(wt) << " k=" << k << " m=" << m << " at " << i << "," << j;
+            ASSERT_FALSE(std::isnan(got))
+                << DTypeName(wt) << " k=" << k << " m=" << m << " at " << i << "," << j;
             EXPECT_NEAR(got, rows[i * n + j], 1e-5 * magnitude + 1e-6)
                 << DTypeName(wt) << " k=" << k << " m=" << m << " at " << i << "," << j;
             EXPECT_NEAR(got, exact, Int8DotErrorBound(a.data() + i * k, wq.data(), wt, k, j) * 1.01 + 1e-4)

@@ -385,7 +385,8 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
       for (size_t ci = 0; ci < cands.size(); ++ci) {
         const Cand& c = cands[ci];
         // Int8 dot products round the activations, in either form (rows, or panels of quantized weights).
-        const bool rounds = c.form == TemplateForm::RoundedActivation || (c.form == TemplateForm::Panels && IsQuantized(wt));
+        const bool rounds =
+            c.form == TemplateForm::RoundedActivation || (c.form == TemplateForm::Panels && IsQuantized(wt));
         select(c);
         run_once(c);
         double max_err = 0, max_bound = 0;

@@ -74,6 +74,18 @@ PRISM_VNNI void QuantizeRow(const float* a, int64_t k, int64_t groups, uint8_t* 
   }
 }
 
+constexpr int64_t GroupsOf(int64_t k) { return (k / kQuantBlock + kGroupBlocks - 1) / kGroupBlocks; }
+
+// The m activation rows quantized into groups, in this thread's buffer. Every thread quantizes the
+// activation itself: it is small next to the weights it meets.
+const uint8_t* QuantizeRows(const float* a, int64_t m, int64_t k) {
+  const int64_t groups = GroupsOf(k);
+  thread_local std::vector<uint8_t> act;
+  act.resize((size_t)(m * groups * kActGroupBytes));
+  for (int64_t i = 0; i < m; ++i) QuantizeRow(a + i * k, k, groups, act.data() + i * groups * kActGroupBytes);
+  return act.data();
+}
+
 // Where row r's group g starts in packed weights.
 inline int64_t PackedOffset(int64_t r, int64_t g, int64_t row_bytes, int64_t group_bytes) {
   return r / kTileRows * kTileRows * row_bytes + g * kTileRows * group_bytes + r % kTileRows * group_bytes;
@@ -199,9 +211,9 @@ PRISM_VNNI void GemmVnni(const uint8_t* a, int64_t m, const Int8PackedWeight& w,
 // one output per register (a lane per block), which suits a GEMV; over a prompt's rows this form
 // keeps 16 outputs per register and broadcasts each row's 4 activation bytes instead.
 
-constexpr int kPanelRows = 6;         // activation rows per register tile (24 accumulators)
-constexpr int64_t kPanelWidth = 32;   // weight rows (output columns) per panel: two vectors
-constexpr int64_t kSliceBlocks = 32;  // blocks of K per slice: 37 KB, kept in L1 across the tiles
+constexpr int kPanelRows = 6;                // activation rows per register tile (24 accumulators)
+constexpr int64_t kPanelWidth = 32;          // weight rows (output columns) per panel: two vectors
+constexpr int64_t kSliceBlocks = 32;         // blocks of K per slice: 37 KB, kept in L1 across the tiles
 constexpr int64_t kSteps = kQuantBlock / 4;  // 4-value steps per block
 // A panel block: kSteps x kPanelWidth x 4 weight bytes (stored +128 for Q8_0, as nibbles (+8) for
 // Q4_0), then the kPanelWidth weight scales as f32.
@@ -234,7 +246,8 @@ void PackTile(const uint8_t* a, int64_t a_row, int64_t m, int64_t i0, int64_t b0
 
 // One packed row tile x one panel slice of nb blocks, stored into y (rows ldy apart) when first,
 // else added to it.
-PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, float* y, int64_t ldy, bool first) {
+PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, float* y, int64_t ldy,
+                          bool first) {
   constexpr int MR = kPanelRows;
   __m512 acc[MR][2];
 #pragma GCC unroll 8
@@ -283,8 +296,7 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
 template <DType T>
 PRISM_VNNI void GemmVnniPanels(const uint8_t* a, int64_t m, const uint8_t* panels, int64_t k, float* y,
                                int64_t n_total, int64_t n_begin, int64_t n_end) {
-  const int64_t groups = (k / kQuantBlock + kGroupBlocks - 1) / kGroupBlocks;
-  const int64_t a_row = groups * kActGroupBytes, blocks = k / kQuantBlock;
+  const int64_t a_row = GroupsOf(k) * kActGroupBytes, blocks = k / kQuantBlock;
   const int64_t tiles = (m + kPanelRows - 1) / kPanelRows;
   thread_local std::vector<uint8_t> packed;
   packed.resize((size_t)(tiles * kSliceBlocks * kTileBlockBytes));
@@ -330,7 +342,7 @@ Int8PackedWeight PackForInt8Dot(const void* w, DType wt, int64_t n, int64_t k) {
   p.type = wt;
   p.n = n;
   p.k = k;
-  p.groups = (k / kQuantBlock + kGroupBlocks - 1) / kGroupBlocks;
+  p.groups = GroupsOf(k);
   p.row_bytes = p.groups * (ValueBytes(wt) + kScaleBytes);
   const size_t bytes = p.bytes = (size_t)((n + kTileRows - 1) / kTileRows * kTileRows * p.row_bytes);
   p.data = AllocateWeightMemory(bytes, "int8 dot: packed weights");  // zeroed: padding blocks stay 0
@@ -358,15 +370,11 @@ Int8PackedWeight PackForInt8Dot(const void* w, DType wt, int64_t n, int64_t k) {
 void GemmRowsInt8(const float* a, int64_t m, const Int8PackedWeight& w, float* y, int64_t n_total,
                   int64_t n_begin, int64_t n_end) {
   if (n_begin >= n_end || m <= 0) return;
-  // Every thread quantizes the activation itself: it is small next to the weights it meets.
-  thread_local std::vector<uint8_t> act;
-  act.resize((size_t)(m * w.groups * kActGroupBytes));
-  for (int64_t i = 0; i < m; ++i)
-    QuantizeRow(a + i * w.k, w.k, w.groups, act.data() + i * w.groups * kActGroupBytes);
+  const uint8_t* act = QuantizeRows(a, m, w.k);
   if (w.type == DType::Q8_0)
-    GemmVnni<DType::Q8_0>(act.data(), m, w, y, n_total, n_begin, n_end);
+    GemmVnni<DType::Q8_0>(act, m, w, y, n_total, n_begin, n_end);
   else
-    GemmVnni<DType::Q4_0>(act.data(), m, w, y, n_total, n_begin, n_end);
+    GemmVnni<DType::Q4_0>(act, m, w, y, n_total, n_begin, n_end);
 }
 
 size_t Int8PanelBytes(int64_t n, int64_t k) {
@@ -403,14 +411,11 @@ void GemmPanelsInt8(const float* a, int64_t m, const uint8_t* panels, DType wt, 
   if (n_begin >= n_end || m <= 0) return;
   if (n_begin % kPanelWidth != 0)
     throw Error("int8 panels: a thread's columns must start at a panel, not at " + std::to_string(n_begin));
-  const int64_t groups = (k / kQuantBlock + kGroupBlocks - 1) / kGroupBlocks;
-  thread_local std::vector<uint8_t> act;
-  act.resize((size_t)(m * groups * kActGroupBytes));
-  for (int64_t i = 0; i < m; ++i) QuantizeRow(a + i * k, k, groups, act.data() + i * groups * kActGroupBytes);
+  const uint8_t* act = QuantizeRows(a, m, k);
   if (wt == DType::Q8_0)
-    GemmVnniPanels<DType::Q8_0>(act.data(), m, panels, k, y, n_total, n_begin, n_end);
+    GemmVnniPanels<DType::Q8_0>(act, m, panels, k, y, n_total, n_begin, n_end);
   else
-    GemmVnniPanels<DType::Q4_0>(act.data(), m, panels, k, y, n_total, n_begin, n_end);
+    GemmVnniPanels<DType::Q4_0>(act, m, panels, k, y, n_total, n_begin, n_end);
 }
 
 double Int8DotErrorBound(const float* a, const void* w, DType wt, int64_t k, int64_t n) {
