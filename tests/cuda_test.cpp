@@ -472,6 +472,14 @@ TEST(Nvrtc, TensorCoreGemmIsACandidateAndProgramsSelectingItBuild) {
   EXPECT_THROW(GpuProgram::Compile(f32, dev, forced), Error);
 }
 
+// Compile options running every GEMM the tensor-core template takes on it.
+GpuCompileOptions TensorCoresWhereTheyApply(const Graph& g) {
+  GpuCompileOptions opts;
+  KernelProgram kp = BuildKernelProgram(g);
+  for (const Kernel& k : kp.kernels) opts.mma_gemm.push_back(CudaMmaGemmApplies(kp, k));
+  return opts;
+}
+
 TEST(CudaDevice, TensorCoreGemmMatchesInterpreter) {
   std::string why;
   std::shared_ptr<CudaDevice> dev = TestGpu(&why);
@@ -479,9 +487,7 @@ TEST(CudaDevice, TensorCoreGemmMatchesInterpreter) {
     GTEST_SKIP() << "no CUDA GPU: " << why;
   }
   Graph g = BfLinearGraph();
-  GpuCompileOptions opts;
-  KernelProgram kp = BuildKernelProgram(g);
-  for (const Kernel& k : kp.kernels) opts.mma_gemm.push_back(CudaMmaGemmApplies(kp, k));
+  GpuCompileOptions opts = TensorCoresWhereTheyApply(g);
   ASSERT_EQ(std::count(opts.mma_gemm.begin(), opts.mma_gemm.end(), true), 1);
   auto prog = GpuProgram::Compile(g, dev, opts);
   CheckRoundedActivationGemm(*prog, DType::BF16, {1, 37, 130}, "tensor-core GEMM");
@@ -497,9 +503,7 @@ TEST(CudaDevice, TensorCoreGemmFromAMinimumOfRowsReRecordsTheGraph) {
     GTEST_SKIP() << "no CUDA GPU: " << why;
   }
   Graph g = BfLinearGraph();
-  GpuCompileOptions opts;
-  KernelProgram kp = BuildKernelProgram(g);
-  for (const Kernel& k : kp.kernels) opts.mma_gemm.push_back(CudaMmaGemmApplies(kp, k));
+  GpuCompileOptions opts = TensorCoresWhereTheyApply(g);
   opts.mma_min_rows = 16;
   auto prog = GpuProgram::Compile(g, dev, opts);
   prog->SetGraphReplay(true);
