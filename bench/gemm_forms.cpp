@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/gemm_amx.h"
 #include "backends/cpu/gemm_bf16.h"
 #include "backends/cpu/gemm_int8.h"
 #include "backends/cpu/gemm_panels.h"
@@ -55,6 +56,10 @@ int main(int argc, char** argv) {
     if (PanelGemmSupported(wt)) {
       PanelPackedWeight p = PackPanels(w.data, wt, n, k);
       time(wt, "panels", p.bytes, [&] { GemmPanels(a.data(), m, p, y.data(), n, 0, n); });
+    }
+    if (AmxGemmSupported(wt, k)) {
+      AmxPackedWeight p = PackForAmx(w.data, wt, n, k);
+      time(wt, "amx", p.bytes, [&] { GemmAmx(a.data(), m, p, y.data(), n, 0, n); });
     }
   }
   return 0;

@@ -4,14 +4,17 @@
 //                          thread reading its own contiguous slice; best of several passes.
 //   peak compute           register-only loops of one instruction over independent accumulators
 //                          (enough chains to cover latency x ports), so the number is the issue
-//                          rate of the vector units, not of memory:
+//                          rate of the vector and tile units, not of memory; Prism's own probe
+//                          loops (src/backends/cpu/machine_probe), which its receipts use:
 //                            fp32_fma     AVX-512F  vfmadd231ps   16 lanes x 2 flops
 //                            fp32_fma256  AVX2/FMA  vfmadd231ps    8 lanes x 2 flops (fallback)
 //                            bf16_dot     AVX512_BF16 vdpbf16ps   32 pairs x 2 flops, fp32 accumulate
 //                            fp16_fma     AVX512_FP16 vfmadd231ph 32 lanes x 2 flops
 //                            int8_vnni    AVX512_VNNI vpdpbusd    64 u8*s8 products x 2 ops
-//                          Each kernel carries its own target attribute and runs only if
-//                          __builtin_cpu_supports says the CPU has the instructions.
+//                            amx_bf16     AMX-BF16  tdpbf16ps     16 x 16 x 32 products x 2 flops
+//                            amx_int8     AMX-INT8  tdpbssd       16 x 16 x 64 products x 2 ops
+//                          Each runs only where the CPU has the instructions (and, for AMX, Linux
+//                          grants the tile state).
 //
 // Usage: prism_roofline_probe [--threads 1,2] [--mib 2048] [--quick]
 // Output: one JSON object on stdout (see the end of main for its fields). Runs in ~10-20 s.
@@ -30,11 +33,15 @@
 #include <thread>
 #include <vector>
 
+#include "backends/cpu/machine_probe.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 // Runs fn(thread_index) on `threads` threads released together; returns the wall time from the
 // release to the last thread's end.
@@ -64,14 +71,6 @@ __attribute__((target("avx512f"))) float HSum(__m512 v) {
   float s = 0;
   for (float x : t) s += x;
   return s;
-}
-
-__attribute__((target("avx512f"))) float HSumI(__m512i v) {
-  alignas(64) int32_t t[16];
-  _mm512_store_si512(t, v);
-  int32_t s = 0;
-  for (int32_t x : t) s += x;
-  return (float)s;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -118,7 +117,6 @@ float SumScalar(const float* p, size_t n) {
 }
 
 volatile float g_sink_f;
-volatile int32_t g_sink_i;
 
 struct BandwidthResult {
   double gbps;
@@ -146,126 +144,23 @@ BandwidthResult MeasureBandwidth(float* data, size_t n, int threads, int passes,
 }
 
 // ---------------------------------------------------------------------------------------------
-// Peak compute. Each kernel runs `iters` iterations of kAcc independent instructions and returns
-// something derived from every accumulator so that nothing is dead code. The multiplier/addend
-// come in as arguments (read from volatiles) so the compiler cannot fold the loop.
-
-constexpr int kAcc = 16;  // >= latency (4) x FMA ports (2), with slack
-
-#define PRISM_REPEAT16(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
-
-__attribute__((target("avx512f"))) float Fp32Fma512(int64_t iters, float mul, float add) {
-  __m512 b = _mm512_set1_ps(mul), c = _mm512_set1_ps(add);
-#define DECL(i) __m512 a##i = _mm512_set1_ps(1.0f + i * 1e-3f);
-  PRISM_REPEAT16(DECL)
-#undef DECL
-  for (int64_t k = 0; k < iters; ++k) {
-#define STEP(i) a##i = _mm512_fmadd_ps(a##i, b, c);
-    PRISM_REPEAT16(STEP)
-#undef STEP
-  }
-  __m512 s = _mm512_setzero_ps();
-#define RED(i) s = _mm512_add_ps(s, a##i);
-  PRISM_REPEAT16(RED)
-#undef RED
-  return HSum(s);
-}
-
-__attribute__((target("avx2,fma"))) float Fp32Fma256(int64_t iters, float mul, float add) {
-  __m256 b = _mm256_set1_ps(mul), c = _mm256_set1_ps(add);
-#define DECL(i) __m256 a##i = _mm256_set1_ps(1.0f + i * 1e-3f);
-  PRISM_REPEAT16(DECL)
-#undef DECL
-  for (int64_t k = 0; k < iters; ++k) {
-#define STEP(i) a##i = _mm256_fmadd_ps(a##i, b, c);
-    PRISM_REPEAT16(STEP)
-#undef STEP
-  }
-  __m256 s = _mm256_setzero_ps();
-#define RED(i) s = _mm256_add_ps(s, a##i);
-  PRISM_REPEAT16(RED)
-#undef RED
-  float t[8];
-  _mm256_storeu_ps(t, s);
-  return t[0] + t[7];
-}
-
-__attribute__((target("avx512f,avx512bf16"))) float Bf16Dot(int64_t iters, float mul, float add) {
-  // acc += sum over pairs of bf16(x) * bf16(y): fp32 accumulators grow slowly, stay finite.
-  __m512bh x = _mm512_cvtne2ps_pbh(_mm512_set1_ps(mul * 1e-3f), _mm512_set1_ps(add));
-  __m512bh y = _mm512_cvtne2ps_pbh(_mm512_set1_ps(add), _mm512_set1_ps(mul * 1e-3f));
-#define DECL(i) __m512 a##i = _mm512_set1_ps(i * 1e-3f);
-  PRISM_REPEAT16(DECL)
-#undef DECL
-  for (int64_t k = 0; k < iters; ++k) {
-#define STEP(i) a##i = _mm512_dpbf16_ps(a##i, x, y);
-    PRISM_REPEAT16(STEP)
-#undef STEP
-  }
-  __m512 s = _mm512_setzero_ps();
-#define RED(i) s = _mm512_add_ps(s, a##i);
-  PRISM_REPEAT16(RED)
-#undef RED
-  return HSum(s);
-}
-
-__attribute__((target("avx512f,avx512fp16"))) float Fp16Fma(int64_t iters, float mul, float add) {
-  __m512h b = _mm512_set1_ph((_Float16)mul), c = _mm512_set1_ph((_Float16)add);
-#define DECL(i) __m512h a##i = _mm512_set1_ph((_Float16)(1.0f + i * 1e-2f));
-  PRISM_REPEAT16(DECL)
-#undef DECL
-  for (int64_t k = 0; k < iters; ++k) {
-#define STEP(i) a##i = _mm512_fmadd_ph(a##i, b, c);
-    PRISM_REPEAT16(STEP)
-#undef STEP
-  }
-  __m512h s = _mm512_setzero_ph();
-#define RED(i) s = _mm512_add_ph(s, a##i);
-  PRISM_REPEAT16(RED)
-#undef RED
-  alignas(64) _Float16 t[32];
-  _mm512_store_ph(t, s);
-  float r = 0;
-  for (_Float16 x : t) r += (float)x;
-  return r;
-}
-
-__attribute__((target("avx512f,avx512vnni"))) float Int8Vnni(int64_t iters, float mul, float add) {
-  __m512i u = _mm512_set1_epi8((char)(int)(mul * 3)), s8 = _mm512_set1_epi8((char)(int)(add * 1e7f));
-#define DECL(i) __m512i a##i = _mm512_set1_epi32(i);
-  PRISM_REPEAT16(DECL)
-#undef DECL
-  for (int64_t k = 0; k < iters; ++k) {
-#define STEP(i) a##i = _mm512_dpbusd_epi32(a##i, u, s8);
-    PRISM_REPEAT16(STEP)
-#undef STEP
-  }
-  __m512i s = _mm512_setzero_si512();
-#define RED(i) s = _mm512_add_epi32(s, a##i);
-  PRISM_REPEAT16(RED)
-#undef RED
-  return HSumI(s);
-}
+// Peak compute: Prism's own probe loops (backends/cpu/machine_probe), the ones its receipts use.
 
 struct ComputeKernel {
   const char* name;
   const char* instruction;
   const char* unit;  // "GFLOP/s" or "GOP/s"
-  double ops_per_instruction;
-  bool supported;
-  float (*fn)(int64_t, float, float);
+  prism::PeakLoop loop;
 };
-
-volatile float g_mul = 0.999999f, g_add = 1e-7f;
 
 // Calibrates the iteration count to ~target_s on one thread, then measures best-of-`reps`
 // aggregate throughput at each thread count.
 std::vector<std::pair<int, double>> MeasureCompute(const ComputeKernel& k, const std::vector<int>& threads,
                                                    double target_s, int reps) {
-  int64_t iters = 1 << 16;
+  int64_t iters = 1 << 10;
   for (;;) {
     auto t0 = Clock::now();
-    g_sink_f = k.fn(iters, g_mul, g_add);
+    prism::RunPeakLoop(k.loop, iters);
     double s = Seconds(t0, Clock::now());
     if (s > target_s / 4) {
       iters = (int64_t)(iters * target_s / s) + 1;
@@ -277,11 +172,11 @@ std::vector<std::pair<int, double>> MeasureCompute(const ComputeKernel& k, const
   for (int t : threads) {
     double best = 0;
     for (int r = 0; r < reps; ++r) {
-      std::vector<float> res(t);
-      double sec = RunParallel(t, [&](int i) { res[i] = k.fn(iters, g_mul, g_add); });
-      for (float x : res) g_sink_f = x;
-      double ops = double(iters) * kAcc * k.ops_per_instruction * t;
-      best = std::max(best, ops / sec / 1e9);
+      std::vector<double> ops(t);
+      double sec = RunParallel(t, [&](int i) { ops[i] = prism::RunPeakLoop(k.loop, iters); });
+      double total = 0;
+      for (double x : ops) total += x;
+      best = std::max(best, total / sec / 1e9);
     }
     out.push_back({t, best});
   }
@@ -395,12 +290,15 @@ int main(int argc, char** argv) {
   std::free(data);
 
   // ---- peak compute
+  using prism::PeakLoop;
   std::vector<ComputeKernel> kernels = {
-      {"fp32_fma", "vfmadd231ps zmm (AVX-512F)", "GFLOP/s", 16 * 2, has("avx512f"), Fp32Fma512},
-      {"fp32_fma256", "vfmadd231ps ymm (AVX2/FMA)", "GFLOP/s", 8 * 2, has("avx2") && has("fma"), Fp32Fma256},
-      {"bf16_dot", "vdpbf16ps zmm (AVX512_BF16)", "GFLOP/s", 32 * 2, has("avx512f") && has("avx512bf16"), Bf16Dot},
-      {"fp16_fma", "vfmadd231ph zmm (AVX512_FP16)", "GFLOP/s", 32 * 2, has("avx512f") && has("avx512fp16"), Fp16Fma},
-      {"int8_vnni", "vpdpbusd zmm (AVX512_VNNI)", "GOP/s", 64 * 2, has("avx512f") && has("avx512vnni"), Int8Vnni},
+      {"fp32_fma", "vfmadd231ps zmm (AVX-512F)", "GFLOP/s", PeakLoop::Fp32Fma},
+      {"fp32_fma256", "vfmadd231ps ymm (AVX2/FMA)", "GFLOP/s", PeakLoop::Fp32Fma256},
+      {"bf16_dot", "vdpbf16ps zmm (AVX512_BF16)", "GFLOP/s", PeakLoop::Bf16Dot},
+      {"fp16_fma", "vfmadd231ph zmm (AVX512_FP16)", "GFLOP/s", PeakLoop::Fp16Fma},
+      {"int8_vnni", "vpdpbusd zmm (AVX512_VNNI)", "GOP/s", PeakLoop::Int8Vnni},
+      {"amx_bf16", "tdpbf16ps (AMX-BF16)", "GFLOP/s", PeakLoop::AmxBf16},
+      {"amx_int8", "tdpbssd (AMX-INT8)", "GOP/s", PeakLoop::AmxInt8},
   };
   double target_s = quick ? 0.1 : 0.2;
   int reps = quick ? 2 : 3;
@@ -410,11 +308,13 @@ int main(int argc, char** argv) {
   out += "  \"hardware_threads\": " + std::to_string(hw) + ",\n";
   out += "  \"features\": {";
   for (size_t i = 0; i < std::size(features); ++i)
-    out += std::string(i ? ", " : "") + "\"" + features[i].name + "\": " + (features[i].on ? "true" : "false");
+    out +=
+        std::string(i ? ", " : "") + "\"" + features[i].name + "\": " + (features[i].on ? "true" : "false");
   out += "},\n";
   char buf[256];
-  std::snprintf(buf, sizeof buf, "  \"bandwidth\": {\"array_mib\": %zu, \"isa\": \"%s\", \"passes\": %d, \"gbps\": {",
-                mib, bw_isa, passes);
+  std::snprintf(buf, sizeof buf,
+                "  \"bandwidth\": {\"array_mib\": %zu, \"isa\": \"%s\", \"passes\": %d, \"gbps\": {", mib,
+                bw_isa, passes);
   out += buf;
   for (size_t i = 0; i < bw.size(); ++i) {
     std::snprintf(buf, sizeof buf, "%s\"%d\": %.2f", i ? ", " : "", bw[i].first, bw[i].second.gbps);
@@ -435,10 +335,11 @@ int main(int argc, char** argv) {
   for (auto& k : kernels) {
     out += first ? "" : ",\n";
     first = false;
-    std::snprintf(buf, sizeof buf, "    \"%s\": {\"instruction\": \"%s\", \"unit\": \"%s\", \"supported\": %s", k.name,
-                  k.instruction, k.unit, k.supported ? "true" : "false");
+    std::snprintf(buf, sizeof buf,
+                  "    \"%s\": {\"instruction\": \"%s\", \"unit\": \"%s\", \"supported\": %s", k.name,
+                  k.instruction, k.unit, prism::PeakLoopSupported(k.loop) ? "true" : "false");
     out += buf;
-    if (k.supported) {
+    if (prism::PeakLoopSupported(k.loop)) {
       out += ", \"per_second_1e9\": {";
       auto res = MeasureCompute(k, threads, target_s, reps);
       for (size_t i = 0; i < res.size(); ++i) {

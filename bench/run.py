@@ -227,11 +227,13 @@ def prefill_flops(st, n):
 
 # The probe ceilings that can compute with each weight dtype; a prefill's bound is the fastest
 # of them that this CPU has ("the dtype's best path"). bf16 lists fp32 FMA too: widening bf16 to
-# f32 is exact, and on some CPUs (this one) vdpbf16ps issues slower than two FMA ports. Q8_0/Q4_0
-# dot products run on VNNI (u8 x s8 -> s32) after quantizing activations to 8 bits, as llama.cpp does.
+# f32 is exact, and on some CPUs vdpbf16ps issues slower than two FMA ports; AMX tiles multiply bf16
+# pairs. Q8_0/Q4_0 dot products run on VNNI or AMX int8 (x s8 -> s32) after quantizing activations
+# to 8 bits, as llama.cpp does.
 CEILING = {"f32": ["fp32_fma", "fp32_fma256"], "f16": ["fp16_fma", "fp32_fma", "fp32_fma256"],
-           "bf16": ["bf16_dot", "fp32_fma", "fp32_fma256"], "q8_0": ["int8_vnni", "fp32_fma", "fp32_fma256"],
-           "q4_0": ["int8_vnni", "fp32_fma", "fp32_fma256"]}
+           "bf16": ["amx_bf16", "bf16_dot", "fp32_fma", "fp32_fma256"],
+           "q8_0": ["amx_int8", "int8_vnni", "fp32_fma", "fp32_fma256"],
+           "q4_0": ["amx_int8", "int8_vnni", "fp32_fma", "fp32_fma256"]}
 
 CACHE_RESIDENT_BYTES = 32 << 20  # weights this small live in cache: DRAM bandwidth bounds nothing
 

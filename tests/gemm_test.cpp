@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "backends/cpu/gemm_amx.h"
 #include "backends/cpu/gemm_avx2.h"
 #include "backends/cpu/gemm_bf16.h"
 #include "backends/cpu/gemm_int8.h"
@@ -217,6 +218,107 @@ TEST(Gemm, PanelsMatchExactProductsOverOddShapesAndSplits) {
                   << DTypeName(wt) << " m=" << m << " n=" << n << " k=" << k << " at " << i << "," << j;
             }
         }
+}
+
+TEST(Gemm, AmxAgreesWithTheRoundedFormsOverOddShapes) {
+  if (!AmxGemmSupported(DType::BF16, 32)) GTEST_SKIP() << "this CPU (or kernel) gives no AMX";
+  for (DType wt : {DType::BF16, DType::Q8_0, DType::Q4_0})
+    for (int64_t k : {32, 33, 600, 1056})  // 600, 1056: several cache blocks of K, the last partial
+      for (int64_t m : {1, 17, 75}) {
+        if (wt != DType::BF16 && k % 32 != 0) continue;
+        const int64_t n = 300, split = 64;  // two ranges, as two threads split them; 300 crosses a 256 block
+        auto a = testing::RandomFloats(m * k, 21), wf = testing::RandomFloats(n * k, 22);
+        a[k / 2] = -7.0f;  // an outlier
+        const HostTensor w = HostTensor::FromFloats({n, k}, wf, wt);
+        AmxPackedWeight packed = PackForAmx(w.data, wt, n, k);
+        std::vector<float> y(m * n, NAN), other(m * n, NAN);
+        GemmAmx(a.data(), m, packed, y.data(), n, 0, split);
+        GemmAmx(a.data(), m, packed, y.data(), n, split, n);
+        // The form that rounds the activation the same way, one row of products at a time.
+        if (wt == DType::BF16) {
+          GemmRowsBf16Dot(a.data(), m, k, static_cast<const uint16_t*>(w.data), other.data(), n, 0, n);
+        } else {
+          Int8PackedWeight rows_form = PackForInt8Dot(w.data, wt, n, k);
+          GemmRowsInt8(a.data(), m, rows_form, other.data(), n, 0, n);
+        }
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double exact = 0, magnitude = 0;
+            for (int64_t kk = 0; kk < k; ++kk) {
+              const double p = (double)a[i * k + kk] * LoadAsDouble(w.data, wt, j * k + kk);
+              exact += p;
+              magnitude += std::fabs(p);
+            }
+            const double got = y[i * n + j];
+            const double bound =
+                wt == DType::BF16
+                    ? Bf16DotErrorBound(a.data() + i * k, static_cast<const uint16_t*>(w.data), k, j)
+                    : Int8DotErrorBound(a.data() + i * k, w.data, wt, k, j);
+            ASSERT_FALSE(std::isnan(got))
+                << DTypeName(wt) << " k=" << k << " m=" << m << " at " << i << "," << j;
+            ASSERT_NEAR(got, other[i * n + j], 1e-5 * magnitude + 1e-6)
+                << DTypeName(wt) << " k=" << k << " m=" << m << " at " << i << "," << j;
+            ASSERT_NEAR(got, exact, bound * 1.01 + 1e-6)
+                << DTypeName(wt) << " k=" << k << " m=" << m << " at " << i << "," << j;
+          }
+      }
+  const HostTensor w = HostTensor::FromFloats({64, 32}, testing::RandomFloats(64 * 32, 3), DType::BF16);
+  AmxPackedWeight p = PackForAmx(w.data, DType::BF16, 64, 32);
+  std::vector<float> a(32, 1.0f), y(64);
+  EXPECT_THROW(GemmAmx(a.data(), 1, p, y.data(), 64, 16, 64), Error)
+      << "a split inside a block of 32 columns";
+  EXPECT_THROW(PackForAmx(w.data, DType::F32, 64, 32), Error) << "f32 weights have no AMX form";
+}
+
+// The search offers the AMX form for prompts, checks it against the reference within its rounding
+// bound, and the program runs it once chosen.
+TEST(Gemm, SearchOffersAmxForPromptsAndTheChoiceRuns) {
+  if (!AmxGemmSupported(DType::BF16, 32)) GTEST_SKIP() << "this CPU (or kernel) gives no AMX";
+  for (DType wt : {DType::BF16, DType::Q4_0}) {
+    Graph g;
+    Tensor x{&g, g.Input("x", DType::F32, {Expr::Sym("seq"), Expr(256)})};
+    Tensor w{&g, g.Weight("w", wt, {Expr(96), Expr(256)})};
+    g.MarkOutput(Linear(x, w).id(), "y");
+    CompileOptions copts;
+    copts.threads = 2;
+    auto prog = Program::Compile(g, copts);
+    Interpreter interp(g);
+    const SymbolBindings b{{"seq", 70}};
+    const auto weights = testing::RandomTensors(g, Op::Weight, b, 5);
+    for (auto& [name, t] : weights) {
+      interp.BindWeight(name, t);
+      prog->BindWeight(name, t);
+    }
+    TuneOptions opts;
+    opts.buckets = {{"prefill", b}};
+    nlohmann::json receipts = prog->Tune(opts);
+    int amx = 0;
+    for (const auto& r : receipts)
+      for (const auto& c : r.value("candidates", nlohmann::json::array()))
+        if (c["candidate"].get<std::string>().rfind("template-amx", 0) == 0) {
+          amx++;
+          EXPECT_TRUE(c["passed"].get<bool>()) << c.dump();
+          EXPECT_GT(c["rel_error_bound"].get<double>(), 0) << c.dump();
+        }
+    EXPECT_EQ(amx, 2) << DTypeName(wt) << ": serial and parallel";
+    // Whatever was fastest, the AMX form in the program: the activation's rounding shows, within the bound.
+    KernelChoices choices = prog->choices();
+    for (KernelChoice& c : choices["prefill"]) c.form = TemplateForm::Amx;
+    prog->SetChoices(choices);
+    auto in = testing::RandomTensors(g, Op::Input, b, 6);
+    const HostTensor want = interp.Run(in, b)[0], got = prog->Run(in, b)[0];
+    const float* a = static_cast<const float*>(in.at("x").data);
+    double max_err = 0;
+    for (int64_t i = 0; i < 70; ++i)
+      for (int64_t j = 0; j < 96; ++j) {
+        const double err = std::fabs(got.At(i * 96 + j) - want.At(i * 96 + j));
+        max_err = std::max(max_err, err);
+        ASSERT_LE(err,
+                  RoundedActivationErrorBound(a + i * 256, weights.at("w").data, wt, 256, j) * 1.01 + 1e-4)
+            << DTypeName(wt) << " at " << i << "," << j;
+      }
+    EXPECT_GT(max_err, 1e-5) << DTypeName(wt) << ": exact results, so the AMX form did not run";
+  }
 }
 
 }  // namespace prism

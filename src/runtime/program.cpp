@@ -141,8 +141,9 @@ void Program::BindWeight(const std::string& name, HostTensor t) {
     // Float GEMM weights of 2 MiB and more are copied onto huge pages: the decode step's row GEMVs
     // stream them from there (a file mapping's 4 KiB pages cost a TLB miss and a prefetcher restart
     // each; a 17 MB f16 GEMV on 2 threads read 21.5-24.5 GB/s from 4 KiB pages, 23-25 from 2 MiB).
-    const bool gemm_weight = std::any_of(kp_.kernels.begin(), kp_.kernels.end(),
-                                         [&](const Kernel& k) { return k.gemm && k.gemm->w_buffer == (int)b; });
+    const bool gemm_weight = std::any_of(kp_.kernels.begin(), kp_.kernels.end(), [&](const Kernel& k) {
+      return k.gemm && k.gemm->w_buffer == (int)b;
+    });
     if (gemm_weight && IsFloat(t.dtype) && t.nbytes() >= (int64_t{2} << 20)) {
       WeightMemory copy = AllocateWeightMemory((size_t)t.nbytes(), ("weight '" + name + "'").c_str());
       std::memcpy(copy.get(), t.data, (size_t)t.nbytes());
@@ -153,6 +154,7 @@ void Program::BindWeight(const std::string& name, HostTensor t) {
     storage_[b] = std::move(t);
     int8_packed_.erase((int)b);  // repacked from the new weights when next needed
     panel_packed_.erase((int)b);
+    amx_packed_.erase((int)b);
     return;
   }
   // Weights that fusion made unnecessary are not an error; unknown names are.
@@ -219,6 +221,11 @@ void Program::PlanSteps(const SymbolBindings& b) {
   }
 }
 
+// The columns a thread's share of a GEMM starts at a multiple of, by template form.
+int64_t SplitTile(TemplateForm f) {
+  return f == TemplateForm::Panels ? kPanelCols : f == TemplateForm::Amx ? kAmxCols : 4;
+}
+
 void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const int64_t* syms) {
   const Kernel& kn = kp_.kernels[k];
   const Step& st = steps_[k];
@@ -236,7 +243,7 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
     if (st.m <= 0) return;
     int64_t nb = 0, ne = gm.n;
     if (st.parallel) {  // threads split the weight rows in whole tiles: each weight byte is read once
-      const int64_t tile = st.form == TemplateForm::Panels ? kPanelCols : 4, tiles = (gm.n + tile - 1) / tile;
+      const int64_t tile = SplitTile(st.form), tiles = (gm.n + tile - 1) / tile;
       nb = std::min(gm.n, tiles * t / threads * tile);
       ne = std::min(gm.n, tiles * (t + 1) / threads * tile);
     }
@@ -245,6 +252,8 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
     DType wt = kp_.buffers[gm.w_buffer].dtype;
     if (st.form == TemplateForm::Panels)
       GemmPanels(a, st.m, panel_packed_.at(gm.w_buffer), y, gm.n, nb, ne);
+    else if (st.form == TemplateForm::Amx)
+      GemmAmx(a, st.m, amx_packed_.at(gm.w_buffer), y, gm.n, nb, ne);
     else if (st.form == TemplateForm::RoundedActivation && wt == DType::BF16)
       GemmRowsBf16Dot(a, st.m, gm.k, static_cast<const uint16_t*>(bufs[gm.w_buffer]), y, gm.n, nb, ne);
     else if (st.form == TemplateForm::RoundedActivation)
@@ -464,6 +473,7 @@ std::string_view TemplateFormName(TemplateForm f) {
   switch (f) {
     case TemplateForm::RoundedActivation: return "rounded";
     case TemplateForm::Panels: return "panels";
+    case TemplateForm::Amx: return "amx";
     default: return "rows";
   }
 }
@@ -478,7 +488,7 @@ nlohmann::json ChoiceToJson(const KernelChoice& c) {
 KernelChoice ChoiceFromJson(const nlohmann::json& j) {
   KernelChoice c{j.value("template", true), j.value("parallel", -1), j.value("reduce_outer", false)};
   std::string form = j.value("form", "rows");
-  for (TemplateForm f : {TemplateForm::RoundedActivation, TemplateForm::Panels})
+  for (TemplateForm f : {TemplateForm::RoundedActivation, TemplateForm::Panels, TemplateForm::Amx})
     if (form == TemplateFormName(f)) c.form = f;
   return c;
 }
@@ -489,6 +499,8 @@ void Program::EvictWeights(const GemmTemplate& gm) const {
   if (auto it = int8_packed_.find(gm.w_buffer); it != int8_packed_.end())
     EvictFromCache(it->second.data.get(), it->second.bytes);
   if (auto it = panel_packed_.find(gm.w_buffer); it != panel_packed_.end())
+    EvictFromCache(it->second.data.get(), it->second.bytes);
+  if (auto it = amx_packed_.find(gm.w_buffer); it != amx_packed_.end())
     EvictFromCache(it->second.data.get(), it->second.bytes);
 }
 
@@ -501,6 +513,9 @@ bool Program::PrepareForm(const GemmTemplate& gm, TemplateForm form) {
   } else if (form == TemplateForm::Panels) {
     if (!PanelGemmSupported(kb.dtype)) return false;
     if (panel_packed_.count(gm.w_buffer)) return true;
+  } else if (form == TemplateForm::Amx) {
+    if (!AmxGemmSupported(kb.dtype, gm.k)) return false;
+    if (amx_packed_.count(gm.w_buffer)) return true;
   } else {
     return true;
   }
@@ -508,6 +523,8 @@ bool Program::PrepareForm(const GemmTemplate& gm, TemplateForm form) {
   const void* w = storage_[gm.w_buffer].data;
   if (form == TemplateForm::Panels)
     panel_packed_.emplace(gm.w_buffer, PackPanels(w, kb.dtype, gm.n, gm.k));
+  else if (form == TemplateForm::Amx)
+    amx_packed_.emplace(gm.w_buffer, PackForAmx(w, kb.dtype, gm.n, gm.k));
   else
     int8_packed_.emplace(gm.w_buffer, PackForInt8Dot(w, kb.dtype, gm.n, gm.k));
   return true;
@@ -542,7 +559,8 @@ std::vector<void*> Program::PrepareBuffers(const std::map<std::string, HostTenso
         ptrs[i] = storage_[i].data;
         break;
       case BufferKind::Intermediate:
-        scratch[i] = StorageBytes(kb.dtype, std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>()));
+        scratch[i] = StorageBytes(
+            kb.dtype, std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>()));
         break;
       case BufferKind::Output: {
         // Scratch is reused across steps and grows geometrically: decode steps change `past` each time.

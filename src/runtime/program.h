@@ -2,13 +2,14 @@
 #pragma once
 
 #include <map>
-#include <set>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "backends/cpu/attention.h"
+#include "backends/cpu/gemm_amx.h"
 #include "backends/cpu/gemm_int8.h"
 #include "backends/cpu/gemm_panels.h"
 #include "backends/cpu/jit.h"
@@ -38,10 +39,11 @@ struct CompileStats {
 };
 
 // Which template micro-kernel runs a GEMM: over the weights as stored (rows), with the activation
-// rounded for int8/bf16 dot products (weights repacked for int8), or over weights repacked into
-// K-major panels for many activation rows (prefill).
-enum class TemplateForm : uint8_t { Rows, RoundedActivation, Panels };
-std::string_view TemplateFormName(TemplateForm f);  // "rows", "rounded", "panels"
+// rounded for int8/bf16 dot products (weights repacked for int8), over weights repacked into
+// K-major panels for many activation rows (prefill), or on AMX tiles (prefill; bf16/Q8_0/Q4_0 weights
+// repacked as tiles, activations rounded as the rounded form rounds them).
+enum class TemplateForm : uint8_t { Rows, RoundedActivation, Panels, Amx };
+std::string_view TemplateFormName(TemplateForm f);  // "rows", "rounded", "panels", "amx"
 
 // What the search decided for one kernel in one size bucket.
 struct KernelChoice {
@@ -157,11 +159,12 @@ class Program {
   std::unique_ptr<ThreadPool> pool_;
   std::map<int, Int8PackedWeight> int8_packed_;
   std::map<int, PanelPackedWeight> panel_packed_;
+  std::map<int, AmxPackedWeight> amx_packed_;
   std::vector<HostTensor> storage_;  // per buffer: weights, state and scratch; inputs are borrowed per run
   std::vector<int64_t> capacity_;    // bytes allocated per output buffer (reused while big enough)
   std::vector<std::vector<int64_t>> shapes_;  // per buffer, this step's shape
   std::vector<const Node*> input_nodes_;
-  std::vector<std::set<int>> touched_;  // per kernel: buffers it reads or writes
+  std::vector<std::set<int>> touched_;             // per kernel: buffers it reads or writes
   std::vector<std::vector<int>> in_place_inputs_;  // per kernel: inputs it may write its output over
   std::vector<std::vector<int>> deps_;  // per kernel: earlier kernels it must wait for (RAW, WAR, WAW)
   std::vector<Step> steps_;
@@ -171,7 +174,7 @@ class Program {
   std::vector<int64_t> arena_offset_;     // per buffer: offset in the arena, -1 if none
   int64_t arena_bytes_ = 0;
   std::vector<uint8_t> arena_steps_;  // the step plan the lifetimes were taken from
-  bool share_scratch_ = true;  // false while searching: kernels then run alone, in any order
+  bool share_scratch_ = true;         // false while searching: kernels then run alone, in any order
   bool megakernel_ = true;
   KernelChoices choices_;
   CompileStats stats_;

@@ -159,9 +159,11 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
       return false;
     }
     auto from = choices_.find(in->second.from);
-    if (from == choices_.end()) throw Error("bucket " + bucket + " inherits from " + in->second.from + ", not searched before it");
+    if (from == choices_.end())
+      throw Error("bucket " + bucket + " inherits from " + in->second.from + ", not searched before it");
     chosen = from->second;
-    for (size_t k = 0; k < kp_.kernels.size(); ++k) (*searched)[k] = LoopsSpan(kp_.kernels[k], in->second.span_symbol);
+    for (size_t k = 0; k < kp_.kernels.size(); ++k)
+      (*searched)[k] = LoopsSpan(kp_.kernels[k], in->second.span_symbol);
     return true;
   };
   if (opts.budget_seconds <= 0) {
@@ -296,12 +298,17 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
         double whole = (double)StorageBytes(kp_.buffers[buf].dtype, n);
         bytes += std::min(whole, execs * std::max(1.0, whole / std::max<int64_t>(n, 1)));
       }
-      double floor_s = std::max(flops / (peaks.fp32_gflops * 1e9 + 1), bytes / (peaks.read_gbps * 1e9 + 1));
+      // A GEMM's products may run on any instruction this CPU has for its weight type (bf16 on AMX
+      // tiles, int8 dot products for quantized weights); everything else on f32 FMAs.
+      const DType peak_type = kn.gemm ? kp_.buffers[kn.gemm->w_buffer].dtype : DType::F32;
+      const double peak = peaks.GemmPeak(peak_type);
+      double floor_s = std::max(flops / (peak * 1e9 + 1), bytes / (peaks.read_gbps * 1e9 + 1));
       r["flops"] = flops;
       r["bytes"] = bytes;
       r["floor_us"] = floor_s * 1e6;
       floors_us[k] = floor_s * 1e6;
-      r["peak_gflops"] = peaks.fp32_gflops;
+      r["peak_gflops"] = peak;
+      r["peak_basis"] = peaks.GemmPeakBasis(peak_type);
       r["read_gbps"] = peaks.read_gbps;
 
       if (db.contains(key)) {  // decided before on this machine: no search
@@ -356,6 +363,8 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
           add("template-" + std::string(RoundedActivationName(wt)), true, false,
               TemplateForm::RoundedActivation);
         if (st.m >= 6 && PanelGemmSupported(wt)) add("template-panels", true, false, TemplateForm::Panels);
+        if (st.m >= 6 && AmxGemmSupported(wt, kn.gemm->k))
+          add("template-amx", true, false, TemplateForm::Amx);
       }
       add("generated", false, false, TemplateForm::Rows);
       if (fns_ro_[k]) add("generated-reduce-outer", false, true, TemplateForm::Rows);
@@ -384,9 +393,10 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
       std::vector<size_t> passed;
       for (size_t ci = 0; ci < cands.size(); ++ci) {
         const Cand& c = cands[ci];
-        // Int8 dot products round the activations, in either form (rows, or panels of quantized weights).
-        const bool rounds =
-            c.form == TemplateForm::RoundedActivation || (c.form == TemplateForm::Panels && IsQuantized(wt));
+        // Int8 dot products round the activations, in every form (rows, panels of quantized weights, AMX
+        // tiles), as do bf16 dot products (rows, AMX tiles).
+        const bool rounds = c.form == TemplateForm::RoundedActivation || c.form == TemplateForm::Amx ||
+                            (c.form == TemplateForm::Panels && IsQuantized(wt));
         select(c);
         run_once(c);
         double max_err = 0, max_bound = 0;
@@ -524,15 +534,17 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
   }
   for (const std::string& key : unsaved) db.erase(key);
   // Repacked weights that no chosen form reads were made for candidates only: free them.
-  std::set<int> int8_used, panels_used;
+  std::set<int> int8_used, panels_used, amx_used;
   for (const auto& [bucket, cs] : choices_)
     for (size_t k = 0; k < cs.size() && k < kp_.kernels.size(); ++k) {
       if (!kp_.kernels[k].gemm || !cs[k].use_template) continue;
       if (cs[k].form == TemplateForm::RoundedActivation) int8_used.insert(kp_.kernels[k].gemm->w_buffer);
       if (cs[k].form == TemplateForm::Panels) panels_used.insert(kp_.kernels[k].gemm->w_buffer);
+      if (cs[k].form == TemplateForm::Amx) amx_used.insert(kp_.kernels[k].gemm->w_buffer);
     }
   std::erase_if(int8_packed_, [&](const auto& e) { return !int8_used.count(e.first); });
   std::erase_if(panel_packed_, [&](const auto& e) { return !panels_used.count(e.first); });
+  std::erase_if(amx_packed_, [&](const auto& e) { return !amx_used.count(e.first); });
   ResetState();  // tuning ran kernels on random data
   if (db_changed && !opts.db_path.empty()) {
     std::filesystem::create_directories(std::filesystem::path(opts.db_path).parent_path());

@@ -1,4 +1,4 @@
-// Measures this machine's ceilings (read bandwidth, FP32 FMA rate) for roofline figures in receipts.
+// Measures this machine's ceilings (read bandwidth, multiply-add rates) for roofline figures in receipts.
 #include "backends/cpu/machine_probe.h"
 
 // GCC 12 warns inside its own AVX-512 reduction intrinsics (_mm512_reduce_add_ps): false positives.
@@ -11,10 +11,12 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <vector>
 
+#include "backends/cpu/gemm_amx.h"
 #include "backends/cpu/thread_pool.h"
 
 namespace prism {
@@ -63,22 +65,32 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-__attribute__((target("avx512f"))) double FmaLoop(int64_t iters) {
-  // 12 independent accumulators hide the FMA latency. Fully unrolled, or they live on the stack and
-  // each FMA waits on a store and a load (that measured a sixth of the peak); each starts from its own
-  // value, or the compiler merges them into one chain.
-  __m512 acc[12];
-#pragma GCC unroll 12
-  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(1.0f + 0.01f * (float)i);
-  const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
-  for (int64_t i = 0; i < iters; ++i)
-#pragma GCC unroll 12
-    for (auto& a : acc) a = _mm512_fmadd_ps(a, x, y);
-  __m512 s = acc[0];
-#pragma GCC unroll 12
-  for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, acc[i]);
-  return _mm512_reduce_add_ps(s);
-}
+// 12 independent accumulators hide each instruction's latency. Fully unrolled, or they live on the
+// stack and each waits on a store and a load (that measured a sixth of the FMA peak); each starts
+// from its own value, or the compiler merges them into one chain. Returns operations done.
+#define PRISM_PEAK_LOOP(NAME, TARGET, VEC, INIT, STEP, OPS)                                       \
+  __attribute__((target(TARGET))) double NAME(int64_t iters) {                                    \
+    VEC acc[12];                                                                                  \
+    _Pragma("GCC unroll 12") for (int i = 0; i < 12; ++i) acc[i] = INIT;                          \
+    for (int64_t it = 0; it < iters; ++it) _Pragma("GCC unroll 12") for (auto& a : acc) a = STEP; \
+    alignas(64) VEC sink[12];                                                                     \
+    _Pragma("GCC unroll 12") for (int i = 0; i < 12; ++i) sink[i] = acc[i];                       \
+    asm volatile("" : : "r"(sink) : "memory");                                                    \
+    return (double)iters * 12 * (OPS);                                                            \
+  }
+
+PRISM_PEAK_LOOP(FmaLoop, "avx512f", __m512, _mm512_set1_ps(1.0f + 0.01f * (float)i),
+                _mm512_fmadd_ps(a, _mm512_set1_ps(0.999999f), _mm512_set1_ps(1e-7f)), 16 * 2)
+PRISM_PEAK_LOOP(Fma256Loop, "avx2,fma", __m256, _mm256_set1_ps(1.0f + 0.01f * (float)i),
+                _mm256_fmadd_ps(a, _mm256_set1_ps(0.999999f), _mm256_set1_ps(1e-7f)), 8 * 2)
+PRISM_PEAK_LOOP(Fp16Loop, "avx512f,avx512fp16", __m512h, _mm512_set1_ph((_Float16)(1.0f + 0.01f * (float)i)),
+                _mm512_fmadd_ph(a, _mm512_set1_ph((_Float16)0.999f), _mm512_set1_ph((_Float16)1e-4f)), 32 * 2)
+PRISM_PEAK_LOOP(Bf16DotLoop, "avx512f,avx512bf16", __m512, _mm512_set1_ps(0.01f * (float)i),
+                _mm512_dpbf16_ps(a, (__m512bh)_mm512_set1_epi16(0x3c00), (__m512bh)_mm512_set1_epi16(0x3c00)),
+                32 * 2)
+PRISM_PEAK_LOOP(VnniLoop, "avx512f,avx512vnni", __m512i, _mm512_set1_epi32(i),
+                _mm512_dpbusd_epi32(a, _mm512_set1_epi8(1), _mm512_set1_epi8(1)), 64 * 2)
+#undef PRISM_PEAK_LOOP
 
 __attribute__((target("avx512f"))) double SumRange(const float* p, int64_t n) {
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
@@ -102,30 +114,84 @@ MachinePeaks Measure(int threads) {
   std::vector<double> sink(threads);
   double best_bw = 0;
   // Best of several: noise (a neighbour on the host, a frequency change) only ever lowers a reading.
-  for (int rep = 0; rep < 6; ++rep) {
+  for (int rep = 0; rep < 10; ++rep) {
     auto t0 = Clock::now();
     pool.ParallelFor(threads,
                      [&](int t) { sink[t] += SumRange(data.data() + n * t / threads, n / threads); });
     double s = std::chrono::duration<double>(Clock::now() - t0).count();
     best_bw = std::max(best_bw, n * 4.0 / s / 1e9);
   }
-  // Best of several runs after a warm-up one: a single slow run (the vector units waking, a
-  // neighbour on the host) once gave a third of the peak, and every floor of that search with it.
-  const int64_t iters = 4'000'000;
-  double best_fl = 0;
-  pool.ParallelFor(threads, [&](int t) { sink[t] += FmaLoop(iters); });
-  for (int rep = 0; rep < 10; ++rep) {
-    auto t0 = Clock::now();
-    pool.ParallelFor(threads, [&](int t) { sink[t] += FmaLoop(iters); });
-    double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    best_fl = std::max(best_fl, threads * iters * 12.0 * 16 * 2 / s / 1e9);
-  }
+  // Each rate: best of several runs after a warm-up one (a single slow run, the vector units waking or
+  // a neighbour on the host, once gave a third of the peak, and every floor of that search with it).
+  auto rate = [&](const std::function<double(int64_t)>& loop, int64_t iters) {
+    std::vector<double> ops(threads);
+    double best = 0;
+    for (int rep = 0; rep <= 10; ++rep) {
+      auto t0 = Clock::now();
+      pool.ParallelFor(threads, [&](int t) { ops[t] = loop(iters); });
+      double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (rep > 0) best = std::max(best, ops[0] * threads / s / 1e9);
+    }
+    return best;
+  };
+  auto peak = [&](PeakLoop loop, int64_t iters) {
+    return PeakLoopSupported(loop) ? rate([loop](int64_t i) { return RunPeakLoop(loop, i); }, iters) : 0.0;
+  };
+  m.fp32_gflops = peak(PeakLoop::Fp32Fma, 2'000'000);
+  m.fp16_gflops = peak(PeakLoop::Fp16Fma, 1'000'000);
+  m.bf16_dot_gflops = peak(PeakLoop::Bf16Dot, 1'000'000);
+  m.int8_vnni_gops = peak(PeakLoop::Int8Vnni, 1'000'000);
+  m.amx_bf16_gflops = peak(PeakLoop::AmxBf16, 20'000);
+  m.amx_int8_gops = peak(PeakLoop::AmxInt8, 20'000);
   m.read_gbps = best_bw;
-  m.fp32_gflops = best_fl;
   return m;
 }
 
 }  // namespace
+
+bool PeakLoopSupported(PeakLoop loop) {
+  switch (loop) {
+    case PeakLoop::Fp32Fma: return __builtin_cpu_supports("avx512f");
+    case PeakLoop::Fp32Fma256: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case PeakLoop::Fp16Fma: return __builtin_cpu_supports("avx512fp16");
+    case PeakLoop::Bf16Dot: return __builtin_cpu_supports("avx512bf16");
+    case PeakLoop::Int8Vnni: return __builtin_cpu_supports("avx512vnni");
+    default: return AmxUsable();
+  }
+}
+
+double RunPeakLoop(PeakLoop loop, int64_t iters) {
+  if (!PeakLoopSupported(loop)) return 0;
+  switch (loop) {
+    case PeakLoop::Fp32Fma: return FmaLoop(iters);
+    case PeakLoop::Fp32Fma256: return Fma256Loop(iters);
+    case PeakLoop::Fp16Fma: return Fp16Loop(iters);
+    case PeakLoop::Bf16Dot: return Bf16DotLoop(iters);
+    case PeakLoop::Int8Vnni: return VnniLoop(iters);
+    case PeakLoop::AmxBf16: return AmxPeakLoop(false, iters);
+    default: return AmxPeakLoop(true, iters);
+  }
+}
+
+double MachinePeaks::GemmPeak(DType wt) const {
+  switch (wt) {
+    case DType::F16: return std::max(fp32_gflops, fp16_gflops);
+    case DType::BF16: return std::max({fp32_gflops, bf16_dot_gflops, amx_bf16_gflops});
+    case DType::Q8_0:
+    case DType::Q4_0: return std::max({fp32_gflops, int8_vnni_gops, amx_int8_gops});
+    default: return fp32_gflops;
+  }
+}
+
+const char* MachinePeaks::GemmPeakBasis(DType wt) const {
+  const double peak = GemmPeak(wt);
+  if (peak == amx_bf16_gflops) return "amx_bf16";
+  if (peak == amx_int8_gops) return "amx_int8";
+  if (peak == int8_vnni_gops) return "int8_vnni";
+  if (peak == bf16_dot_gflops) return "bf16_dot";
+  if (peak == fp16_gflops) return "fp16_fma";
+  return "fp32_fma";
+}
 
 const MachinePeaks& ProbeMachine(int threads) {
   static std::mutex mu;

@@ -1,8 +1,12 @@
-// Measures this machine's ceilings (read bandwidth, FP32 FMA rate) for roofline figures in receipts.
+// Measures this machine's ceilings (read bandwidth, peak rate of each kind of multiply-add) for
+// roofline figures in receipts.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
+
+#include "ir/dtype.h"
 
 namespace prism {
 
@@ -10,10 +14,25 @@ struct MachinePeaks {
   std::string cpu;
   int threads = 1;
   double read_gbps = 0;    // streaming read bandwidth, GB/s
-  double fp32_gflops = 0;  // fused multiply-add rate, GFLOP/s
+  double fp32_gflops = 0;  // AVX-512 fused multiply-add rate, GFLOP/s
+  // Rates of the other multiply-add instructions where the CPU has them (0 where not): AVX512_FP16
+  // FMA, AVX512_BF16 dot products, AVX512-VNNI int8 dot products, AMX bf16 and int8 tile products.
+  double fp16_gflops = 0, bf16_dot_gflops = 0, int8_vnni_gops = 0, amx_bf16_gflops = 0, amx_int8_gops = 0;
+
+  // The fastest rate at which this CPU can multiply an activation by weights of this type (for a
+  // GEMM's roofline floor), and the instruction it comes from.
+  double GemmPeak(DType wt) const;
+  const char* GemmPeakBasis(DType wt) const;
 };
 
-// Runs the probe (about half a second) once per process and thread count.
+// The probe's register-only loops, one per multiply-add instruction: `iters` rounds over independent
+// accumulators (enough to cover latency x issue ports); each returns the operations it did (2 per
+// multiply-add), or 0 where this CPU lacks the instruction (AMX: or the kernel withholds it).
+enum class PeakLoop { Fp32Fma, Fp32Fma256, Fp16Fma, Bf16Dot, Int8Vnni, AmxBf16, AmxInt8 };
+bool PeakLoopSupported(PeakLoop loop);
+double RunPeakLoop(PeakLoop loop, int64_t iters);
+
+// Runs the probe (about a second) once per process and thread count.
 const MachinePeaks& ProbeMachine(int threads);
 std::string CpuModelName();
 
