@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what bench/run.py compares Prism against; safe to run again (it skips what is there).
-#   - llama-cpp-python, built from source for THIS CPU (GGML_NATIVE=ON: AVX-512, VNNI, BF16 as
-#     present). It compiles llama.cpp with CMake: ~30 minutes on 2 busy cores. Set
+#   - llama-cpp-python, built from source for THIS CPU (AVX-512, VNNI, BF16 as present; AMX left
+#     out, see ggml_cpu_args). It compiles llama.cpp with CMake: ~30 minutes on 2 busy cores. Set
 #     BENCH_LLAMACPP_FORCE=1 to rebuild (e.g. after moving to a different CPU).
 #   - torch, transformers, numpy, safetensors, gguf (PyTorch eager baseline, model writers).
 # It also builds Prism and the roofline probe (build/prism, build/prism_roofline_probe).
@@ -15,10 +15,29 @@ if ! $PY -c "import numpy, safetensors, gguf, torch, transformers" 2>/dev/null; 
   pip_install numpy safetensors gguf torch transformers
 fi
 
+# How ggml is built for this CPU. GGML_NATIVE=ON compiles it with -march=native. On a CPU with AMX,
+# -march=native also compiles ggml's AMX int8 matmul, and that one dies here (llama-cpp-python 0.3.36:
+# SIGSEGV at ldtilecfg in ggml_backend_amx_mul_mat on the first Q8_0/Q4_0 batch of more than one
+# token), so there the CPU's other instruction sets are named one by one and AMX is left out; the
+# repacked (REPACK) and VNNI paths stay.
+ggml_cpu_args() {
+  if ! grep -qw amx_int8 /proc/cpuinfo; then
+    echo "-DGGML_NATIVE=ON"
+    return
+  fi
+  local args="-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF" flag opt
+  for pair in avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 avx_vnni:AVX_VNNI avx512f:AVX512 \
+              avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
+    flag=${pair%%:*} opt=${pair##*:}
+    if grep -qw "$flag" /proc/cpuinfo; then args="$args -DGGML_$opt=ON"; else args="$args -DGGML_$opt=OFF"; fi
+  done
+  echo "$args"
+}
+
 if [ "${BENCH_LLAMACPP_FORCE:-0}" = "1" ] || ! $PY -m pip show -q llama-cpp-python >/dev/null 2>&1; then
   echo "setup: building llama-cpp-python from source for this CPU (~30 minutes on 2 busy cores)"
-  # GGML_NATIVE=ON compiles ggml with -march=native; no multimodal (mtmd) library, no curl.
-  CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF -DLLAMA_CURL=OFF ${BENCH_LLAMACPP_CMAKE_ARGS:-}" \
+  # No multimodal (mtmd) library, no curl.
+  CMAKE_ARGS="$(ggml_cpu_args) -DLLAVA_BUILD=OFF -DLLAMA_CURL=OFF ${BENCH_LLAMACPP_CMAKE_ARGS:-}" \
   CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
     pip_install --no-cache-dir --force-reinstall --no-deps --no-binary llama-cpp-python llama-cpp-python
 fi

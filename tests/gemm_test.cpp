@@ -222,10 +222,10 @@ TEST(Gemm, PanelsMatchExactProductsOverOddShapesAndSplits) {
 
 TEST(Gemm, AmxAgreesWithTheRoundedFormsOverOddShapes) {
   if (!AmxGemmSupported(DType::BF16, 32)) GTEST_SKIP() << "this CPU (or kernel) gives no AMX";
-  for (DType wt : {DType::BF16, DType::Q8_0, DType::Q4_0})
+  for (DType wt : {DType::BF16, DType::Q8_0, DType::Q4_0, DType::F32, DType::F16})
     for (int64_t k : {32, 33, 600, 1056})  // 600, 1056: several cache blocks of K, the last partial
       for (int64_t m : {1, 17, 75}) {
-        if (wt != DType::BF16 && k % 32 != 0) continue;
+        if (IsQuantized(wt) && k % 32 != 0) continue;
         const int64_t n = 300, split = 64;  // two ranges, as two threads split them; 300 crosses a 256 block
         auto a = testing::RandomFloats(m * k, 21), wf = testing::RandomFloats(n * k, 22);
         a[k / 2] = -7.0f;  // an outlier
@@ -234,12 +234,15 @@ TEST(Gemm, AmxAgreesWithTheRoundedFormsOverOddShapes) {
         std::vector<float> y(m * n, NAN), other(m * n, NAN);
         GemmAmx(a.data(), m, packed, y.data(), n, 0, split);
         GemmAmx(a.data(), m, packed, y.data(), n, split, n);
-        // The form that rounds the activation the same way, one row of products at a time.
+        // The form that rounds the activation the same way, one row of products at a time (f32/f16:
+        // the exact rows form).
         if (wt == DType::BF16) {
           GemmRowsBf16Dot(a.data(), m, k, static_cast<const uint16_t*>(w.data), other.data(), n, 0, n);
-        } else {
+        } else if (IsQuantized(wt)) {
           Int8PackedWeight rows_form = PackForInt8Dot(w.data, wt, n, k);
           GemmRowsInt8(a.data(), m, rows_form, other.data(), n, 0, n);
+        } else {
+          GemmRows(a.data(), m, k, w.data, wt, other.data(), n, 0, n);
         }
         for (int64_t i = 0; i < m; ++i)
           for (int64_t j = 0; j < n; ++j) {
@@ -249,32 +252,50 @@ TEST(Gemm, AmxAgreesWithTheRoundedFormsOverOddShapes) {
               exact += p;
               magnitude += std::fabs(p);
             }
-            const double got = y[i * n + j];
-            const double bound =
-                wt == DType::BF16
-                    ? Bf16DotErrorBound(a.data() + i * k, static_cast<const uint16_t*>(w.data), k, j)
-                    : Int8DotErrorBound(a.data() + i * k, w.data, wt, k, j);
-            ASSERT_FALSE(std::isnan(got))
-                << DTypeName(wt) << " k=" << k << " m=" << m << " at " << i << "," << j;
-            ASSERT_NEAR(got, other[i * n + j], 1e-5 * magnitude + 1e-6)
-                << DTypeName(wt) << " k=" << k << " m=" << m << " at " << i << "," << j;
-            ASSERT_NEAR(got, exact, bound * 1.01 + 1e-6)
-                << DTypeName(wt) << " k=" << k << " m=" << m << " at " << i << "," << j;
+            const double got = y[i * n + j], bound = AmxErrorBound(a.data() + i * k, w.data, wt, k, j);
+            const std::string at = std::string(DTypeName(wt)) + " k=" + std::to_string(k) +
+                                   " m=" + std::to_string(m) + " at " + std::to_string(i) + "," +
+                                   std::to_string(j);
+            ASSERT_FALSE(std::isnan(got)) << at;
+            ASSERT_NEAR(got, exact, bound * 1.01 + 1e-6) << at;
+            ASSERT_NEAR(got, other[i * n + j],
+                        IsFloat(wt) && wt != DType::BF16 ? bound * 1.01 + 1e-6 : 1e-5 * magnitude + 1e-6)
+                << at;
           }
       }
+  // The split form keeps infinities and NaN where exact products would have them.
+  for (DType wt : {DType::F32, DType::F16}) {
+    const int64_t n = 32, k = 64;
+    auto a = testing::RandomFloats(2 * k, 31), wf = testing::RandomFloats(n * k, 32);
+    a[5] = INFINITY;
+    a[k + 9] = NAN;
+    wf[3 * k + 5] = 0.0f;  // inf x 0: NaN, as the reference has it
+    const HostTensor w = HostTensor::FromFloats({n, k}, wf, wt);
+    AmxPackedWeight packed = PackForAmx(w.data, wt, n, k);
+    std::vector<float> y(2 * n, 0.0f);
+    GemmAmx(a.data(), 2, packed, y.data(), n, 0, n);
+    for (int64_t j = 0; j < n; ++j) {
+      const double wj = LoadAsDouble(w.data, wt, j * k + 5);
+      if (wj == 0)
+        EXPECT_TRUE(std::isnan(y[j])) << DTypeName(wt) << " column " << j;
+      else
+        EXPECT_EQ(y[j], wj > 0 ? INFINITY : -INFINITY) << DTypeName(wt) << " column " << j;
+      EXPECT_TRUE(std::isnan(y[n + j])) << DTypeName(wt) << " column " << j;
+    }
+  }
   const HostTensor w = HostTensor::FromFloats({64, 32}, testing::RandomFloats(64 * 32, 3), DType::BF16);
   AmxPackedWeight p = PackForAmx(w.data, DType::BF16, 64, 32);
   std::vector<float> a(32, 1.0f), y(64);
   EXPECT_THROW(GemmAmx(a.data(), 1, p, y.data(), 64, 16, 64), Error)
       << "a split inside a block of 32 columns";
-  EXPECT_THROW(PackForAmx(w.data, DType::F32, 64, 32), Error) << "f32 weights have no AMX form";
+  EXPECT_THROW(PackForAmx(w.data, DType::I32, 64, 32), Error) << "integer weights have no AMX form";
 }
 
 // The search offers the AMX form for prompts, checks it against the reference within its rounding
 // bound, and the program runs it once chosen.
 TEST(Gemm, SearchOffersAmxForPromptsAndTheChoiceRuns) {
   if (!AmxGemmSupported(DType::BF16, 32)) GTEST_SKIP() << "this CPU (or kernel) gives no AMX";
-  for (DType wt : {DType::BF16, DType::Q4_0}) {
+  for (DType wt : {DType::BF16, DType::Q4_0, DType::F32}) {
     Graph g;
     Tensor x{&g, g.Input("x", DType::F32, {Expr::Sym("seq"), Expr(256)})};
     Tensor w{&g, g.Weight("w", wt, {Expr(96), Expr(256)})};
@@ -317,7 +338,8 @@ TEST(Gemm, SearchOffersAmxForPromptsAndTheChoiceRuns) {
                   RoundedActivationErrorBound(a + i * 256, weights.at("w").data, wt, 256, j) * 1.01 + 1e-4)
             << DTypeName(wt) << " at " << i << "," << j;
       }
-    EXPECT_GT(max_err, 1e-5) << DTypeName(wt) << ": exact results, so the AMX form did not run";
+    if (wt != DType::F32)
+      EXPECT_GT(max_err, 1e-5) << DTypeName(wt) << ": exact results, so the AMX form did not run";
   }
 }
 

@@ -394,7 +394,7 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
       for (size_t ci = 0; ci < cands.size(); ++ci) {
         const Cand& c = cands[ci];
         // Int8 dot products round the activations, in every form (rows, panels of quantized weights, AMX
-        // tiles), as do bf16 dot products (rows, AMX tiles).
+        // tiles), as do bf16 dot products (rows, AMX tiles; split in two parts on f32/f16 weights).
         const bool rounds = c.form == TemplateForm::RoundedActivation || c.form == TemplateForm::Amx ||
                             (c.form == TemplateForm::Panels && IsQuantized(wt));
         select(c);
@@ -410,7 +410,10 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
             if (rounds) {
               const GemmTemplate& gm = *kn.gemm;
               const float* a_row = static_cast<const float*>(ptrs[gm.a_buffer]) + e.out_index / gm.n * gm.k;
-              bound = RoundedActivationErrorBound(a_row, ptrs[gm.w_buffer], wt, gm.k, e.out_index % gm.n);
+              bound =
+                  c.form == TemplateForm::Amx
+                      ? AmxErrorBound(a_row, ptrs[gm.w_buffer], wt, gm.k, e.out_index % gm.n)
+                      : RoundedActivationErrorBound(a_row, ptrs[gm.w_buffer], wt, gm.k, e.out_index % gm.n);
               max_bound = std::max(max_bound, bound / scale);
             }
             double err = std::fabs(got - want);

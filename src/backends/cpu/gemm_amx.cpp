@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -21,9 +22,9 @@
 namespace prism {
 namespace {
 
-#define PRISM_AMX \
-  __attribute__(( \
-      target("amx-tile,amx-bf16,amx-int8,avx512f,avx512bw,avx512vl,avx512vnni,avx512bf16,f16c,fma")))
+#define PRISM_AMX        \
+  __attribute__((target( \
+      "amx-tile,amx-bf16,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16,f16c,fma")))
 
 constexpr int64_t kTileRows = 16;                    // rows of every tile; columns of a C tile
 constexpr int64_t kChunk = 32;                       // K values a tile step covers (one Q8_0 block)
@@ -45,7 +46,8 @@ bool AmxUsable() {
   static const bool ok = [] {
     if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16") ||
         !__builtin_cpu_supports("amx-int8") || !__builtin_cpu_supports("avx512bf16") ||
-        !__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bw"))
+        !__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bw") ||
+        !__builtin_cpu_supports("avx512dq"))
       return false;
     // Linux hands out the 8 KiB tile state only to processes that ask (arch_prctl ARCH_REQ_XCOMP_PERM
     // for XFEATURE_XTILEDATA); without it the first tile instruction raises SIGILL.
@@ -80,21 +82,41 @@ PRISM_AMX void ConfigureTiles(int a_bytes, int b_rows) {
 // rows of one chunk's bytes (64 for bf16, 32 for int8), tiles after one another along K, so that
 // every tile stream (activations and weights alike) is sequential and a tile load needs no stride.
 
+PRISM_AMX inline __m512 Widen(__m256i bf16) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bf16), 16));
+}
+
 // Rows [0, m) of A rounded to bf16 (nearest even, as GemmRowsBf16Dot rounds) into A tiles, zero past
-// row m up to `rows`.
-PRISM_AMX void RoundActivation(const float* a, int64_t m, int64_t k, int64_t rows, int64_t chunks,
+// row m up to `rows`. Split (parts = 2): each chunk's hi tile is followed by a lo tile of what rounding
+// left out, itself rounded. A value that is not finite goes into lo whole, with hi 0: lo multiplies
+// only the weights' hi parts, so inf x w stays inf where hi x w_lo would make inf x 0 = NaN.
+PRISM_AMX void RoundActivation(const float* a, int64_t m, int64_t k, int64_t rows, int64_t chunks, int parts,
                                uint16_t* out) {
-  std::memset(out + m / kTileRows * chunks * (kBf16TileBytes / 2), 0,
-              (size_t)((rows - m / kTileRows * kTileRows) * chunks * kChunk * 2));
+  constexpr int64_t kTileValues = kBf16TileBytes / 2;
+  std::memset(out + m / kTileRows * chunks * parts * kTileValues, 0,
+              (size_t)((rows - m / kTileRows * kTileRows) * chunks * parts * kChunk * 2));
+  constexpr int kNotFinite = 0x01 | 0x08 | 0x10 | 0x80;  // fpclass: quiet NaN, +inf, -inf, signalling NaN
   for (int64_t i = 0; i < m; ++i)
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t kk = c * kChunk, left = k - kk;
       __mmask16 m0 = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
       __mmask16 m1 = left >= 32 ? (__mmask16)0xffff : left > 16 ? (__mmask16)((1u << (left - 16)) - 1) : 0;
-      __m512 lo = _mm512_maskz_loadu_ps(m0, a + i * k + kk),
-             hi = _mm512_maskz_loadu_ps(m1, a + i * k + kk + 16);
-      uint16_t* dst = out + ((i / kTileRows * chunks + c) * kTileRows + i % kTileRows) * kChunk;
-      _mm512_storeu_si512(dst, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+      __m512 x0 = _mm512_maskz_loadu_ps(m0, a + i * k + kk),
+             x1 = _mm512_maskz_loadu_ps(m1, a + i * k + kk + 16);
+      uint16_t* dst = out + (((i / kTileRows * chunks + c) * parts) * kTileRows + i % kTileRows) * kChunk;
+      if (parts == 1) {
+        _mm512_storeu_si512(dst, (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
+        continue;
+      }
+      const __m512i hi = (__m512i)_mm512_cvtne2ps_pbh(x1, x0);
+      const __m512 h0 = Widen(_mm512_castsi512_si256(hi)), h1 = Widen(_mm512_extracti64x4_epi64(hi, 1));
+      const __mmask16 odd0 = _mm512_fpclass_ps_mask(h0, kNotFinite),
+                      odd1 = _mm512_fpclass_ps_mask(h1, kNotFinite);
+      const __m512 l0 = _mm512_mask_mov_ps(_mm512_sub_ps(x0, h0), odd0, x0);
+      const __m512 l1 = _mm512_mask_mov_ps(_mm512_sub_ps(x1, h1), odd1, x1);
+      _mm512_storeu_si512(
+          dst, (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_mov_ps(~odd1, h1), _mm512_maskz_mov_ps(~odd0, h0)));
+      _mm512_storeu_si512(dst + kTileValues, (__m512i)_mm512_cvtne2ps_pbh(l1, l0));
     }
 }
 
@@ -139,6 +161,58 @@ PRISM_AMX void BlockBf16(const uint8_t* a0, const uint8_t* a1, const uint8_t* b0
     _tile_loadd(5, a1 + at, 64);
     _tile_loadd(6, b0 + at, 64);
     _tile_loadd(7, b1 + at, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, c, c_stride);
+  _tile_stored(1, c + 16, c_stride);
+  _tile_stored(2, c + 16 * ldc, c_stride);
+  _tile_stored(3, c + 16 * ldc + 16, c_stride);
+}
+
+// The split form of BlockBf16: activations and weights as two bf16 parts each (hi + lo, chunk by
+// chunk: hi tile, then lo tile), C += a_lo w_hi + a_hi w_hi + a_hi w_lo. What is left out, a_lo w_lo
+// and the rounding of the lo parts, is within 3 x 2^-16 of each product: near f32 accuracy at a third
+// of the bf16 rate.
+PRISM_AMX void BlockSplit(const uint8_t* a0, const uint8_t* a1, const uint8_t* b0, const uint8_t* b1,
+                          int64_t chunks, float* c, int64_t ldc, bool first) {
+  const int64_t c_stride = ldc * 4;
+  if (first) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  } else {
+    _tile_loadd(0, c, c_stride);
+    _tile_loadd(1, c + 16, c_stride);
+    _tile_loadd(2, c + 16 * ldc, c_stride);
+    _tile_loadd(3, c + 16 * ldc + 16, c_stride);
+  }
+  constexpr int64_t kStep = 2 * kBf16TileBytes;
+  for (int64_t i = 0; i < chunks; ++i) {
+    const int64_t at = i * kStep;
+    for (int l = 0; l < 32; ++l) {
+      _mm_prefetch(reinterpret_cast<const char*>(b0 + at + kStep + l * 64), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(b1 + at + kStep + l * 64), _MM_HINT_T0);
+    }
+    _tile_loadd(4, a0 + at + kBf16TileBytes, 64);  // a_lo x w_hi
+    _tile_loadd(5, a1 + at + kBf16TileBytes, 64);
+    _tile_loadd(6, b0 + at, 64);
+    _tile_loadd(7, b1 + at, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+    _tile_loadd(4, a0 + at, 64);  // a_hi x w_hi
+    _tile_loadd(5, a1 + at, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+    _tile_loadd(6, b0 + at + kBf16TileBytes, 64);  // a_hi x w_lo
+    _tile_loadd(7, b1 + at + kBf16TileBytes, 64);
     _tile_dpbf16ps(0, 4, 6);
     _tile_dpbf16ps(1, 4, 7);
     _tile_dpbf16ps(2, 5, 6);
@@ -215,11 +289,23 @@ PRISM_AMX void BlockInt8(const uint8_t* a0, const uint8_t* a1, const float* da, 
     for (int j = 0; j < kAmxCols; j += 16) _mm512_storeu_ps(c + r * ldc + j, _mm512_load_ps(&acc[r][j]));
 }
 
-template <bool Int8>
+// Which products a GEMM's tiles take: bf16 pairs (bf16 weights), bf16 pairs of split values (f32 and
+// f16 weights), int8 quads (Q8_0, Q4_0).
+enum class Kind { Bf16, Split, Int8 };
+
+Kind KindOf(DType wt) {
+  return wt == DType::BF16 ? Kind::Bf16 : wt == DType::F32 || wt == DType::F16 ? Kind::Split : Kind::Int8;
+}
+
+template <Kind K>
 PRISM_AMX void Gemm(const uint8_t* act, const float* da, int64_t rows, const AmxPackedWeight& w, float* y,
                     int64_t m, int64_t n_total, int64_t n_begin, int64_t n_end) {
-  constexpr int64_t kStep = Int8 ? kInt8BlockBytes : kBf16TileBytes;      // a weight panel's bytes per chunk
-  constexpr int64_t kAStep = Int8 ? kTileRows * kChunk : kBf16TileBytes;  // an A tile's
+  constexpr bool Int8 = K == Kind::Int8;
+  // A weight panel's bytes per chunk, and an A tile row's.
+  constexpr int64_t kStep = Int8 ? kInt8BlockBytes : K == Kind::Split ? 2 * kBf16TileBytes : kBf16TileBytes;
+  constexpr int64_t kAStep = Int8               ? kTileRows * kChunk
+                             : K == Kind::Split ? 2 * kBf16TileBytes
+                                                : kBf16TileBytes;
   const int64_t panel_bytes = w.chunks * kStep, a_tile_row = w.chunks * kAStep;
   alignas(64) float edge[kBlockRows * kAmxCols];
   for (int64_t nb0 = n_begin; nb0 < n_end; nb0 += kNBlock) {
@@ -244,6 +330,8 @@ PRISM_AMX void Gemm(const uint8_t* act, const float* da, int64_t rows, const Amx
           if constexpr (Int8)
             BlockInt8(a0, a0 + a_tile_row, da + m0 * w.chunks + c0, w.chunks, b0, b0 + panel_bytes, chunks, c,
                       ldc, first);
+          else if constexpr (K == Kind::Split)
+            BlockSplit(a0, a0 + a_tile_row, b0, b0 + panel_bytes, chunks, c, ldc, first);
           else
             BlockBf16(a0, a0 + a_tile_row, b0, b0 + panel_bytes, chunks, c, ldc, first);
           if (!whole)
@@ -259,8 +347,17 @@ PRISM_AMX void Gemm(const uint8_t* act, const float* da, int64_t rows, const Amx
 
 bool AmxGemmSupported(DType wt, int64_t k) {
   if (k <= 0 || !AmxUsable()) return false;
-  if (wt == DType::BF16) return true;
+  if (wt == DType::BF16 || wt == DType::F32 || wt == DType::F16) return true;
   return (wt == DType::Q8_0 || wt == DType::Q4_0) && k % kQuantBlock == 0;
+}
+
+double AmxErrorBound(const float* a, const void* w, DType wt, int64_t k, int64_t n) {
+  if (wt == DType::BF16) return Bf16DotErrorBound(a, static_cast<const uint16_t*>(w), k, n);
+  if (wt == DType::Q8_0 || wt == DType::Q4_0) return Int8DotErrorBound(a, w, wt, k, n);
+  double s = 0;
+  for (int64_t kk = 0; kk < k; ++kk) s += std::fabs((double)a[kk] * LoadAsDouble(w, wt, n * k + kk));
+  // Split products (3 x 2^-16 of each, below 2^-14), then f32 accumulation of 3 terms per value.
+  return s * (std::ldexp(1.0, -14) + 3.0 * (double)k * std::ldexp(1.0, -24));
 }
 
 AmxPackedWeight PackForAmx(const void* w, DType wt, int64_t n, int64_t k) {
@@ -273,19 +370,32 @@ AmxPackedWeight PackForAmx(const void* w, DType wt, int64_t n, int64_t k) {
   p.k = k;
   p.chunks = (k + kChunk - 1) / kChunk;
   p.panels = (n + kAmxCols - 1) / kAmxCols * (kAmxCols / kTileRows);
-  const bool int8 = wt != DType::BF16;
-  const int64_t panel_bytes = p.chunks * (int8 ? kInt8BlockBytes : kBf16TileBytes);
+  const Kind kind = KindOf(wt);
+  const int parts = kind == Kind::Split ? 2 : 1;
+  const int64_t panel_bytes = p.chunks * (kind == Kind::Int8 ? kInt8BlockBytes : parts * kBf16TileBytes);
   p.bytes = (size_t)(p.panels * panel_bytes);
   p.data = AllocateWeightMemory(p.bytes, "amx: packed weights");  // zeroed: padding stays 0
   uint8_t* out = p.data.get();
   for (int64_t r = 0; r < n; ++r) {
     uint8_t* panel = out + r / kTileRows * panel_bytes;
     const int64_t j = r % kTileRows;
-    if (!int8) {  // tile row q holds K values 2q, 2q + 1 of each column
-      const uint16_t* row = static_cast<const uint16_t*>(w) + r * k;
+    if (kind != Kind::Int8) {  // tile row q holds K values 2q, 2q + 1 of each column
       uint16_t* dst = reinterpret_cast<uint16_t*>(panel);
-      for (int64_t kk = 0; kk < k; ++kk)
-        dst[kk / kChunk * (kBf16TileBytes / 2) + (kk % kChunk / 2) * 32 + j * 2 + kk % 2] = row[kk];
+      for (int64_t kk = 0; kk < k; ++kk) {
+        uint16_t* at =
+            dst + (kk / kChunk * parts) * (kBf16TileBytes / 2) + (kk % kChunk / 2) * 32 + j * 2 + kk % 2;
+        if (kind == Kind::Bf16) {
+          *at = static_cast<const uint16_t*>(w)[r * k + kk];
+          continue;
+        }
+        // Split: hi + lo (exact for f16 weights; f32 ones lose what lies below 16 bits). As for the
+        // activations, a weight that is not finite goes into lo whole.
+        const float v = (float)LoadAsDouble(w, wt, r * k + kk);
+        const uint16_t hi = FloatToBF16(v);
+        const bool finite = std::isfinite(BF16ToFloat(hi));
+        at[0] = finite ? hi : 0;
+        at[kBf16TileBytes / 2] = finite ? FloatToBF16(v - BF16ToFloat(hi)) : hi;
+      }
       continue;
     }
     for (int64_t b = 0; b < p.chunks; ++b) {  // tile row q holds K values 4q .. 4q + 3 of each column
@@ -320,17 +430,22 @@ PRISM_AMX void GemmAmx(const float* a, int64_t m, const AmxPackedWeight& w, floa
   // Every thread converts the activation itself: it is small next to the weights it meets.
   thread_local std::vector<uint8_t> act;
   thread_local std::vector<float> scales;
-  const bool int8 = w.type != DType::BF16;
-  act.resize((size_t)(rows * w.chunks * kChunk * (int8 ? 1 : 2)));
-  if (int8) {
+  const Kind kind = KindOf(w.type);
+  if (kind == Kind::Int8) {
+    act.resize((size_t)(rows * w.chunks * kChunk));
     scales.resize((size_t)(rows * w.chunks));
     QuantizeActivation(a, m, w.k, rows, reinterpret_cast<int8_t*>(act.data()), scales.data());
     ConfigureTiles(kChunk, kChunk / 4);
-    Gemm<true>(act.data(), scales.data(), rows, w, y, m, n_total, n_begin, n_end);
+    Gemm<Kind::Int8>(act.data(), scales.data(), rows, w, y, m, n_total, n_begin, n_end);
   } else {
-    RoundActivation(a, m, w.k, rows, w.chunks, reinterpret_cast<uint16_t*>(act.data()));
+    const int parts = kind == Kind::Split ? 2 : 1;
+    act.resize((size_t)(rows * w.chunks * kChunk * 2 * parts));
+    RoundActivation(a, m, w.k, rows, w.chunks, parts, reinterpret_cast<uint16_t*>(act.data()));
     ConfigureTiles(64, kTileRows);
-    Gemm<false>(act.data(), nullptr, rows, w, y, m, n_total, n_begin, n_end);
+    if (kind == Kind::Split)
+      Gemm<Kind::Split>(act.data(), nullptr, rows, w, y, m, n_total, n_begin, n_end);
+    else
+      Gemm<Kind::Bf16>(act.data(), nullptr, rows, w, y, m, n_total, n_begin, n_end);
   }
   _tile_release();  // the tile state is large: leave it unused between calls
 }
