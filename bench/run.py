@@ -225,15 +225,17 @@ def prefill_flops(st, n):
     return 2 * st["layer_params"] * n + attn + 2 * st["vocab"] * st["hidden"]
 
 
-# The probe ceilings that can compute with each weight dtype; a prefill's bound is the fastest
-# of them that this CPU has ("the dtype's best path"). bf16 lists fp32 FMA too: widening bf16 to
-# f32 is exact, and on some CPUs vdpbf16ps issues slower than two FMA ports; AMX tiles multiply bf16
-# pairs. Q8_0/Q4_0 dot products run on VNNI or AMX int8 (x s8 -> s32) after quantizing activations
-# to 8 bits, as llama.cpp does.
-CEILING = {"f32": ["fp32_fma", "fp32_fma256"], "f16": ["fp16_fma", "fp32_fma", "fp32_fma256"],
-           "bf16": ["amx_bf16", "bf16_dot", "fp32_fma", "fp32_fma256"],
-           "q8_0": ["amx_int8", "int8_vnni", "fp32_fma", "fp32_fma256"],
-           "q4_0": ["amx_int8", "int8_vnni", "fp32_fma", "fp32_fma256"]}
+# The probe ceilings that can compute with each weight dtype, each with the number of its operations
+# one multiply-add of the dtype takes; a prefill's bound is the fastest of them that this CPU has
+# ("the dtype's best path"). bf16 lists fp32 FMA too: widening bf16 to f32 is exact, and on some CPUs
+# vdpbf16ps issues slower than two FMA ports; AMX tiles multiply bf16 pairs, and f32/f16 values split
+# into two bf16 parts at three products each (near f32 accuracy). Q8_0/Q4_0 dot products run on VNNI
+# or AMX int8 after quantizing activations to 8 bits, as llama.cpp does.
+CEILING = {"f32": [("fp32_fma", 1), ("fp32_fma256", 1), ("amx_bf16", 3)],
+           "f16": [("fp16_fma", 1), ("fp32_fma", 1), ("fp32_fma256", 1), ("amx_bf16", 3)],
+           "bf16": [("amx_bf16", 1), ("bf16_dot", 1), ("fp32_fma", 1), ("fp32_fma256", 1)],
+           "q8_0": [("amx_int8", 1), ("int8_vnni", 1), ("fp32_fma", 1), ("fp32_fma256", 1)],
+           "q4_0": [("amx_int8", 1), ("int8_vnni", 1), ("fp32_fma", 1), ("fp32_fma256", 1)]}
 
 CACHE_RESIDENT_BYTES = 32 << 20  # weights this small live in cache: DRAM bandwidth bounds nothing
 
@@ -250,11 +252,11 @@ def roofline(st, dtype, test, threads, probe):
         return bw * 1e9 / st["bytes_per_token"], f"{st['bytes_per_token'] / 1e9:.2f} GB/token at {bw:.1f} GB/s"
     n = int(test[2:])
     best = None
-    for k in CEILING[dtype]:
+    for k, ops in CEILING[dtype]:
         c = probe.get("compute", {}).get(k, {})
         peak = c.get("per_second_1e9", {}).get(t)
-        if c.get("supported") and peak and (best is None or peak > best[1]):
-            best = (k, peak)
+        if c.get("supported") and peak and (best is None or peak / ops > best[1]):
+            best = (k if ops == 1 else f"{k}/{ops}", peak / ops)
     if best is None:
         return None, f"no peak measured at {t} threads"
     return best[1] * 1e9 / (prefill_flops(st, n) / n), f"{best[0]} {best[1]:.0f} G/s"

@@ -343,4 +343,62 @@ TEST(Gemm, SearchOffersAmxForPromptsAndTheChoiceRuns) {
   }
 }
 
+// A residual add and a SiLU-gated product run as the epilogues of the GEMMs that feed them, in every
+// template form and split, and give the interpreter's results; a product read twice keeps its buffer.
+TEST(Gemm, ResidualAndGatedProductRunAsTheTemplatesEpilogue) {
+  for (DType wt : {DType::F32, DType::BF16, DType::Q8_0}) {
+    Graph g;
+    const Expr m = Expr::Sym("m");
+    Tensor x{&g, g.Input("x", DType::F32, {m, Expr(64)})}, r{&g, g.Input("r", DType::F32, {m, Expr(96)})};
+    Tensor wo{&g, g.Weight("wo", wt, {Expr(96), Expr(64)})}, wg{&g, g.Weight("wg", wt, {Expr(96), Expr(64)})};
+    Tensor wu{&g, g.Weight("wu", wt, {Expr(96), Expr(64)})}, wv{&g, g.Weight("wv", wt, {Expr(96), Expr(64)})};
+    g.MarkOutput((r + Linear(x, wo)).id(), "residual");
+    g.MarkOutput((Silu(Linear(x, wg)) * Linear(x, wu)).id(), "gated");
+    Tensor v = Linear(x, wv);  // read twice: no epilogue
+    g.MarkOutput((v + v * v).id(), "twice");
+    KernelProgram kp = BuildKernelProgram(g, CompileOptions{}.fusion);
+    int epilogues = 0, gemms = 0;
+    for (const Kernel& k : kp.kernels) {
+      gemms += k.gemm.has_value();
+      epilogues += k.gemm && k.gemm->epilogue;
+    }
+    EXPECT_EQ(gemms, 4) << DTypeName(wt);
+    EXPECT_EQ(epilogues, 2) << DTypeName(wt) << ": the residual add and the gated product";
+    for (int threads : {1, 2}) {
+      // The same plan without epilogues: its GEMMs round exactly as the fused ones, so every form must
+      // give the same results through either plan; exact forms must also give the interpreter's.
+      CompileOptions fused, unfused;
+      fused.threads = unfused.threads = threads;
+      unfused.fusion.gemm_epilogues = false;
+      auto prog = Program::Compile(g, fused), plain = Program::Compile(g, unfused);
+      for (TemplateForm form :
+           {TemplateForm::Rows, TemplateForm::RoundedActivation, TemplateForm::Panels, TemplateForm::Amx}) {
+        for (Program* p : {prog.get(), plain.get()}) {
+          KernelChoices choices;
+          choices["all"].assign(p->kernels().kernels.size(),
+                                KernelChoice{true, threads > 1 ? 1 : 0, false, form});
+          p->SetChoices(choices);
+        }
+        const bool exact = form == TemplateForm::Rows || (wt == DType::F32 && form == TemplateForm::Panels);
+        const std::string what = std::string(DTypeName(wt)) + " form " + std::string(TemplateFormName(form)) +
+                                 " threads " + std::to_string(threads);
+        for (int64_t rows : {1, 37}) {
+          const SymbolBindings b{{"m", rows}};
+          Interpreter interp(g);
+          for (auto& [name, t] : testing::RandomTensors(g, Op::Weight, b, 40)) {
+            interp.BindWeight(name, t);
+            prog->BindWeight(name, t);
+            plain->BindWeight(name, t);
+          }
+          const auto in = testing::RandomTensors(g, Op::Input, b, 41);
+          const auto got = prog->Run(in, b);
+          testing::ExpectClose(plain->Run(in, b), got, 1e-5, 1e-5, what + " against the unfused plan");
+          if (exact)
+            testing::ExpectClose(interp.Run(in, b), got, 1e-4, 1e-4, what + " against the interpreter");
+        }
+      }
+    }
+  }
+}
+
 }  // namespace prism

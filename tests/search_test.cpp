@@ -61,14 +61,15 @@ TEST(Search, EveryCandidateIsCheckedAndTimedThenTheDatabaseIsReused) {
     EXPECT_TRUE(chosen_passed) << r.dump();
     EXPECT_GT(r["floor_us"].get<double>(), 0);
   }
-  EXPECT_GT(searched, 60);
+  EXPECT_GT(searched, 50);
   EXPECT_GT(multi, 40);
   // Each layer's copy of a kernel has the same canonical key: the first layer's search decides all.
   EXPECT_GT(shared, 100);
-  // The chosen schedules compute the same logits.
+  // The chosen schedules compute the same logits (AMX's split products, where chosen, are within 2^-14
+  // of each product).
   lm->Reset();
   std::vector<float> after = lm->Forward(ids);
-  for (size_t i = 0; i < before.size(); ++i) ASSERT_NEAR(before[i], after[i], 1e-4) << i;
+  for (size_t i = 0; i < before.size(); ++i) ASSERT_NEAR(before[i], after[i], 1e-3) << i;
   // A second load finds every decision in the database and searches nothing.
   EXPECT_EQ(search_receipts, 2);
   auto again = LanguageModel::Load(kStories, {"", 64, 2});

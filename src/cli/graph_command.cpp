@@ -36,7 +36,7 @@ Runner AddGraphCommand(CLI::App& app) {
     go.max_context = o->ctx;
     go.conv1d_transposed = mf.conv1d_transposed;
     Graph g = BuildCausalLM(cfg, mf.Lookup(), go);
-    FusionOptions fo;
+    FusionOptions fo = CompileOptions{}.fusion;  // the plan a CPU program gets
     fo.fuse = !o->no_fuse;
     KernelProgram kp = BuildKernelProgram(g, fo);
     if (o->nodes) std::fputs(g.ToText().c_str(), stdout);
@@ -47,8 +47,8 @@ Runner AddGraphCommand(CLI::App& app) {
       std::ofstream(o->dot) << g.ToDot();
       if (!std::ofstream(o->dot, std::ios::app)) throw Error(o->dot + ": cannot write the dot file");
     }
-    std::printf("%s: %lld layer(s), %d graph nodes -> %zu kernels (%s)\n", path.c_str(), (long long)cfg.num_layers,
-                g.size(), kp.kernels.size(), o->no_fuse ? "unfused" : "fused");
+    std::printf("%s: %lld layer(s), %d graph nodes -> %zu kernels (%s)\n", path.c_str(),
+                (long long)cfg.num_layers, g.size(), kp.kernels.size(), o->no_fuse ? "unfused" : "fused");
     if (o->compile) {
       CompileOptions co;
       co.fusion = fo;

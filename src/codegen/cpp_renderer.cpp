@@ -1,12 +1,11 @@
 // Renders a kernel program as one C++ translation unit, one extern "C" function per kernel.
 #include "codegen/cpp_renderer.h"
 
-#include "codegen/c_types.h"
-
 #include <cmath>
 #include <set>
 #include <sstream>
 
+#include "codegen/c_types.h"
 #include "ir/error.h"
 
 namespace prism {
@@ -86,8 +85,9 @@ class KernelRenderer {
     if (stmts.empty()) os << "#pragma omp simd\n";
     os << "    for (int64_t " << inner << " = lo; " << inner << " < hi; ++" << inner << ") {\n";
     os << stmts;
-    os << "      " << Store(p_.buffers[k.out_buffer].dtype, "b" + std::to_string(k.out_buffer),
-                             k.out_index.Render(SymFn()), value, k.value->dtype)
+    os << "      "
+       << Store(p_.buffers[k.out_buffer].dtype, "b" + std::to_string(k.out_buffer),
+                k.out_index.Render(SymFn()), value, k.value->dtype)
        << "\n";
     os << "    }\n  }\n}\n";
     return os.str();
@@ -112,25 +112,27 @@ class KernelRenderer {
     const std::string iv = k.vars.back();
     const bool is_sum = v.op == Op::SumReduce;
     os << "    float accv[" << k.extents.back().value() << "];\n";
-    os << "    for (int64_t " << iv << " = lo; " << iv << " < hi; ++" << iv << ") accv[" << iv << "] = "
-       << (is_sum ? "0.0f" : "(-PRISM_INF)") << ";\n";
+    os << "    for (int64_t " << iv << " = lo; " << iv << " < hi; ++" << iv << ") accv[" << iv
+       << "] = " << (is_sum ? "0.0f" : "(-PRISM_INF)") << ";\n";
     std::string ind = "    ";
     for (size_t r = 0; r < v.rvars.size(); ++r) {
-      os << ind << "for (int64_t " << v.rvars[r] << " = 0; " << v.rvars[r] << " < " << v.rextents[r].Render(SymFn())
-         << "; ++" << v.rvars[r] << ") {\n";
+      os << ind << "for (int64_t " << v.rvars[r] << " = 0; " << v.rvars[r] << " < "
+         << v.rextents[r].Render(SymFn()) << "; ++" << v.rvars[r] << ") {\n";
       ind += "  ";
     }
     os << "#pragma omp simd\n";
     os << ind << "for (int64_t " << iv << " = lo; " << iv << " < hi; ++" << iv << ") ";
-    if (is_sum) os << "accv[" << iv << "] += " << body << ";\n";
-    else os << "accv[" << iv << "] = prism_maxf(accv[" << iv << "], " << body << ");\n";
+    if (is_sum)
+      os << "accv[" << iv << "] += " << body << ";\n";
+    else
+      os << "accv[" << iv << "] = prism_maxf(accv[" << iv << "], " << body << ");\n";
     for (size_t r = v.rvars.size(); r-- > 0;) {
       ind.resize(ind.size() - 2);
       os << ind << "}\n";
     }
     os << "    for (int64_t " << iv << " = lo; " << iv << " < hi; ++" << iv << ") "
-       << Store(p_.buffers[k.out_buffer].dtype, "b" + std::to_string(k.out_buffer), k.out_index.Render(SymFn()),
-                "accv[" + iv + "]", v.dtype)
+       << Store(p_.buffers[k.out_buffer].dtype, "b" + std::to_string(k.out_buffer),
+                k.out_index.Render(SymFn()), "accv[" + iv + "]", v.dtype)
        << "\n  }\n}\n";
     return os.str();
   }
@@ -149,7 +151,8 @@ class KernelRenderer {
     os << "extern \"C\" void " << k.name << suffix
        << "(void* const* bufs, const int64_t* syms, int64_t begin, int64_t end) {\n";
     for (size_t s = 0; s < p_.symbols.size(); ++s)
-      os << "  const int64_t s_" << p_.symbols[s] << " = syms[" << s << "]; (void)s_" << p_.symbols[s] << ";\n";
+      os << "  const int64_t s_" << p_.symbols[s] << " = syms[" << s << "]; (void)s_" << p_.symbols[s]
+         << ";\n";
     std::set<int> used;
     CollectBuffers(k.value, &used);
     used.insert(k.out_buffer);
@@ -190,7 +193,8 @@ class KernelRenderer {
         for (const GatherBinding& gb : *gathers)
           if (gb.sym == name) {
             std::string dummy;
-            return "prism_clampi((int64_t)(" + Value(gb.value, &dummy, "") + "), " + gb.limit.Render(SymFn()) + ")";
+            return "prism_clampi((int64_t)(" + Value(gb.value, &dummy, "") + "), " +
+                   gb.limit.Render(SymFn()) + ")";
           }
       for (const std::string& s : p_.symbols)
         if (s == name) return "s_" + name;
@@ -206,12 +210,15 @@ class KernelRenderer {
       case DType::BF16: return "prism_bf2f(" + buf + "[" + idx + "])";
       case DType::Q8_0: return "prism_q8_0(" + buf + ", " + idx + ")";
       case DType::Q4_0: return "prism_q4_0(" + buf + ", " + idx + ")";
-      case DType::I8: case DType::U8: case DType::Bool: return "((int32_t)" + buf + "[" + idx + "])";
+      case DType::I8:
+      case DType::U8:
+      case DType::Bool: return "((int32_t)" + buf + "[" + idx + "])";
       default: return buf + "[" + idx + "]";
     }
   }
 
-  static std::string Store(DType t, const std::string& buf, const std::string& idx, const std::string& v, DType vt) {
+  static std::string Store(DType t, const std::string& buf, const std::string& idx, const std::string& v,
+                           DType vt) {
     std::string val = "(" + v + ")";
     switch (t) {
       case DType::F32: return buf + "[" + idx + "] = (float)" + val + ";";
@@ -219,7 +226,8 @@ class KernelRenderer {
       case DType::BF16: return buf + "[" + idx + "] = prism_f2bf((float)" + val + ");";
       case DType::Bool: return buf + "[" + idx + "] = (uint8_t)(" + val + " != 0);";
       default:
-        return buf + "[" + idx + "] = (" + StorageCType(t) + ")" + (IsFloat(vt) ? "(int32_t)" : "") + val + ";";
+        return buf + "[" + idx + "] = (" + StorageCType(t) + ")" + (IsFloat(vt) ? "(int32_t)" : "") + val +
+               ";";
     }
   }
 
@@ -228,12 +236,14 @@ class KernelRenderer {
     switch (v.kind) {
       case KValue::Kind::Load: return Load(v);
       case KValue::Kind::Const:
-        return IsFloat(v.dtype) ? FloatLiteral(v.constant) : "((int32_t)" + std::to_string((int64_t)v.constant) + ")";
+        return IsFloat(v.dtype) ? FloatLiteral(v.constant)
+                                : "((int32_t)" + std::to_string((int64_t)v.constant) + ")";
       case KValue::Kind::Index:
         return std::string("((") + ComputeCType(v.dtype) + ")(" + v.index.Render(SymFn(&v.gathers)) + "))";
       case KValue::Kind::Guard: {
         std::string inner = Value(v.args[0], stmts, ind);
-        return "((" + v.index.Render(SymFn(&v.gathers)) + ") ? (" + inner + ") : (" + ComputeCType(v.dtype) + ")0)";
+        return "((" + v.index.Render(SymFn(&v.gathers)) + ") ? (" + inner + ") : (" + ComputeCType(v.dtype) +
+               ")0)";
       }
       case KValue::Kind::Reduce: return Reduce(v, stmts, ind);
       case KValue::Kind::Op: return OpValue(v, stmts, ind);
@@ -250,16 +260,20 @@ class KernelRenderer {
     os << ind << t << " " << acc << " = " << init << ";\n";
     std::string in = ind;
     for (size_t r = 0; r < v.rvars.size(); ++r) {
-      os << in << "for (int64_t " << v.rvars[r] << " = 0; " << v.rvars[r] << " < " << v.rextents[r].Render(SymFn())
-         << "; ++" << v.rvars[r] << ") {\n";
+      os << in << "for (int64_t " << v.rvars[r] << " = 0; " << v.rvars[r] << " < "
+         << v.rextents[r].Render(SymFn()) << "; ++" << v.rvars[r] << ") {\n";
       in += "  ";
     }
     std::string body_stmts;
     std::string body = Value(v.args[0], &body_stmts, in);
     os << body_stmts;
-    if (is_sum) os << in << acc << " += " << body << ";\n";
-    else if (IsFloat(v.dtype)) os << in << acc << " = prism_maxf(" << acc << ", " << body << ");\n";
-    else os << in << "{ " << t << " x_ = " << body << "; " << acc << " = x_ > " << acc << " ? x_ : " << acc << "; }\n";
+    if (is_sum)
+      os << in << acc << " += " << body << ";\n";
+    else if (IsFloat(v.dtype))
+      os << in << acc << " = prism_maxf(" << acc << ", " << body << ");\n";
+    else
+      os << in << "{ " << t << " x_ = " << body << "; " << acc << " = x_ > " << acc << " ? x_ : " << acc
+         << "; }\n";
     for (size_t r = v.rvars.size(); r-- > 0;) {
       in.resize(in.size() - 2);
       os << in << "}\n";
@@ -278,7 +292,9 @@ class KernelRenderer {
   std::string OpValue(const KValue& v, std::string* stmts, const std::string& ind) {
     std::vector<std::string> a;
     for (const auto& x : v.args) a.push_back(Value(x, stmts, ind));
-    return ScalarOpExpr(v.op, v.dtype, a, MathNames{"prism_exp2f", "__builtin_log2f", "__builtin_sinf", "__builtin_sqrtf", "__builtin_fmodf"});
+    return ScalarOpExpr(
+        v.op, v.dtype, a,
+        MathNames{"prism_exp2f", "__builtin_log2f", "__builtin_sinf", "__builtin_sqrtf", "__builtin_fmodf"});
   }
 
   const KernelProgram& p_;
@@ -292,7 +308,15 @@ std::string RenderCpp(const KernelProgram& p) {
   os << kPrelude;
   KernelRenderer r(p);
   // Template-matched kernels are rendered too: the search compares both tiers.
-  for (const Kernel& k : p.kernels) os << "\n" << r.Render(k) << r.RenderReduceOuter(k);
+  for (const Kernel& k : p.kernels) {
+    os << "\n" << r.Render(k) << r.RenderReduceOuter(k);
+    if (k.gemm && k.gemm->epilogue) {  // what the template leaves to do once the product is stored
+      Kernel e = k;
+      e.name += "_epi";
+      e.value = EpilogueValue(k);
+      os << "\n" << r.Render(e);
+    }
+  }
   return os.str();
 }
 

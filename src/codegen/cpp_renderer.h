@@ -10,7 +10,9 @@ namespace prism {
 // One translation unit; each kernel is `extern "C" void <kernel.name>(void* const* bufs,
 // const int64_t* syms, int64_t begin, int64_t end)` computing output elements [begin, end) of
 // its flattened loop nest. Reductions that qualify also get `<kernel.name>_ro`, the same
-// kernel with the reduce-outer loop order (a schedule the search can pick). bufs follows KernelProgram::buffers, syms KernelProgram::symbols.
+// kernel with the reduce-outer loop order (a schedule the search can pick); GEMM templates with an
+// epilogue get `<kernel.name>_epi`, the epilogue alone over elements whose product is stored (see
+// GemmTemplate). bufs follows KernelProgram::buffers, syms KernelProgram::symbols.
 std::string RenderCpp(const KernelProgram& p);
 
 }  // namespace prism

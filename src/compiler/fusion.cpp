@@ -12,8 +12,18 @@ namespace {
 // Relative cost of recomputing a node inside a consumer (transcendentals cost more).
 int OwnCost(Op op) {
   switch (op) {
-    case Op::Exp2: case Op::Log2: case Op::Sin: case Op::Sqrt: case Op::Recip: return 4;
-    case Op::Add: case Op::Mul: case Op::Mod: case Op::LessThan: case Op::Max: case Op::Where: case Op::Cast:
+    case Op::Exp2:
+    case Op::Log2:
+    case Op::Sin:
+    case Op::Sqrt:
+    case Op::Recip: return 4;
+    case Op::Add:
+    case Op::Mul:
+    case Op::Mod:
+    case Op::LessThan:
+    case Op::Max:
+    case Op::Where:
+    case Op::Cast:
     case Op::Gather: return 1;
     default: return 0;
   }
@@ -25,8 +35,10 @@ bool IsLeafBuffer(Op op) { return op == Op::Input || op == Op::Weight || op == O
 NodeId Through(const Graph& g, NodeId n, bool allow_cast) {
   while (true) {
     const Node& nd = g.node(n);
-    if (nd.op == Op::Reshape || nd.op == Op::Expand || (allow_cast && nd.op == Op::Cast)) n = nd.inputs[0];
-    else return n;
+    if (nd.op == Op::Reshape || nd.op == Op::Expand || (allow_cast && nd.op == Op::Cast))
+      n = nd.inputs[0];
+    else
+      return n;
   }
 }
 
@@ -34,7 +46,8 @@ NodeId Through(const Graph& g, NodeId n, bool allow_cast) {
 
 std::optional<LinearMatch> MatchLinear(const Graph& g, NodeId reduce) {
   const Node& r = g.node(reduce);
-  if (r.op != Op::SumReduce || r.axes.size() != 1 || r.axes[0] != (int64_t)r.shape.size() - 1) return std::nullopt;
+  if (r.op != Op::SumReduce || r.axes.size() != 1 || r.axes[0] != (int64_t)r.shape.size() - 1)
+    return std::nullopt;
   const Node& mul = g.node(r.inputs[0]);
   if (mul.op != Op::Mul || mul.shape.size() < 2 || r.dtype != DType::F32) return std::nullopt;
   const Expr& k = mul.shape.back();
@@ -56,6 +69,28 @@ std::optional<LinearMatch> MatchLinear(const Graph& g, NodeId reduce) {
     return LinearMatch{x, w};
   }
   return std::nullopt;
+}
+
+NodeId EpilogueConsumer(const Graph& g, NodeId reduce) {
+  const auto& outs = g.outputs();
+  auto only_reader = [&](NodeId n) {
+    NodeId reader = -1;
+    for (NodeId i = n + 1; i < g.size(); ++i)
+      for (NodeId x : g.node(i).inputs)
+        if (x == n) {
+          if (reader >= 0 && reader != i) return NodeId{-1};  // read twice
+          reader = i;
+        }
+    return std::find(outs.begin(), outs.end(), n) == outs.end() ? reader : NodeId{-1};
+  };
+  // Reshapes keep the row-major order of elements: the product's element i is the view's element i.
+  NodeId v = reduce, c = only_reader(reduce);
+  while (c >= 0 && g.node(c).op == Op::Reshape) v = c, c = only_reader(c);
+  if (c < 0) return -1;
+  const Node& cn = g.node(c);
+  if ((cn.op != Op::Add && cn.op != Op::Mul) || cn.dtype != DType::F32) return -1;
+  const bool same_shape = cn.shape == g.node(v).shape, once = cn.inputs[0] != cn.inputs[1];
+  return same_shape && once ? c : -1;
 }
 
 std::vector<bool> ChooseRealized(const Graph& g, const FusionOptions& opts, const std::set<NodeId>& forced) {
@@ -90,7 +125,12 @@ std::vector<bool> ChooseRealized(const Graph& g, const FusionOptions& opts, cons
   std::vector<bool> template_side(n, false);
   if (opts.templates)
     for (NodeId i = 0; i < n; ++i) {
-      if (auto m = MatchLinear(g, i)) template_side[i] = template_side[m->x] = true;
+      if (auto m = MatchLinear(g, i)) {
+        // The product itself gets a buffer unless a single Add or Mul takes it as its epilogue (a
+        // reduction read once is then fused into that reader, as any other).
+        template_side[m->x] = true;
+        template_side[i] = !opts.gemm_epilogues || forced.count(i) || EpilogueConsumer(g, i) < 0;
+      }
       if (auto a = MatchCausalAttention(g, i)) template_side[i] = template_side[a->q] = true;
     }
 
@@ -112,7 +152,8 @@ std::vector<bool> ChooseRealized(const Graph& g, const FusionOptions& opts, cons
     for (NodeId x : nd.inputs)
       if (!realized[x]) c += cost[x];
     bool r = false;
-    if (IsLeafBuffer(nd.op) || nd.op == Op::StateWrite || is_output[i] || forced.count(i) || template_side[i]) {
+    if (IsLeafBuffer(nd.op) || nd.op == Op::StateWrite || is_output[i] || forced.count(i) ||
+        template_side[i]) {
       r = true;
     } else if (nd.op == Op::Constant || nd.op == Op::Iota || IsMovement(nd.op)) {
       r = false;

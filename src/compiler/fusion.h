@@ -22,4 +22,9 @@ struct LinearMatch {
 };
 std::optional<LinearMatch> MatchLinear(const Graph& g, NodeId reduce);
 
+// The node that would run a linear match as its epilogue (FusionOptions::gemm_epilogues): the
+// match's only reader (through reshapes, each read only there), an f32 Add or Mul of the same shape;
+// -1 if none.
+NodeId EpilogueConsumer(const Graph& g, NodeId reduce);
+
 }  // namespace prism

@@ -12,7 +12,8 @@ namespace {
 
 class Evaluator {
  public:
-  Evaluator(const KernelProgram& p, void* const* bufs, const SymbolBindings& syms) : p_(p), bufs_(bufs), env_(syms) {}
+  Evaluator(const KernelProgram& p, void* const* bufs, const SymbolBindings& syms)
+      : p_(p), bufs_(bufs), env_(syms) {}
 
   double Value(const KValuePtr& v) {
     switch (v->kind) {
@@ -22,12 +23,8 @@ class Evaluator {
         return LoadAsDouble(bufs_[v->buffer], p_.buffers[v->buffer].dtype, i);
       }
       case KValue::Kind::Const: return v->constant;
-      case KValue::Kind::Index:
-        BindGathers(v->gathers);
-        return (double)v->index.Eval(env_);
-      case KValue::Kind::Guard:
-        BindGathers(v->gathers);
-        return v->index.Eval(env_) ? Value(v->args[0]) : 0.0;
+      case KValue::Kind::Index: BindGathers(v->gathers); return (double)v->index.Eval(env_);
+      case KValue::Kind::Guard: BindGathers(v->gathers); return v->index.Eval(env_) ? Value(v->args[0]) : 0.0;
       case KValue::Kind::Reduce: return Reduce(*v, 0);
       case KValue::Kind::Op: return OpValue(*v);
     }
@@ -61,9 +58,17 @@ class Evaluator {
     std::vector<double> a;
     for (const auto& x : v.args) a.push_back(Value(x));
     switch (v.op) {
-      case Op::Exp2: case Op::Log2: case Op::Sin: case Op::Sqrt: case Op::Recip: return ApplyUnary(v.op, a[0]);
+      case Op::Exp2:
+      case Op::Log2:
+      case Op::Sin:
+      case Op::Sqrt:
+      case Op::Recip: return ApplyUnary(v.op, a[0]);
       case Op::Cast: return RoundToDType(a[0], v.dtype);
-      case Op::Add: case Op::Mul: case Op::Mod: case Op::LessThan: case Op::Max: return ApplyBinary(v.op, a[0], a[1]);
+      case Op::Add:
+      case Op::Mul:
+      case Op::Mod:
+      case Op::LessThan:
+      case Op::Max: return ApplyBinary(v.op, a[0], a[1]);
       case Op::Where: return a[0] != 0 ? a[1] : a[2];
       default: throw Error("kernel evaluator: unsupported op " + std::string(OpName(v.op)));
     }
@@ -88,6 +93,9 @@ KernelElement EvalKernelElement(const KernelProgram& p, const Kernel& k, int64_t
   KernelElement out;
   out.out_index = k.out_index.Eval(ev.env());
   out.value = ev.Value(k.value);
+  if (k.gemm && k.gemm->epilogue && k.value->op == Op::Mul)
+    for (const KValuePtr& a : k.value->args)
+      if (a->kind != KValue::Kind::Reduce) out.product_factor = std::fabs(ev.Value(a));
   return out;
 }
 

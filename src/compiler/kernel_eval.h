@@ -9,6 +9,9 @@ namespace prism {
 struct KernelElement {
   int64_t out_index;  // element of the output buffer
   double value;       // what the kernel must store there (before rounding to the buffer's dtype)
+  // For a GEMM template with an epilogue: how much an error in the product moves the value
+  // (1 through an Add, the other factor's magnitude through a Mul); 1 otherwise.
+  double product_factor = 1;
 };
 
 // Output element `flat` (row-major over the kernel's loop nest) computed from the value tree

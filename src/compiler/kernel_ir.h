@@ -51,11 +51,15 @@ struct KValue {
 
 // A kernel the template tier computes with a hand-written micro-kernel instead of its value tree:
 // out[m, n] = sum_k a[m, k] * w[n, k] (a: an f32 buffer [M, K]; w: a weight [N, K] in any dtype).
+// With an epilogue, the value tree is Add or Mul of that product and another operand (a residual, a
+// SiLU gate): the micro-kernel stores the product in the output buffer and the generated function
+// `<kernel name>_epi` then finishes each element in place.
 struct GemmTemplate {
   int a_buffer;
   int w_buffer;
   Expr m;
   int64_t n, k;
+  bool epilogue = false;
 };
 
 // A kernel computing causal grouped-query attention in one pass (the template tier's fused form of
@@ -143,7 +147,14 @@ struct KernelProgram {
 struct FusionOptions {
   bool fuse = true;       // false: every non-view node is its own kernel (a baseline for comparisons)
   bool templates = true;  // match x · Wᵀ with weight W (and causal attention) to the template tier
+  // x · Wᵀ read only by an Add or Mul of its own shape is computed in that op's kernel, as the
+  // template's epilogue (GemmTemplate::epilogue): the product is never stored on its own.
+  bool gemm_epilogues = false;
 };
+
+// The kernel's value with its one reduction replaced by a load of the kernel's own output element:
+// what a GEMM template's epilogue computes once the product is stored there.
+KValuePtr EpilogueValue(const Kernel& k);
 
 // Decides which nodes get buffers, cuts the graph into kernels and lowers each to the kernel IR.
 KernelProgram BuildKernelProgram(const Graph& g, const FusionOptions& opts = {});

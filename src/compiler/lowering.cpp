@@ -26,7 +26,9 @@ class KernelLowerer {
   KernelLowerer(const Graph& g, const std::vector<int>& buffer_of, const std::vector<KBuffer>& buffers)
       : g_(g), buffer_of_(buffer_of), buffers_(buffers) {}
 
-  std::set<NodeId> broadcast_reduces;  // fused reductions found to be recomputed per element
+  // Fused reductions to realize on the next attempt: found to be recomputed per element, or a GEMM
+  // whose epilogue kernel did not take the form the template needs.
+  std::set<NodeId> reduces_to_realize;
 
   Kernel Build(NodeId root, int out_buffer) {
     const Node& rn = g_.node(root);
@@ -106,8 +108,10 @@ class KernelLowerer {
 
   void AddRange(const std::string& v, const Expr& extent) {
     SymRange r;
-    if (extent.IsConst()) r.hi = std::max<int64_t>(extent.value() - 1, 0);
-    else r.upper_excl = extent;
+    if (extent.IsConst())
+      r.hi = std::max<int64_t>(extent.value() - 1, 0);
+    else
+      r.upper_excl = extent;
     ranges_[v] = r;
   }
 
@@ -148,7 +152,11 @@ class KernelLowerer {
         AttachGathers(&v);
         return Make(std::move(v));
       }
-      case Op::Reshape: case Op::Permute: case Op::Expand: case Op::Slice: case Op::Pad: {
+      case Op::Reshape:
+      case Op::Permute:
+      case Op::Expand:
+      case Op::Slice:
+      case Op::Pad: {
         const auto& in_shape = g_.node(nd.inputs[0]).shape;
         SourceIndex si = MapThroughMovement(nd, in_shape, idx);
         for (Expr& e : si.index) e = Simplify(e, ranges_);
@@ -167,8 +175,10 @@ class KernelLowerer {
         std::string sym = "g" + std::to_string(gcount_++);
         Expr limit = src_shape[nd.axes[0]];
         SymRange r;
-        if (limit.IsConst()) r.hi = std::max<int64_t>(limit.value() - 1, 0);
-        else r.upper_excl = limit;
+        if (limit.IsConst())
+          r.hi = std::max<int64_t>(limit.value() - 1, 0);
+        else
+          r.upper_excl = limit;
         ranges_[sym] = r;
         gathers_.push_back({sym, iv, limit});
         std::vector<Expr> src_idx = idx;
@@ -177,8 +187,9 @@ class KernelLowerer {
         gathers_.pop_back();
         return out;
       }
-      case Op::SumReduce: case Op::MaxReduce: {
-        if (!IsInjective(nd, idx)) broadcast_reduces.insert(n);
+      case Op::SumReduce:
+      case Op::MaxReduce: {
+        if (!IsInjective(nd, idx)) reduces_to_realize.insert(n);
         const auto& in_shape = g_.node(nd.inputs[0]).shape;
         KValue v = NewValue(KValue::Kind::Reduce, nd.dtype);
         v.op = nd.op;
@@ -198,10 +209,10 @@ class KernelLowerer {
         active_.resize(saved);
         return Make(std::move(v));
       }
-      case Op::StateWrite:
-        throw Error("internal: StateWrite " + g_.Describe(n) + " must be realized");
-      case Op::Input: case Op::Weight: case Op::State:
-        return LoadBuffer(n, idx);
+      case Op::StateWrite: throw Error("internal: StateWrite " + g_.Describe(n) + " must be realized");
+      case Op::Input:
+      case Op::Weight:
+      case Op::State: return LoadBuffer(n, idx);
       default: {  // elementwise
         KValue v = NewValue(KValue::Kind::Op, nd.dtype);
         v.op = nd.op;
@@ -304,14 +315,35 @@ KernelProgram BuildKernelProgram(const Graph& g, const FusionOptions& opts) {
       if (op == Op::Input || op == Op::Weight || op == Op::State) continue;
       Kernel k = lw.Build(i, buffer_of[i]);
       k.name = "k" + std::to_string(p.kernels.size()) + "_" + std::string(OpName(op));
-      if (opts.templates)
-        if (auto m = MatchLinear(g, i); m && buffer_of[m->x] >= 0) {
-          const auto& xs = g.node(m->x).shape;
-          std::vector<Expr> lead(xs.begin(), xs.end() - 1);
-          const auto& ws = g.node(m->weight).shape;
-          k.gemm = GemmTemplate{buffer_of[m->x], buffer_of[m->weight], Product(lead), ws[0].value(), ws[1].value()};
-          k.name += "_gemm";
+      // x · Wᵀ itself, or an Add or Mul taking it as its epilogue.
+      auto gemm = [&](const LinearMatch& m, bool epilogue) {
+        const auto& xs = g.node(m.x).shape;
+        std::vector<Expr> lead(xs.begin(), xs.end() - 1);
+        const auto& ws = g.node(m.weight).shape;
+        k.gemm = GemmTemplate{buffer_of[m.x], buffer_of[m.weight], Product(lead),
+                              ws[0].value(),  ws[1].value(),       epilogue};
+        k.name += "_gemm";
+      };
+      if (opts.templates) {
+        if (auto m = MatchLinear(g, i); m && buffer_of[m->x] >= 0) gemm(*m, false);
+        for (NodeId j : k.fused) {
+          if (!opts.gemm_epilogues || k.gemm || EpilogueConsumer(g, j) != i) continue;
+          auto m = MatchLinear(g, j);
+          if (!m || buffer_of[j] >= 0 || buffer_of[m->x] < 0) continue;
+          // The template stores the product where the value tree reads its one reduction.
+          const KValue& v = *k.value;
+          int reduces = 0;
+          bool direct = v.kind == KValue::Kind::Op && v.args.size() == 2;
+          for (const KValuePtr& a : v.args) {
+            reduces += HasReduce(a);
+            direct = direct && (a->kind == KValue::Kind::Reduce || !HasReduce(a));
+          }
+          if (direct && reduces == 1)
+            gemm(*m, true);
+          else
+            lw.reduces_to_realize.insert(j);  // not in the form the epilogue needs: give it a buffer
         }
+      }
       p.kernels.push_back(std::move(k));
     }
     // Outputs: a computed node's own buffer, else a copy into a fresh output buffer.
@@ -333,12 +365,12 @@ KernelProgram BuildKernelProgram(const Graph& g, const FusionOptions& opts) {
       p.kernels.push_back(std::move(c));
       p.output_buffers.push_back(nb);
     }
-    if (lw.broadcast_reduces.empty()) {
+    if (lw.reduces_to_realize.empty()) {
       if (opts.templates) MarkAttention(g, buffer_of, &p);
       return p;
     }
     size_t before = forced.size();
-    forced.insert(lw.broadcast_reduces.begin(), lw.broadcast_reduces.end());
+    forced.insert(lw.reduces_to_realize.begin(), lw.reduces_to_realize.end());
     if (forced.size() == before || attempt > g.size())
       throw Error("internal: fusion did not converge on a kernel plan");
   }
@@ -383,6 +415,19 @@ void ValueText(const KernelProgram& p, const KValuePtr& v, std::ostringstream& o
 
 }  // namespace
 
+KValuePtr EpilogueValue(const Kernel& k) {
+  if (!k.gemm || !k.gemm->epilogue) throw Error("internal: kernel " + k.name + " has no GEMM epilogue");
+  auto stored = std::make_shared<KValue>();
+  stored->kind = KValue::Kind::Load;
+  stored->dtype = DType::F32;
+  stored->buffer = k.out_buffer;
+  stored->index = k.out_index;
+  auto v = std::make_shared<KValue>(*k.value);
+  for (KValuePtr& a : v->args)
+    if (a->kind == KValue::Kind::Reduce) a = stored;
+  return v;
+}
+
 void CheckStateWrites(const Graph& g, const KernelProgram& p, const std::map<std::string, int64_t>& b) {
   for (const Kernel& k : p.kernels) {
     const Node& root = g.node(k.root);
@@ -400,7 +445,8 @@ std::string KernelProgramToText(const Graph& g, const KernelProgram& p) {
   os << p.kernels.size() << " kernels for " << g.size() << " graph nodes\n";
   for (const Kernel& k : p.kernels) {
     os << k.name << ": for (";
-    for (size_t a = 0; a < k.vars.size(); ++a) os << (a ? ", " : "") << k.vars[a] << "<" << k.extents[a].str();
+    for (size_t a = 0; a < k.vars.size(); ++a)
+      os << (a ? ", " : "") << k.vars[a] << "<" << k.extents[a].str();
     os << ") " << p.buffers[k.out_buffer].name << "[" << k.out_index.str() << "] = ";
     ValueText(p, k.value, os);
     os << "\n    fuses nodes:";

@@ -63,6 +63,8 @@ Program::Program(const Graph& g, KernelProgram kp, std::string source, JitLibrar
   for (const Kernel& k : kp_.kernels) {
     fns_.push_back(reinterpret_cast<KernelFn>(lib_.Symbol(k.name)));
     fns_ro_.push_back(reinterpret_cast<KernelFn>(lib_.FindSymbol(k.name + "_ro")));
+    fns_epi_.push_back(k.gemm && k.gemm->epilogue ? reinterpret_cast<KernelFn>(lib_.Symbol(k.name + "_epi"))
+                                                  : nullptr);
   }
   storage_.resize(kp_.buffers.size());
   capacity_.assign(kp_.buffers.size(), 0);
@@ -260,6 +262,9 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
       GemmRowsInt8(a, st.m, int8_packed_.at(gm.w_buffer), y, gm.n, nb, ne);
     else
       GemmRows(a, st.m, gm.k, bufs[gm.w_buffer], wt, y, gm.n, nb, ne);
+    // The epilogue over this thread's columns, while they are in cache.
+    if (gm.epilogue)
+      for (int64_t i = 0; i < st.m && nb < ne; ++i) fns_epi_[k](bufs, syms, i * gm.n + nb, i * gm.n + ne);
     return;
   }
   int64_t begin = 0, end = st.total;

@@ -22,7 +22,7 @@
 namespace prism {
 
 struct CompileOptions {
-  FusionOptions fusion;
+  FusionOptions fusion{.gemm_epilogues = true};
   int threads = 0;  // 0: DefaultThreadCount()
   // A compiled artifact's kernels: loaded instead of compiling. The source rendered now must equal
   // the artifact's (kernels.cpp), else the artifact is stale and loading fails.
@@ -155,7 +155,8 @@ class Program {
   KernelProgram kp_;
   std::string source_;
   JitLibrary lib_;
-  std::vector<KernelFn> fns_, fns_ro_;  // per kernel: generated code, and its reduce-outer variant or null
+  // Per kernel: generated code, its reduce-outer variant or null, its GEMM template's epilogue or null.
+  std::vector<KernelFn> fns_, fns_ro_, fns_epi_;
   std::unique_ptr<ThreadPool> pool_;
   std::map<int, Int8PackedWeight> int8_packed_;
   std::map<int, PanelPackedWeight> panel_packed_;

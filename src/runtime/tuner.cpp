@@ -410,10 +410,11 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
             if (rounds) {
               const GemmTemplate& gm = *kn.gemm;
               const float* a_row = static_cast<const float*>(ptrs[gm.a_buffer]) + e.out_index / gm.n * gm.k;
-              bound =
-                  c.form == TemplateForm::Amx
-                      ? AmxErrorBound(a_row, ptrs[gm.w_buffer], wt, gm.k, e.out_index % gm.n)
-                      : RoundedActivationErrorBound(a_row, ptrs[gm.w_buffer], wt, gm.k, e.out_index % gm.n);
+              const int64_t col = e.out_index % gm.n;
+              bound = e.product_factor *
+                      (c.form == TemplateForm::Amx
+                           ? AmxErrorBound(a_row, ptrs[gm.w_buffer], wt, gm.k, col)
+                           : RoundedActivationErrorBound(a_row, ptrs[gm.w_buffer], wt, gm.k, col));
               max_bound = std::max(max_bound, bound / scale);
             }
             double err = std::fabs(got - want);

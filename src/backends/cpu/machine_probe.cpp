@@ -174,8 +174,11 @@ double RunPeakLoop(PeakLoop loop, int64_t iters) {
 }
 
 double MachinePeaks::GemmPeak(DType wt) const {
+  // f32 and f16 weights also run on AMX tiles as three bf16 products per product (GemmAmx's split).
+  const double amx_split = amx_bf16_gflops / 3;
   switch (wt) {
-    case DType::F16: return std::max(fp32_gflops, fp16_gflops);
+    case DType::F32: return std::max(fp32_gflops, amx_split);
+    case DType::F16: return std::max({fp32_gflops, fp16_gflops, amx_split});
     case DType::BF16: return std::max({fp32_gflops, bf16_dot_gflops, amx_bf16_gflops});
     case DType::Q8_0:
     case DType::Q4_0: return std::max({fp32_gflops, int8_vnni_gops, amx_int8_gops});
@@ -186,6 +189,7 @@ double MachinePeaks::GemmPeak(DType wt) const {
 const char* MachinePeaks::GemmPeakBasis(DType wt) const {
   const double peak = GemmPeak(wt);
   if (peak == amx_bf16_gflops) return "amx_bf16";
+  if (peak == amx_bf16_gflops / 3) return "amx_bf16/3 (split f32)";
   if (peak == amx_int8_gops) return "amx_int8";
   if (peak == int8_vnni_gops) return "int8_vnni";
   if (peak == bf16_dot_gflops) return "bf16_dot";

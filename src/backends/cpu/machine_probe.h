@@ -20,7 +20,7 @@ struct MachinePeaks {
   double fp16_gflops = 0, bf16_dot_gflops = 0, int8_vnni_gops = 0, amx_bf16_gflops = 0, amx_int8_gops = 0;
 
   // The fastest rate at which this CPU can multiply an activation by weights of this type (for a
-  // GEMM's roofline floor), and the instruction it comes from.
+  // GEMM's roofline floor; f32/f16 on AMX count three bf16 products each), and where it comes from.
   double GemmPeak(DType wt) const;
   const char* GemmPeakBasis(DType wt) const;
 };

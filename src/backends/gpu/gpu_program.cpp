@@ -18,7 +18,7 @@ static double Seconds(Clock::time_point t0) {
 }
 
 bool LibraryGemmApplies(const KernelProgram& p, const Kernel& k) {
-  return k.gemm && p.buffers[k.gemm->a_buffer].dtype == DType::F32 &&
+  return k.gemm && !k.gemm->epilogue && p.buffers[k.gemm->a_buffer].dtype == DType::F32 &&
          p.buffers[k.out_buffer].dtype == DType::F32;
 }
 
