@@ -170,7 +170,7 @@ void Program::ResetState() {
     if (kp_.buffers[b].kind == BufferKind::State) storage_[b] = HostTensor();
 }
 
-void Program::PlanSteps(const SymbolBindings& b) {
+void Program::PlanSteps(const SymbolBindings& b, bool prepare) {
   steps_.resize(kp_.kernels.size());
   const int threads = pool_->size();
   std::vector<int> epoch(kp_.kernels.size(), -1);  // barrier interval in which a kernel ran
@@ -210,7 +210,7 @@ void Program::PlanSteps(const SymbolBindings& b) {
     st.form = TemplateForm::Rows;
     if (const KernelChoice* c = choice(k)) {
       st.use_template = st.use_template && c->use_template;
-      if (st.use_template && kn.gemm && PrepareForm(*kn.gemm, c->form)) st.form = c->form;
+      if (st.use_template && kn.gemm && PrepareForm(*kn.gemm, c->form, prepare)) st.form = c->form;
       st.reduce_outer = !st.use_template && c->reduce_outer && fns_ro_[k];
       if (c->parallel >= 0) st.parallel = threads > 1 && c->parallel == 1;
     }
@@ -309,7 +309,7 @@ void Program::RunPerKernel(void* const* bufs, const int64_t* syms) {
 }
 
 nlohmann::json Program::MemoryReport(const SymbolBindings& b) {
-  PlanSteps(b);
+  PlanSteps(b, false);
   std::vector<int64_t> needed(kp_.buffers.size(), 0);
   for (size_t i = 0; i < kp_.buffers.size(); ++i)
     if (kp_.buffers[i].kind == BufferKind::Intermediate) {
@@ -509,18 +509,18 @@ void Program::EvictWeights(const GemmTemplate& gm) const {
     EvictFromCache(it->second.data.get(), it->second.bytes);
 }
 
-bool Program::PrepareForm(const GemmTemplate& gm, TemplateForm form) {
+bool Program::PrepareForm(const GemmTemplate& gm, TemplateForm form, bool pack) {
   const KBuffer& kb = kp_.buffers[gm.w_buffer];
   const bool quantized = IsQuantized(kb.dtype);
   if (form == TemplateForm::RoundedActivation) {
     if (!RoundedActivationSupported(kb.dtype, gm.k)) return false;
-    if (!quantized || int8_packed_.count(gm.w_buffer)) return true;
+    if (!pack || !quantized || int8_packed_.count(gm.w_buffer)) return true;
   } else if (form == TemplateForm::Panels) {
     if (!PanelGemmSupported(kb.dtype)) return false;
-    if (panel_packed_.count(gm.w_buffer)) return true;
+    if (!pack || panel_packed_.count(gm.w_buffer)) return true;
   } else if (form == TemplateForm::Amx) {
     if (!AmxGemmSupported(kb.dtype, gm.k)) return false;
-    if (amx_packed_.count(gm.w_buffer)) return true;
+    if (!pack || amx_packed_.count(gm.w_buffer)) return true;
   } else {
     return true;
   }

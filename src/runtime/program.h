@@ -132,12 +132,14 @@ class Program {
     bool skip = false;     // covered by an attention kernel that runs its template this step
     AttentionDims attn{};  // this step's sizes, for an attention template
   };
-  // Weights repacked for a template form (int8 blocks or panels), made on first use and kept (by
-  // weight buffer). Returns false where this CPU or weight type has no such form.
-  bool PrepareForm(const GemmTemplate& gm, TemplateForm form);
+  // Weights repacked for a template form (int8 blocks, panels, AMX tiles), made on first use and kept
+  // (by weight buffer) when `pack`. Returns false where this CPU or weight type has no such form.
+  bool PrepareForm(const GemmTemplate& gm, TemplateForm form, bool pack = true);
   // The search times a GEMM as a step runs it: its weights (and their repacked forms) not in cache.
   void EvictWeights(const GemmTemplate& gm) const;
-  void PlanSteps(const SymbolBindings& b);
+  // How each kernel runs at these sizes (steps_), under the bucket's choices; `prepare` makes the
+  // repacked weights the chosen forms read (false where nothing will run, as for a memory report).
+  void PlanSteps(const SymbolBindings& b, bool prepare = true);
   // Places this step's intermediates in the arena: buffers share bytes only when no two kernels touching
   // them can run at once; one no kernel touches this step gets none. Sizes grow
   // geometrically and the placement is kept while it fits, so decode steps (whose attention buffers
