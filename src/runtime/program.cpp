@@ -221,6 +221,10 @@ void Program::PlanSteps(const SymbolBindings& b, bool prepare) {
     if (st.barrier_before) current++;
     epoch[k] = current;
   }
+  int amx = 0;
+  for (Step& st : steps_)
+    if (st.use_template && st.form == TemplateForm::Amx && st.parallel && !st.skip) st.amx_slot = amx++ % 2;
+  if (prepare) FitAmxActivations();
 }
 
 // The columns a thread's share of a GEMM starts at a multiple of, by template form.
@@ -254,7 +258,12 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
     DType wt = kp_.buffers[gm.w_buffer].dtype;
     if (st.form == TemplateForm::Panels)
       GemmPanels(a, st.m, panel_packed_.at(gm.w_buffer), y, gm.n, nb, ne);
-    else if (st.form == TemplateForm::Amx)
+    else if (st.form == TemplateForm::Amx && st.parallel) {  // the team rounds the activation once
+      const AmxPackedWeight& w = amx_packed_.at(gm.w_buffer);
+      AmxActivationRound(a, st.m, w, t, threads, &amx_act_[st.amx_slot]);
+      barrier_->Wait();
+      GemmAmxRounded(amx_act_[st.amx_slot], st.m, w, y, gm.n, nb, ne);
+    } else if (st.form == TemplateForm::Amx)
       GemmAmx(a, st.m, amx_packed_.at(gm.w_buffer), y, gm.n, nb, ne);
     else if (st.form == TemplateForm::RoundedActivation && wt == DType::BF16)
       GemmRowsBf16Dot(a, st.m, gm.k, static_cast<const uint16_t*>(bufs[gm.w_buffer]), y, gm.n, nb, ne);
@@ -507,6 +516,14 @@ void Program::EvictWeights(const GemmTemplate& gm) const {
     EvictFromCache(it->second.data.get(), it->second.bytes);
   if (auto it = amx_packed_.find(gm.w_buffer); it != amx_packed_.end())
     EvictFromCache(it->second.data.get(), it->second.bytes);
+}
+
+void Program::FitAmxActivations() {
+  for (size_t k = 0; k < steps_.size(); ++k) {
+    const Step& st = steps_[k];
+    if (st.use_template && st.form == TemplateForm::Amx && st.parallel && st.m > 0)
+      AmxActivationFit(&amx_act_[st.amx_slot], st.m, amx_packed_.at(kp_.kernels[k].gemm->w_buffer));
+  }
 }
 
 bool Program::PrepareForm(const GemmTemplate& gm, TemplateForm form, bool pack) {

@@ -131,7 +131,13 @@ class Program {
     bool barrier_before = false;
     bool skip = false;     // covered by an attention kernel that runs its template this step
     AttentionDims attn{};  // this step's sizes, for an attention template
+    int amx_slot = 0;      // split AMX GEMM: which shared rounded activation it uses (see amx_act_)
   };
+  // Shared buffers for the rounded activations of AMX GEMMs split across the team, sized for this
+  // step's (PlanSteps, or the search for one candidate). Successive split AMX GEMMs alternate between
+  // the two: a thread may start rounding the next one's while another still reads this one's, never
+  // the one after (its rounding waits for everyone at the next one's barrier).
+  void FitAmxActivations();
   // Weights repacked for a template form (int8 blocks, panels, AMX tiles), made on first use and kept
   // (by weight buffer) when `pack`. Returns false where this CPU or weight type has no such form.
   bool PrepareForm(const GemmTemplate& gm, TemplateForm form, bool pack = true);
@@ -163,6 +169,7 @@ class Program {
   std::map<int, Int8PackedWeight> int8_packed_;
   std::map<int, PanelPackedWeight> panel_packed_;
   std::map<int, AmxPackedWeight> amx_packed_;
+  AmxActivation amx_act_[2];
   std::vector<HostTensor> storage_;  // per buffer: weights, state and scratch; inputs are borrowed per run
   std::vector<int64_t> capacity_;    // bytes allocated per output buffer (reused while big enough)
   std::vector<std::vector<int64_t>> shapes_;  // per buffer, this step's shape

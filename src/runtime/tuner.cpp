@@ -383,7 +383,9 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
         steps_[k].parallel = c.par;
         steps_[k].reduce_outer = c.ro;
         steps_[k].form = c.form;
+        steps_[k].amx_slot = 0;
         if (c.tmpl && kn.gemm) PrepareForm(*kn.gemm, c.form);
+        FitAmxActivations();
       };
       auto run_once = [&](const Cand& c) {
         if (!c.tmpl)

@@ -86,24 +86,26 @@ PRISM_AMX inline __m512 Widen(__m256i bf16) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bf16), 16));
 }
 
-// Rows [0, m) of A rounded to bf16 (nearest even, as GemmRowsBf16Dot rounds) into A tiles, zero past
-// row m up to `rows`. Split (parts = 2): each chunk's hi tile is followed by a lo tile of what rounding
-// left out, itself rounded. A value that is not finite goes into lo whole, with hi 0: lo multiplies
-// only the weights' hi parts, so inf x w stays inf where hi x w_lo would make inf x 0 = NaN.
-PRISM_AMX void RoundActivation(const float* a, int64_t m, int64_t k, int64_t rows, int64_t chunks, int parts,
-                               uint16_t* out) {
+// Rows [r0, r1) of A rounded to bf16 (nearest even, as GemmRowsBf16Dot rounds) into A tiles, rows from
+// m on zero. Split (parts = 2): each chunk's hi tile is followed by a lo tile of what rounding left
+// out, itself rounded. A value that is not finite goes into lo whole, with hi 0: lo multiplies only the
+// weights' hi parts, so inf x w stays inf where hi x w_lo would make inf x 0 = NaN.
+PRISM_AMX void RoundActivation(const float* a, int64_t m, int64_t k, int64_t r0, int64_t r1, int64_t chunks,
+                               int parts, uint16_t* out) {
   constexpr int64_t kTileValues = kBf16TileBytes / 2;
-  std::memset(out + m / kTileRows * chunks * parts * kTileValues, 0,
-              (size_t)((rows - m / kTileRows * kTileRows) * chunks * parts * kChunk * 2));
   constexpr int kNotFinite = 0x01 | 0x08 | 0x10 | 0x80;  // fpclass: quiet NaN, +inf, -inf, signalling NaN
-  for (int64_t i = 0; i < m; ++i)
+  for (int64_t i = r0; i < r1; ++i)
     for (int64_t c = 0; c < chunks; ++c) {
+      uint16_t* dst = out + (((i / kTileRows * chunks + c) * parts) * kTileRows + i % kTileRows) * kChunk;
+      if (i >= m) {
+        for (int p = 0; p < parts; ++p) _mm512_storeu_si512(dst + p * kTileValues, _mm512_setzero_si512());
+        continue;
+      }
       const int64_t kk = c * kChunk, left = k - kk;
       __mmask16 m0 = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
       __mmask16 m1 = left >= 32 ? (__mmask16)0xffff : left > 16 ? (__mmask16)((1u << (left - 16)) - 1) : 0;
       __m512 x0 = _mm512_maskz_loadu_ps(m0, a + i * k + kk),
              x1 = _mm512_maskz_loadu_ps(m1, a + i * k + kk + 16);
-      uint16_t* dst = out + (((i / kTileRows * chunks + c) * parts) * kTileRows + i % kTileRows) * kChunk;
       if (parts == 1) {
         _mm512_storeu_si512(dst, (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
         continue;
@@ -120,17 +122,21 @@ PRISM_AMX void RoundActivation(const float* a, int64_t m, int64_t k, int64_t row
     }
 }
 
-// Rows [0, m) of A quantized block by block (QuantizeActivationBlock) into A tiles, with scales
-// [row][block]; zero past row m up to `rows`.
-PRISM_AMX void QuantizeActivation(const float* a, int64_t m, int64_t k, int64_t rows, int8_t* q, float* d) {
+// Rows [r0, r1) of A quantized block by block (QuantizeActivationBlock) into A tiles, with scales
+// [row][block]; rows from m on zero.
+PRISM_AMX void QuantizeActivation(const float* a, int64_t m, int64_t k, int64_t r0, int64_t r1, int8_t* q,
+                                  float* d) {
   const int64_t blocks = k / kChunk;
-  std::memset(q + m / kTileRows * blocks * kTileRows * kChunk, 0,
-              (size_t)((rows - m / kTileRows * kTileRows) * blocks * kChunk));
-  std::fill(d + m * blocks, d + rows * blocks, 0.0f);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t b = 0; b < blocks; ++b)
-      d[i * blocks + b] = QuantizeActivationBlock(
-          a + i * k + b * kChunk, q + ((i / kTileRows * blocks + b) * kTileRows + i % kTileRows) * kChunk);
+  for (int64_t i = r0; i < r1; ++i)
+    for (int64_t b = 0; b < blocks; ++b) {
+      int8_t* dst = q + ((i / kTileRows * blocks + b) * kTileRows + i % kTileRows) * kChunk;
+      if (i < m) {
+        d[i * blocks + b] = QuantizeActivationBlock(a + i * k + b * kChunk, dst);
+      } else {
+        d[i * blocks + b] = 0;
+        std::memset(dst, 0, kChunk);
+      }
+    }
 }
 
 // A 32 x 32 block of C (f32, ldc floats apart) = (first) or += two A tile rows (a0, a1: their first
@@ -421,33 +427,63 @@ AmxPackedWeight PackForAmx(const void* w, DType wt, int64_t n, int64_t k) {
   return p;
 }
 
-PRISM_AMX void GemmAmx(const float* a, int64_t m, const AmxPackedWeight& w, float* y, int64_t n_total,
-                       int64_t n_begin, int64_t n_end) {
+int64_t AmxActivationRows(int64_t m) { return (m + kBlockRows - 1) / kBlockRows * kBlockRows; }
+
+void AmxActivationFit(AmxActivation* act, int64_t m, const AmxPackedWeight& w) {
+  const int64_t rows = AmxActivationRows(m);
+  const Kind kind = KindOf(w.type);
+  const size_t bytes = (size_t)(rows * w.chunks * kChunk) * (kind == Kind::Int8    ? 1
+                                                             : kind == Kind::Split ? 4
+                                                                                   : 2);
+  if (act->values.size() < bytes) act->values.resize(bytes);
+  if (kind == Kind::Int8 && act->scales.size() < (size_t)(rows * w.chunks))
+    act->scales.resize((size_t)(rows * w.chunks));
+}
+
+PRISM_AMX void AmxActivationRound(const float* a, int64_t m, const AmxPackedWeight& w, int part, int parts,
+                                  AmxActivation* act) {
+  // Whole tiles of 16 rows each: a share never splits a tile.
+  const int64_t tiles = AmxActivationRows(m) / kTileRows;
+  const int64_t r0 = tiles * part / parts * kTileRows, r1 = tiles * (part + 1) / parts * kTileRows;
+  const Kind kind = KindOf(w.type);
+  if (kind == Kind::Int8)
+    QuantizeActivation(a, m, w.k, r0, r1, reinterpret_cast<int8_t*>(act->values.data()), act->scales.data());
+  else
+    RoundActivation(a, m, w.k, r0, r1, w.chunks, kind == Kind::Split ? 2 : 1,
+                    reinterpret_cast<uint16_t*>(act->values.data()));
+}
+
+PRISM_AMX void GemmAmxRounded(const AmxActivation& act, int64_t m, const AmxPackedWeight& w, float* y,
+                              int64_t n_total, int64_t n_begin, int64_t n_end) {
   if (n_begin >= n_end || m <= 0) return;
   if (n_begin % kAmxCols != 0)
     throw Error("amx: a thread's columns must start at a multiple of 32, not at " + std::to_string(n_begin));
-  const int64_t rows = (m + kBlockRows - 1) / kBlockRows * kBlockRows;
-  // Every thread converts the activation itself: it is small next to the weights it meets.
-  thread_local std::vector<uint8_t> act;
-  thread_local std::vector<float> scales;
-  const Kind kind = KindOf(w.type);
-  if (kind == Kind::Int8) {
-    act.resize((size_t)(rows * w.chunks * kChunk));
-    scales.resize((size_t)(rows * w.chunks));
-    QuantizeActivation(a, m, w.k, rows, reinterpret_cast<int8_t*>(act.data()), scales.data());
-    ConfigureTiles(kChunk, kChunk / 4);
-    Gemm<Kind::Int8>(act.data(), scales.data(), rows, w, y, m, n_total, n_begin, n_end);
-  } else {
-    const int parts = kind == Kind::Split ? 2 : 1;
-    act.resize((size_t)(rows * w.chunks * kChunk * 2 * parts));
-    RoundActivation(a, m, w.k, rows, w.chunks, parts, reinterpret_cast<uint16_t*>(act.data()));
-    ConfigureTiles(64, kTileRows);
-    if (kind == Kind::Split)
-      Gemm<Kind::Split>(act.data(), nullptr, rows, w, y, m, n_total, n_begin, n_end);
-    else
-      Gemm<Kind::Bf16>(act.data(), nullptr, rows, w, y, m, n_total, n_begin, n_end);
+  const int64_t rows = AmxActivationRows(m);
+  const uint8_t* values = act.values.data();
+  switch (KindOf(w.type)) {
+    case Kind::Int8:
+      ConfigureTiles(kChunk, kChunk / 4);
+      Gemm<Kind::Int8>(values, act.scales.data(), rows, w, y, m, n_total, n_begin, n_end);
+      break;
+    case Kind::Split:
+      ConfigureTiles(64, kTileRows);
+      Gemm<Kind::Split>(values, nullptr, rows, w, y, m, n_total, n_begin, n_end);
+      break;
+    case Kind::Bf16:
+      ConfigureTiles(64, kTileRows);
+      Gemm<Kind::Bf16>(values, nullptr, rows, w, y, m, n_total, n_begin, n_end);
+      break;
   }
   _tile_release();  // the tile state is large: leave it unused between calls
+}
+
+void GemmAmx(const float* a, int64_t m, const AmxPackedWeight& w, float* y, int64_t n_total, int64_t n_begin,
+             int64_t n_end) {
+  if (n_begin >= n_end || m <= 0) return;
+  thread_local AmxActivation act;
+  AmxActivationFit(&act, m, w);
+  AmxActivationRound(a, m, w, 0, 1, &act);
+  GemmAmxRounded(act, m, w, y, n_total, n_begin, n_end);
 }
 
 PRISM_AMX double AmxPeakLoop(bool int8, int64_t iters) {
