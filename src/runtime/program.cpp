@@ -291,7 +291,10 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
 }
 
 void Program::RunMegakernel(void* const* bufs, const int64_t* syms) {
-  const int threads = pool_->size();
+  // A step whose kernels all run on thread 0 (a small model's decode) does not wake the team.
+  const bool any_parallel =
+      std::any_of(steps_.begin(), steps_.end(), [](const Step& s) { return s.parallel; });
+  const int threads = any_parallel ? pool_->size() : 1;
   // One parallel region for the whole step: every thread walks the kernel list, takes its share of
   // parallel kernels, leaves serial ones to thread 0, and meets the others only where data depends.
   pool_->ParallelFor(threads, [&](int t) {
