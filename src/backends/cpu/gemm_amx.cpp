@@ -139,95 +139,75 @@ PRISM_AMX void QuantizeActivation(const float* a, int64_t m, int64_t k, int64_t 
     }
 }
 
-// A 32 x 32 block of C (f32, ldc floats apart) = (first) or += two A tile rows (a0, a1: their first
-// chunk) x two weight panels (b0, b1), over `chunks` chunks of K.
-PRISM_AMX void BlockBf16(const uint8_t* a0, const uint8_t* a1, const uint8_t* b0, const uint8_t* b1,
-                         int64_t chunks, float* c, int64_t ldc, bool first) {
-  const int64_t c_stride = ldc * 4;
+// C tiles 0-3, a 32 x 32 block of f32 (ldc floats apart): zeroed (first) or loaded, then stored.
+PRISM_AMX inline void BeginBlock(const float* c, int64_t ldc, bool first) {
   if (first) {
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
     _tile_zero(3);
-  } else {
-    _tile_loadd(0, c, c_stride);
-    _tile_loadd(1, c + 16, c_stride);
-    _tile_loadd(2, c + 16 * ldc, c_stride);
-    _tile_loadd(3, c + 16 * ldc + 16, c_stride);
+    return;
   }
-  for (int64_t i = 0; i < chunks; ++i) {
-    const int64_t at = i * kBf16TileBytes;
-    // The next chunk's weight tiles into L1: a tile load that misses waits on all 16 of its lines, and
-    // the tile unit does not run ahead of it.
-    for (int l = 0; l < 16; ++l) {
-      _mm_prefetch(reinterpret_cast<const char*>(b0 + at + kBf16TileBytes + l * 64), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(b1 + at + kBf16TileBytes + l * 64), _MM_HINT_T0);
-    }
-    _tile_loadd(4, a0 + at, 64);
-    _tile_loadd(5, a1 + at, 64);
-    _tile_loadd(6, b0 + at, 64);
-    _tile_loadd(7, b1 + at, 64);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-  }
-  _tile_stored(0, c, c_stride);
-  _tile_stored(1, c + 16, c_stride);
-  _tile_stored(2, c + 16 * ldc, c_stride);
-  _tile_stored(3, c + 16 * ldc + 16, c_stride);
+  _tile_loadd(0, c, ldc * 4);
+  _tile_loadd(1, c + 16, ldc * 4);
+  _tile_loadd(2, c + 16 * ldc, ldc * 4);
+  _tile_loadd(3, c + 16 * ldc + 16, ldc * 4);
 }
 
-// The split form of BlockBf16: activations and weights as two bf16 parts each (hi + lo, chunk by
-// chunk: hi tile, then lo tile), C += a_lo w_hi + a_hi w_hi + a_hi w_lo. What is left out, a_lo w_lo
-// and the rounding of the lo parts, is within 3 x 2^-16 of each product: near f32 accuracy at a third
-// of the bf16 rate.
-PRISM_AMX void BlockSplit(const uint8_t* a0, const uint8_t* a1, const uint8_t* b0, const uint8_t* b1,
-                          int64_t chunks, float* c, int64_t ldc, bool first) {
-  const int64_t c_stride = ldc * 4;
-  if (first) {
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-  } else {
-    _tile_loadd(0, c, c_stride);
-    _tile_loadd(1, c + 16, c_stride);
-    _tile_loadd(2, c + 16 * ldc, c_stride);
-    _tile_loadd(3, c + 16 * ldc + 16, c_stride);
-  }
-  constexpr int64_t kStep = 2 * kBf16TileBytes;
+PRISM_AMX inline void EndBlock(float* c, int64_t ldc) {
+  _tile_stored(0, c, ldc * 4);
+  _tile_stored(1, c + 16, ldc * 4);
+  _tile_stored(2, c + 16 * ldc, ldc * 4);
+  _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
+}
+
+// C += the A tiles 4-5 (rows) x the B tiles 6-7 (columns), as bf16 pairs.
+PRISM_AMX inline void Bf16Products() {
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_dpbf16ps(1, 4, 7);
+  _tile_dpbf16ps(2, 5, 6);
+  _tile_dpbf16ps(3, 5, 7);
+}
+
+// A 32 x 32 block of C = (first) or += two A tile rows (a0, a1: their first chunk) x two weight panels
+// (b0, b1), over `chunks` chunks of K. Split: activations and weights come as two bf16 parts each (hi
+// tile, then lo tile, chunk by chunk), and C += a_lo w_hi + a_hi w_hi + a_hi w_lo; what is left out,
+// a_lo w_lo and the rounding of the lo parts, is within 3 x 2^-16 of each product: near f32 accuracy
+// at a third of the bf16 rate.
+template <bool Split>
+PRISM_AMX void BlockBf16(const uint8_t* a0, const uint8_t* a1, const uint8_t* b0, const uint8_t* b1,
+                         int64_t chunks, float* c, int64_t ldc, bool first) {
+  constexpr int64_t kStep = (Split ? 2 : 1) * kBf16TileBytes;
+  BeginBlock(c, ldc, first);
   for (int64_t i = 0; i < chunks; ++i) {
     const int64_t at = i * kStep;
-    for (int l = 0; l < 32; ++l) {
-      _mm_prefetch(reinterpret_cast<const char*>(b0 + at + kStep + l * 64), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(b1 + at + kStep + l * 64), _MM_HINT_T0);
+    // The next chunk's weight tiles into L1: a tile load that misses waits on all 16 of its lines, and
+    // the tile unit does not run ahead of it.
+    for (int64_t l = 0; l < kStep; l += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(b0 + at + kStep + l), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(b1 + at + kStep + l), _MM_HINT_T0);
     }
-    _tile_loadd(4, a0 + at + kBf16TileBytes, 64);  // a_lo x w_hi
-    _tile_loadd(5, a1 + at + kBf16TileBytes, 64);
-    _tile_loadd(6, b0 + at, 64);
-    _tile_loadd(7, b1 + at, 64);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-    _tile_loadd(4, a0 + at, 64);  // a_hi x w_hi
-    _tile_loadd(5, a1 + at, 64);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-    _tile_loadd(6, b0 + at + kBf16TileBytes, 64);  // a_hi x w_lo
-    _tile_loadd(7, b1 + at + kBf16TileBytes, 64);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
+    if constexpr (Split) {
+      _tile_loadd(4, a0 + at + kBf16TileBytes, 64);  // a_lo x w_hi
+      _tile_loadd(5, a1 + at + kBf16TileBytes, 64);
+      _tile_loadd(6, b0 + at, 64);
+      _tile_loadd(7, b1 + at, 64);
+      Bf16Products();
+      _tile_loadd(4, a0 + at, 64);  // a_hi x w_hi
+      _tile_loadd(5, a1 + at, 64);
+      Bf16Products();
+      _tile_loadd(6, b0 + at + kBf16TileBytes, 64);  // a_hi x w_lo
+      _tile_loadd(7, b1 + at + kBf16TileBytes, 64);
+      Bf16Products();
+    } else {
+      _tile_loadd(4, a0 + at, 64);
+      _tile_loadd(5, a1 + at, 64);
+      _tile_loadd(6, b0 + at, 64);
+      _tile_loadd(7, b1 + at, 64);
+      Bf16Products();
+    }
   }
-  _tile_stored(0, c, c_stride);
-  _tile_stored(1, c + 16, c_stride);
-  _tile_stored(2, c + 16 * ldc, c_stride);
-  _tile_stored(3, c + 16 * ldc + 16, c_stride);
+  EndBlock(c, ldc);
 }
 
 using TileSums = int32_t[4][kTileRows * kTileRows];
@@ -337,9 +317,9 @@ PRISM_AMX void Gemm(const uint8_t* act, const float* da, int64_t rows, const Amx
             BlockInt8(a0, a0 + a_tile_row, da + m0 * w.chunks + c0, w.chunks, b0, b0 + panel_bytes, chunks, c,
                       ldc, first);
           else if constexpr (K == Kind::Split)
-            BlockSplit(a0, a0 + a_tile_row, b0, b0 + panel_bytes, chunks, c, ldc, first);
+            BlockBf16<true>(a0, a0 + a_tile_row, b0, b0 + panel_bytes, chunks, c, ldc, first);
           else
-            BlockBf16(a0, a0 + a_tile_row, b0, b0 + panel_bytes, chunks, c, ldc, first);
+            BlockBf16<false>(a0, a0 + a_tile_row, b0, b0 + panel_bytes, chunks, c, ldc, first);
           if (!whole)
             for (int64_t r = 0; r < valid_rows; ++r)
               std::memcpy(y + (m0 + r) * n_total + n0, edge + r * kAmxCols,
