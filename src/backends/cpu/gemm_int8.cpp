@@ -48,7 +48,7 @@ bool HasVnni() {
 }  // namespace
 
 // q = round(x / d) with d = max|x| / 127 (0 for a block of zeros).
-PRISM_VNNI float QuantizeActivationBlock(const float* x, int8_t* q) {
+PRISM_VNNI float QuantizeActivationBlock(const float* x, int8_t* q, int32_t* sum) {
   __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
   float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
   float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
@@ -58,6 +58,7 @@ PRISM_VNNI float QuantizeActivationBlock(const float* x, int8_t* q) {
       _mm512_roundscale_ps(_mm512_mul_ps(x1, _mm512_set1_ps(id)), _MM_FROUND_TO_NEAREST_INT));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(q0));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtepi32_epi8(q1));
+  if (sum) *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
   return d;
 }
 
@@ -76,11 +77,7 @@ PRISM_VNNI void QuantizeRow(const float* a, int64_t k, int64_t groups, uint8_t* 
       sums[l] = 0;
       if (k0 >= k) continue;  // padding block: zero values, zero scale
       alignas(16) int8_t q[32];
-      scales[l] = QuantizeActivationBlock(a + k0, q);
-      sums[l] =
-          _mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(q)))) +
-          _mm512_reduce_add_epi32(
-              _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(q + 16))));
+      scales[l] = QuantizeActivationBlock(a + k0, q, &sums[l]);
       for (int64_t c = 0; c < 8; ++c) std::memcpy(values + LaneOffset(l, c * 4), q + c * 4, 4);
     }
   }

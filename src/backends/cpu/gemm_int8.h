@@ -45,8 +45,9 @@ void GemmPanelsInt8(const float* a, int64_t m, const uint8_t* panels, DType wt, 
                     int64_t n_total, int64_t n_begin, int64_t n_end);
 
 // One 32-value activation block as every int8 form quantizes it (CPUs with AVX512-VNNI only):
-// q = round(x / d), d = max|x| / 127 (returned; 0 for a block of zeros).
-float QuantizeActivationBlock(const float* x, int8_t* q);
+// q = round(x / d), d = max|x| / 127 (returned; 0 for a block of zeros); `sum`, where given, gets the
+// sum of q.
+float QuantizeActivationBlock(const float* x, int8_t* q, int32_t* sum = nullptr);
 
 // That bound for one output: activation row a (K values) against weight row n of w (GGUF layout).
 double Int8DotErrorBound(const float* a, const void* w, DType wt, int64_t k, int64_t n);
