@@ -5,7 +5,7 @@
 
 Steps, one after another (each engine in its own process, freed before the next starts):
   1. correctness: stories260K greedy text (`prism run --temp 0 -n 400`) on --device cuda must equal
-     --device cpu, for every prompt of ../shared/reference/stories260K.json;
+     --device cpu, for every prompt of tests/data/reference/stories260K.json;
   2. speed on the Llama-3.2-1B-shaped bf16 model (bench/models/llama1b-shape-hf-bf16, written by
      make_models.py when missing): Prism (`prism bench --device cuda --json`), PyTorch eager and
      torch.compile (transformers LlamaForCausalLM in bf16 on cuda);
@@ -34,7 +34,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 STORIES = ROOT / "models" / "stories260K" / "stories260K.bin"
-REFERENCE = ROOT.parent / "shared" / "reference" / "stories260K.json"
+REFERENCE = ROOT / "tests" / "data" / "reference" / "stories260K.json"
 MODEL = HERE / "models" / "llama1b-shape-hf-bf16"
 
 

@@ -18,7 +18,7 @@ Written (names are fixed; run.py looks for them):
       in F32, a tokenizer.ggml.* block (TinyLlama's SentencePiece vocabulary, 32000 pieces read
       from its tokenizer.model, padded to 128256 with UNUSED tokens), so llama.cpp loads them.
 
-The tokenizer of the HF folders is TinyLlama's (32000 tokens, from ../shared/tokenizers): the model
+The tokenizer of the HF folders is TinyLlama's (32000 tokens, from tests/data/tokenizers): the model
 has 128256 rows, so ids >= 32000 have no text; the benchmarks feed random ids, which is fine.
 
 The f32 safetensors file is the source of every other file (read back through a memory map), so
@@ -40,7 +40,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-TOKENIZER_DIR = ROOT.parent / "shared" / "tokenizers" / "tinyllama-1.1b-chat"
+TOKENIZER_DIR = ROOT / "tests" / "data" / "tokenizers" / "tinyllama-1.1b-chat"
 
 SHAPE = dict(hidden=2048, layers=16, heads=32, kv_heads=8, head_dim=64, ffn=8192, vocab=128256,
              rope_theta=500000.0, eps=1e-5, ctx=131072)

@@ -18,7 +18,7 @@
 namespace prism {
 namespace {
 
-const std::string kSharedDir = PRISM_SHARED_DIR;
+const std::string kDataDir = PRISM_TEST_DATA_DIR;  // tokenizers/
 const std::string kScript = std::string(PRISM_SOURCE_DIR) + "/tests/fixtures/render_chat_templates.py";
 
 // The reference renderings, produced once per process by tests/fixtures/render_chat_templates.py.
@@ -37,7 +37,7 @@ const Reference& GetReference() {
     }
     auto dir = testing::MakeTempDir("chat-template");
     auto out = dir / "expected.json";
-    std::string cmd = "python3 '" + kScript + "' '" + kSharedDir + "' '" + out.string() + "'";
+    std::string cmd = "python3 '" + kScript + "' '" + kDataDir + "' '" + out.string() + "'";
     if (std::system(cmd.c_str()) != 0) {
       r.fail_reason = "reference script failed: " + cmd;
     } else {
@@ -195,7 +195,7 @@ TEST(ChatTemplateErrors, RuntimeErrorsNamePosition) {
 TEST(ChatTemplateErrors, RaiseExceptionCarriesTemplateMessage) {
   EXPECT_EQ(RenderError("{{ raise_exception('Roles must alternate!') }}"), "Roles must alternate!");
   ChatTemplate mistral = ChatTemplate::FromTokenizerConfig(
-      kSharedDir + "/tokenizers/mistral-7b-instruct-v0.3/tokenizer_config.json");
+      kDataDir + "/tokenizers/mistral-7b-instruct-v0.3/tokenizer_config.json");
   std::string err = ErrorOf([&] {
     mistral.Render({{"user", "a"}, {"user", "b"}}, true, {{"bos_token", "<s>"}, {"eos_token", "</s>"}});
   });
@@ -243,7 +243,7 @@ TEST(ChatTemplateLoading, SidecarJinjaAndMissingTemplate) {
             "[user][assistant]");
   std::filesystem::remove_all(dir);
   EXPECT_NE(ErrorOf([] {
-              ChatTemplate::FromTokenizerConfig(kSharedDir + "/tokenizers/gpt2/tokenizer_config.json");
+              ChatTemplate::FromTokenizerConfig(kDataDir + "/tokenizers/gpt2/tokenizer_config.json");
             }).find("has no chat_template"),
             std::string::npos);
 }

@@ -22,7 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kStoriesDir = std::string(PRISM_SHARED_DIR) + "/models/stories260K";
+const std::string kStoriesDir = std::string(PRISM_SOURCE_DIR) + "/models/stories260K";
 const std::string kStoriesBin = kStoriesDir + "/stories260K.bin";
 const std::string kStoriesGguf = kStoriesDir + "/stories260K.gguf";
 

@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include <functional>
+
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -300,24 +304,37 @@ TEST(Sampler, ValidatesConfig) {
 }
 
 TEST(Sampler, LargeVocabularyIsFast) {
+  // The point is no full O(V log V) sort per token: each sampler must take under half of what one
+  // sort of the vocabulary's (logit, id) pairs takes on this machine, measured beside it (best of
+  // several rounds each, so a burst of load elsewhere does not decide).
   const int32_t vocab = 150000;
   auto logits = testing::RandomFloats(vocab, 11, -10, 10);
   std::vector<int32_t> history(64);
   for (int i = 0; i < 64; ++i) history[i] = i * 997 % vocab;
+  auto best_ms = [](const std::function<void()>& f) {
+    double best = 1e30;
+    for (int round = 0; round < 7; ++round) {
+      auto start = std::chrono::steady_clock::now();
+      f();
+      best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    }
+    return best;
+  };
+  const double sort_ms = best_ms([&] {
+    std::vector<std::pair<float, int32_t>> pairs(vocab);
+    for (int32_t i = 0; i < vocab; ++i) pairs[i] = {logits[i], i};
+    std::sort(pairs.begin(), pairs.end(), std::greater<>());
+    ASSERT_GE(pairs[0].first, pairs[1].first);
+  });
   Sampler greedy(NoFilters(0.0f));
   Sampler full{SamplerConfig{}};
   SamplerConfig p_only = NoFilters(1.0f);
   p_only.top_p = 0.5f;
   Sampler top_p(p_only);
-  auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < 20; ++i) {
-    greedy.Sample(logits.data(), vocab, history);
-    full.Sample(logits.data(), vocab, history);
-    top_p.Sample(logits.data(), vocab, history);
+  for (Sampler* s : {&greedy, &full, &top_p}) {
+    const double ms = best_ms([&] { s->Sample(logits.data(), vocab, history); });
+    EXPECT_LT(ms, 0.5 * sort_ms) << "one token took " << ms << " ms; sorting the vocabulary takes " << sort_ms;
   }
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  // Generous bound (debug builds, shared machines); the point is no full O(V log V) sort per token.
-  EXPECT_LT(ms / 20, 200.0);
 }
 
 // ---- Stop strings ----

@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 
 #include "runtime/generator.h"
@@ -13,11 +14,10 @@ namespace prism::testing {
 
 inline const std::string kStoriesDir = std::string(PRISM_SOURCE_DIR) + "/models/stories260K/";
 
-// ../shared/reference/stories260K.json (prompt, greedy_text from llama2.c's run.c), else the copy
-// beside the model.
+// tests/data/reference/stories260K.json: prompt and greedy_text from llama2.c's run.c and llama.cpp.
 inline nlohmann::json StoriesReferences() {
-  std::ifstream f(std::string(PRISM_SHARED_DIR) + "/reference/stories260K.json");
-  if (!f) f.open(kStoriesDir + "reference.json");
+  std::ifstream f(std::string(PRISM_TEST_DATA_DIR) + "/reference/stories260K.json");
+  if (!f) throw std::runtime_error("tests/data/reference/stories260K.json is missing");
   return nlohmann::json::parse(f);
 }
 

@@ -24,7 +24,7 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-const std::string kShared = PRISM_SHARED_DIR;
+const std::string kData = PRISM_TEST_DATA_DIR;  // tokenizers/, reference/
 const std::string kSource = PRISM_SOURCE_DIR;
 const std::string kFixtures = kSource + "/tests/fixtures";
 
@@ -90,7 +90,7 @@ const HfReference& Reference() {
             ("prism-tokenizer-ref-" + std::to_string(std::hash<std::string>{}(inputs)));
     if (!fs::exists(r.dir / "reference.json")) {
       fs::path fresh = testing::MakeTempDir("tokenizer-ref");
-      std::string cmd = "python3 " + Quote(kFixtures + "/tokenizer_reference.py") + " " + Quote(kShared) +
+      std::string cmd = "python3 " + Quote(kFixtures + "/tokenizer_reference.py") + " " + Quote(kData) +
                         " " + Quote(kFixtures + "/corpus.txt") + " " + Quote(fresh.string());
       if (std::system(cmd.c_str()) != 0) {
         r.error = "fixture failed: " + cmd;
@@ -122,11 +122,11 @@ const Tokenizer& Loaded(const std::string& key, const std::string& path) {
   return *slot;
 }
 
-const Tokenizer& Shipped(const std::string& name) { return Loaded(name, kShared + "/tokenizers/" + name); }
+const Tokenizer& Shipped(const std::string& name) { return Loaded(name, kData + "/tokenizers/" + name); }
 
 const Tokenizer& Llama2c() {
   static std::unique_ptr<Tokenizer> tok =
-      LoadLlama2cTokenizer(kShared + "/models/stories260K/tok512.bin", 512);
+      LoadLlama2cTokenizer(kSource + "/models/stories260K/tok512.bin", 512);
   return *tok;
 }
 
@@ -317,7 +317,7 @@ TEST(Llama2c, ReferencePromptsAndTextsRoundTrip) {
   EXPECT_EQ(tok.BosId(), 1);
   EXPECT_EQ(tok.EosId(), 2);
   EXPECT_EQ(tok.TokenText(3), "<0x00>");
-  json ref = ReadJson(kShared + "/reference/stories260K.json");
+  json ref = ReadJson(kData + "/reference/stories260K.json");
   ASSERT_FALSE(ref.empty());
   for (const json& entry : ref) {
     std::string prompt = entry.at("prompt"), text = entry.at("greedy_text");
@@ -342,8 +342,8 @@ TEST(Llama2c, MatchesRunCEncodeOnCorpus) {
   ScratchDir scratch("llama2c-ref");
   const fs::path& dir = scratch.path;
   std::string cmd = "python3 " + Quote(kFixtures + "/tokenizer_llama2c_reference.py") + " " +
-                    Quote(kShared + "/models/stories260K/tok512.bin") + " " +
-                    Quote(kFixtures + "/corpus.txt") + " " + Quote(kShared + "/reference/stories260K.json") +
+                    Quote(kSource + "/models/stories260K/tok512.bin") + " " +
+                    Quote(kFixtures + "/corpus.txt") + " " + Quote(kData + "/reference/stories260K.json") +
                     " " + Quote((dir / "ref.json").string());
   if (std::system("python3 -c 'pass' >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "python3 is not available";
@@ -385,7 +385,7 @@ TEST(Gguf, Stories260KMatchesLlama2cTokenizer) {
   ScratchDir scratch("gguf-tok");
   const fs::path& dir = scratch.path;
   std::string cmd = "python3 " + Quote(kFixtures + "/tokenizer_gguf_dump.py") + " " +
-                    Quote(kShared + "/models/stories260K/stories260K.gguf") + " " +
+                    Quote(kSource + "/models/stories260K/stories260K.gguf") + " " +
                     Quote((dir / "tok.json").string());
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   auto gguf = MakeGgufTokenizer(GgufFromJson(ReadJson(dir / "tok.json")));
@@ -401,7 +401,7 @@ TEST(Gguf, Stories260KMatchesLlama2cTokenizer) {
       if (!line.empty() && line.rfind("## ", 0) != 0)
         texts.push_back(line);  // escapes stay literal: fine here
   }
-  for (const json& entry : ReadJson(kShared + "/reference/stories260K.json")) {
+  for (const json& entry : ReadJson(kData + "/reference/stories260K.json")) {
     texts.push_back(entry.at("prompt"));
     texts.push_back(entry.at("greedy_text"));
   }
@@ -445,8 +445,8 @@ TEST_F(HfParity, GgufByteLevelModelsMatchTokenizersLibrary) {
     std::string name, pre;
     fs::path path;
   };
-  for (const Case& c : {Case{"gpt2", "gpt-2", kShared + "/tokenizers/gpt2/tokenizer.json"},
-                        Case{"smollm2", "smollm", kShared + "/tokenizers/smollm2/tokenizer.json"},
+  for (const Case& c : {Case{"gpt2", "gpt-2", kData + "/tokenizers/gpt2/tokenizer.json"},
+                        Case{"smollm2", "smollm", kData + "/tokenizers/smollm2/tokenizer.json"},
                         Case{"synthetic-llama3", "llama-bpe", Reference().dir / "synthetic-llama3.json"}}) {
     auto tok = MakeGgufTokenizer(GgufFromTokenizerJson(c.path, c.pre));
     for (const json& k : ReferenceFor(c.name).at("cases")) {
@@ -518,13 +518,13 @@ TEST(TokenizerErrors, Llama2cFilesMissingOrTruncated) {
   ScratchDir scratch("llama2c-errors");
   const fs::path& dir = scratch.path;
   ExpectError([&] { LoadLlama2cTokenizer((dir / "none.bin").string(), 512); }, {"none.bin", "cannot open"});
-  std::ifstream f(kShared + "/models/stories260K/tok512.bin", std::ios::binary);
+  std::ifstream f(kSource + "/models/stories260K/tok512.bin", std::ios::binary);
   std::string full((std::istreambuf_iterator<char>(f)), {});
   std::string cut = WriteFile(dir, "cut.bin", full.substr(0, 300));
   ExpectError([&] { LoadLlama2cTokenizer(cut, 512); }, {"cut.bin", "truncated"});
   std::string garbage = WriteFile(dir, "garbage.bin", std::string(64, '\xff'));
   ExpectError([&] { LoadLlama2cTokenizer(garbage, 512); }, {"garbage.bin", "max_token_length"});
-  ExpectError([&] { LoadLlama2cTokenizer(kShared + "/models/stories260K/tok512.bin", 0); }, {"vocab size"});
+  ExpectError([&] { LoadLlama2cTokenizer(kSource + "/models/stories260K/tok512.bin", 0); }, {"vocab size"});
 }
 
 TEST(TokenizerErrors, GgufMetadataUnsupportedOrInconsistent) {

@@ -1,5 +1,6 @@
 // Entry point of the `prism` command line: dispatches to subcommands, turns errors into one line.
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "cli/commands.h"
@@ -18,6 +19,20 @@ int main(int argc, char** argv) {
   add("bench", prism::cli::AddBenchCommand(app));
   add("compile", prism::cli::AddCompileCommand(app));
   add("report", prism::cli::AddReportCommand(app));
+  // CLI11 answers an unknown first word with "A subcommand is required": name the word instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const auto& [sub, run] : commands) {
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+      known = known || sub->get_name() == argv[1];
+    }
+    if (!known) {
+      std::fprintf(stderr, "prism: error: unknown command '%s' (commands: %s; see prism --help)\n", argv[1],
+                   names.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

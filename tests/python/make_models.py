@@ -3,7 +3,7 @@
 """Usage: make_models.py OUT_DIR [FAMILY...]
 
 Each family gets OUT_DIR/<family>/hf (config.json + model.safetensors + the real tokenizer
-files of /work/shared/tokenizers/<name>) and, where the family has a GGUF layout Prism reads,
+files of tests/data/tokenizers/<name>) and, where the family has a GGUF layout Prism reads,
 OUT_DIR/<family>/model-f32.gguf. The parity tests import this module and call build_family().
 """
 import json
@@ -14,9 +14,7 @@ import sys
 
 import numpy as np
 
-SHARED_DIR = os.environ.get(
-    "PRISM_SHARED_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared"))
-TOKENIZERS_DIR = os.path.join(SHARED_DIR, "tokenizers")
+TOKENIZERS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "tokenizers")
 
 # Files of a tokenizer folder that describe the model rather than the tokenizer; the fixture
 # writes its own config.json.
@@ -34,7 +32,7 @@ class Family:
         self.name = name
         self.arch = arch                # transformers family: llama, mistral, qwen2, qwen3, gpt2
         self.config = config            # kwargs of the transformers config class
-        self.tokenizer = tokenizer      # folder name under /work/shared/tokenizers
+        self.tokenizer = tokenizer      # folder name under tests/data/tokenizers
         self.gguf_arch = gguf_arch      # general.architecture llama.cpp's converter writes
         self.seed = seed
         self.gguf_skip = gguf_skip      # reason Prism cannot read this family's GGUF, or None

@@ -254,3 +254,8 @@ def test_missing_model_path(prism, tmp_path):
     line = _one_line_error(prism.run("logits", missing, "--prompt-ids", "1,2", "-o", tmp_path / "o.json",
                                      check=False))
     assert str(missing) in line and "no such file" in line, line
+
+
+def test_unknown_command(prism):
+    line = _one_line_error(prism.run("frobnicate", check=False))
+    assert "unknown command 'frobnicate'" in line and "run" in line, line
