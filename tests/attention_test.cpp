@@ -184,10 +184,10 @@ TEST(AttentionTemplate, SearchChecksFusedAgainstUnfusedAndTheChoiceRuns) {
   CompileOptions copts;
   copts.threads = 2;
   auto prog = Program::Compile(g, copts);
-  TuneOptions opts;
+  SearchOptions opts;
   opts.buckets = {{"prefill", {{"seq", 128}, {"past", 0}}}};
   opts.budget_seconds = 30;
-  nlohmann::json receipts = prog->Tune(opts);
+  nlohmann::json receipts = prog->Search(opts);
   bool seen = false;
   for (const auto& r : receipts) {
     if (r["kernel"].get<std::string>().find("_attention") == std::string::npos) continue;

@@ -1,10 +1,10 @@
 // Bad graphs and bad run-time arguments give one-line errors naming the op and the shapes.
 #include <gtest/gtest.h>
 
+#include "backends/cpu/program.h"
 #include "frontend/nn.h"
 #include "ir/error.h"
 #include "ir/interpreter.h"
-#include "runtime/program.h"
 
 namespace prism {
 namespace {
@@ -18,7 +18,8 @@ void ExpectError(F f, std::vector<std::string> fragments) {
   } catch (const Error& e) {
     std::string msg = e.what();
     EXPECT_EQ(msg.find('\n'), std::string::npos) << "multi-line message: " << msg;
-    for (const auto& frag : fragments) EXPECT_NE(msg.find(frag), std::string::npos) << "'" << frag << "' not in: " << msg;
+    for (const auto& frag : fragments)
+      EXPECT_NE(msg.find(frag), std::string::npos) << "'" << frag << "' not in: " << msg;
   }
 }
 
@@ -52,7 +53,11 @@ TEST(Errors, OutOfRangeViewsAndBadIndices) {
   NodeId x = h.Input("x", DType::F32, {Expr::Sym("n")});
   h.MarkOutput(h.Slice(x, {Expr(2)}, {Expr::Sym("m")}, {}), "y");
   Interpreter it(h);
-  ExpectError([&] { it.Run({{"x", HostTensor::Zeros(DType::F32, {4})}}, {{"m", 3}}); }, {"Slice", "size-4 axis"});
+  ExpectError(
+      [&] {
+        it.Run({{"x", HostTensor::Zeros(DType::F32, {4})}}, {{"m", 3}});
+      },
+      {"Slice", "size-4 axis"});
 }
 
 TEST(Errors, RunTimeBindingErrors) {
@@ -67,10 +72,16 @@ TEST(Errors, RunTimeBindingErrors) {
   auto good_x = HostTensor::Zeros(DType::F32, {3, 2});
   auto good_y = HostTensor::Zeros(DType::F32, {5});
   ExpectError([&] { prog->Run({{"x", good_x}}); }, {"missing input 'y'"});
-  ExpectError([&] { prog->Run({{"x", HostTensor::Zeros(DType::F32, {3, 4})}, {"y", good_y}}); },
-              {"input 'x' axis 1", "size 4", "expects 2"});
-  ExpectError([&] { prog->Run({{"x", HostTensor::Zeros(DType::F16, {3, 2})}, {"y", good_y}}); },
-              {"input 'x'", "dtype f16", "f32"});
+  ExpectError(
+      [&] {
+        prog->Run({{"x", HostTensor::Zeros(DType::F32, {3, 4})}, {"y", good_y}});
+      },
+      {"input 'x' axis 1", "size 4", "expects 2"});
+  ExpectError(
+      [&] {
+        prog->Run({{"x", HostTensor::Zeros(DType::F16, {3, 2})}, {"y", good_y}});
+      },
+      {"input 'x'", "dtype f16", "f32"});
   ExpectError([&] { prog->Run({{"x", good_x}, {"y", good_y}}); }, {"weight 'w' was not bound"});
   ExpectError([&] { prog->BindWeight("w", HostTensor::Zeros(DType::BF16, {2})); }, {"weight 'w'", "bf16"});
   ExpectError([&] { prog->BindWeight("nope", HostTensor::Zeros(DType::F32, {2})); }, {"'nope'", "not used"});

@@ -310,9 +310,9 @@ TEST(Gemm, SearchOffersAmxForPromptsAndTheChoiceRuns) {
       interp.BindWeight(name, t);
       prog->BindWeight(name, t);
     }
-    TuneOptions opts;
+    SearchOptions opts;
     opts.buckets = {{"prefill", b}};
-    nlohmann::json receipts = prog->Tune(opts);
+    nlohmann::json receipts = prog->Search(opts);
     int amx = 0;
     for (const auto& r : receipts)
       for (const auto& c : r.value("candidates", nlohmann::json::array()))

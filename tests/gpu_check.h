@@ -24,27 +24,7 @@ inline GpuCheckStats CheckGpuProgram(GpuProgram& prog, const std::vector<SymbolB
   GpuCheckStats st;
   st.kernels = prog.stats().kernels;
   st.cooperative = prog.stats().cooperative;
-  const Graph& g = prog.graph();
-  Interpreter interp(g);
-  for (size_t i = 0; i < bindings.size(); ++i) {
-    const SymbolBindings& b = bindings[i];
-    if (!stateful) {
-      interp.ResetState();
-      prog.ResetState();
-    }
-    auto weights = RandomTensors(g, Op::Weight, b, seed + 1000);
-    for (auto& [name, t] : weights) {
-      interp.BindWeight(name, t);
-      prog.BindWeight(name, t);
-    }
-    auto inputs = RandomTensors(g, Op::Input, b, stateful ? seed + 7 * i : seed);
-    auto want = interp.Run(inputs, b);
-    auto got = prog.Run(inputs, b);
-    std::string desc = what;
-    for (auto& [k, v] : b) desc += " " + k + "=" + std::to_string(v);
-    ExpectClose(want, got, atol, rtol, desc);
-    ++st.runs;
-  }
+  st.runs = CheckExecutable(prog, bindings, atol, rtol, seed, stateful, what);
   return st;
 }
 

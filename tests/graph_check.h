@@ -1,4 +1,4 @@
-// Test helper: runs a graph through the reference interpreter and the compiled CPU program and compares.
+// Test helper: runs a graph through the reference interpreter and a compiled executable and compares.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -8,9 +8,9 @@
 #include <random>
 #include <string>
 
+#include "backends/cpu/program.h"
 #include "ir/error.h"
 #include "ir/interpreter.h"
-#include "runtime/program.h"
 
 namespace prism::testing {
 
@@ -47,8 +47,8 @@ struct CheckResult {
 
 // Compares program outputs with the interpreter's: |got - want| <= atol + rtol * |want|.
 // NaN or infinity in one but not the other always fails.
-inline CheckResult ExpectClose(const std::vector<HostTensor>& want, const std::vector<HostTensor>& got, double atol,
-                               double rtol, const std::string& what) {
+inline CheckResult ExpectClose(const std::vector<HostTensor>& want, const std::vector<HostTensor>& got,
+                               double atol, double rtol, const std::string& what) {
   CheckResult r;
   EXPECT_EQ(want.size(), got.size()) << what;
   for (size_t o = 0; o < want.size() && o < got.size(); ++o) {
@@ -58,8 +58,10 @@ inline CheckResult ExpectClose(const std::vector<HostTensor>& want, const std::v
     for (int64_t i = 0; i < want[o].numel(); ++i) {
       double w = want[o].At(i), gv = got[o].At(i);
       bool bad;
-      if (std::isnan(w) || std::isnan(gv)) bad = true;  // NaN never passes
-      else if (std::isinf(w) || std::isinf(gv)) bad = w != gv;
+      if (std::isnan(w) || std::isnan(gv))
+        bad = true;  // NaN never passes
+      else if (std::isinf(w) || std::isinf(gv))
+        bad = w != gv;
       else {
         r.max_abs_err = std::max(r.max_abs_err, std::fabs(w - gv));
         r.max_ref = std::max(r.max_ref, std::fabs(w));
@@ -72,25 +74,41 @@ inline CheckResult ExpectClose(const std::vector<HostTensor>& want, const std::v
   return r;
 }
 
-// Compiles g once and checks it against the interpreter for every binding in `bindings`.
-inline void CheckGraph(const Graph& g, const std::vector<SymbolBindings>& bindings, double atol = 1e-4,
-                       double rtol = 1e-4, uint64_t seed = 1, const std::string& what = "graph") {
-  auto prog = Program::Compile(g);
-  for (const SymbolBindings& b : bindings) {
-    Interpreter interp(g);
+// Compares every binding of a compiled executable (any device) with the interpreter on random data (weights
+// from seed + 1000, inputs from seed). stateful: bindings are successive steps of one program (state carries
+// over); otherwise state is reset before each. Returns the runs compared.
+inline int CheckExecutable(Executable& exe, const std::vector<SymbolBindings>& bindings, double atol,
+                           double rtol, uint64_t seed, bool stateful, const std::string& what) {
+  const Graph& g = exe.graph();
+  Interpreter interp(g);
+  int runs = 0;
+  for (size_t i = 0; i < bindings.size(); ++i) {
+    const SymbolBindings& b = bindings[i];
+    if (!stateful) {
+      interp.ResetState();
+      exe.ResetState();
+    }
     auto weights = RandomTensors(g, Op::Weight, b, seed + 1000);
     for (auto& [name, t] : weights) {
       interp.BindWeight(name, t);
-      prog->BindWeight(name, t);
+      exe.BindWeight(name, t);
     }
-    auto inputs = RandomTensors(g, Op::Input, b, seed);
-    prog->ResetState();
+    auto inputs = RandomTensors(g, Op::Input, b, stateful ? seed + 7 * i : seed);
     auto want = interp.Run(inputs, b);
-    auto got = prog->Run(inputs, b);
-    std::string desc = what;
+    auto got = exe.Run(inputs, b);
+    std::string desc = what + " on " + exe.device();
     for (auto& [k, v] : b) desc += " " + k + "=" + std::to_string(v);
     ExpectClose(want, got, atol, rtol, desc);
+    ++runs;
   }
+  return runs;
+}
+
+// Compiles g once for the CPU and checks it against the interpreter for every binding in `bindings`.
+inline void CheckGraph(const Graph& g, const std::vector<SymbolBindings>& bindings, double atol = 1e-4,
+                       double rtol = 1e-4, uint64_t seed = 1, const std::string& what = "graph") {
+  auto prog = Program::Compile(g);
+  CheckExecutable(*prog, bindings, atol, rtol, seed, false, what);
 }
 
 }  // namespace prism::testing

@@ -4,11 +4,12 @@
 
 #include <cstdio>
 
+#include "backends/cpu/program.h"
 #include "backends/cuda/cuda_device.h"
+#include "backends/gpu/gpu_program.h"
 #include "backends/opencl/opencl_device.h"
 #include "gpu_check.h"
 #include "ir/error.h"
-#include "runtime/gpu_step.h"
 #include "stories_reference.h"
 
 namespace prism {
@@ -37,7 +38,7 @@ TEST(Stories260KOpenCl, EveryStepKernelMatchesInterpreter) {
   Graph g = BuildCausalLM(mf.config, mf.Lookup(), go);
   GpuCompileOptions auto_form, per_thread;
   per_thread.schedule.reduce = GpuSchedule::Reduce::PerThread;
-  auto progs = GpuProgram::CompileMany({&g, &g}, OpenGpuDevice("opencl"), {auto_form, per_thread});
+  auto progs = GpuProgram::CompileMany({&g, &g}, OpenClDevice::Open(), {auto_form, per_thread});
   std::vector<SymbolBindings> steps = {
       {{"seq", 5}, {"past", 0}}, {{"seq", 1}, {"past", 5}}, {{"seq", 3}, {"past", 6}}};
   for (size_t i = 0; i < progs.size(); ++i) {
@@ -55,7 +56,7 @@ TEST(Stories260KOpenCl, EveryStepKernelMatchesInterpreter) {
 TEST(Stories260KOpenCl, GreedyTextMatchesReference) {
   PRISM_REQUIRE_DEVICE(OpenClDevice);
   auto lm = LanguageModel::Load(kStoriesDir + "stories260K.bin", OnDevice("opencl"));
-  ASSERT_NE(lm->gpu_program(), nullptr);
+  ASSERT_NO_THROW(lm->step_as<GpuProgram>());
   testing::ExpectReferenceText(*lm, "stories260K.bin on OpenCL");
 }
 
@@ -73,7 +74,7 @@ TEST(Stories260KOpenCl, LogitsMatchTheCpu) {
   expect_near(cpu->Forward(ids), gpu->Forward(ids), "prefill");
   for (int32_t t : {7, 100, 3}) expect_near(cpu->Forward({t}), gpu->Forward({t}), "decode");
   expect_near(cpu->ForwardAll(ids), gpu->ForwardAll(ids), "all logits");
-  EXPECT_THROW(gpu->program(), Error);  // the CPU program does not exist on this device
+  EXPECT_THROW(gpu->step_as<Program>(), Error);  // the CPU program does not exist on this device
 }
 
 TEST(Stories260KGpu, MissingOrUnknownDevicesAreClearErrors) {

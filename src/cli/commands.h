@@ -5,6 +5,8 @@
 #include <functional>
 #include <string>
 
+#include "backends/device.h"
+
 namespace prism::cli {
 
 // A registered subcommand: run() is called when it was chosen on the command line.
@@ -19,11 +21,13 @@ Runner AddBenchCommand(CLI::App& app);
 Runner AddCompileCommand(CLI::App& app);
 Runner AddReportCommand(CLI::App& app);
 
-// --device cpu|opencl|cuda: where the model's step runs (default cpu).
+// --device NAME: where the model's step runs (default cpu), one of the registry's devices.
 inline void AddDeviceOption(CLI::App* cmd, std::string& device) {
-  cmd->add_option("--device", device, "where the model runs: cpu, opencl or cuda")
+  std::string names;
+  for (const std::string& n : DeviceNames()) names += (names.empty() ? "" : ", ") + n;
+  cmd->add_option("--device", device, "where the model runs: " + names)
       ->capture_default_str()
-      ->check(CLI::IsMember({"cpu", "opencl", "cuda"}));
+      ->check(CLI::IsMember(DeviceNames()));
 }
 
 // The model `prism run` uses when none is named: the stories260K checkpoint shipped in models/.

@@ -12,7 +12,7 @@ Runner AddCompileCommand(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("compile", "Compile a model into an artifact folder (kernels, schedules, receipts)");
   struct Opts {
-    std::string model, out, tokenizer, replay;
+    std::string model, out, tokenizer, replay, device = "cpu";
     double budget = 60;
     int64_t ctx = 0;
     int threads = 0;
@@ -28,14 +28,17 @@ Runner AddCompileCommand(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "threads the schedules are tuned for (default: all cores)");
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file (llama2.c checkpoints)");
   cmd->add_option("--replay", o->replay,
-                  "search one kernel again (ignoring the database) and print its receipt");
+                  "search one kernel again (whatever the database holds), save the decision and print its "
+                  "receipts");
+  AddDeviceOption(cmd, o->device);
   return [o]() {
     auto t0 = std::chrono::steady_clock::now();
     std::string path = o->model.empty() ? DefaultModelPath() : o->model;
     LoadOptions lo{o->tokenizer, o->ctx, o->threads, -1};
+    lo.device = o->device;
     auto lm = LanguageModel::Load(path, lo);
     if (!o->replay.empty()) {
-      auto receipts = lm->Tune(o->budget, o->replay);
+      auto receipts = lm->Tune(o->budget, o->replay, /*replay=*/true);
       std::printf("%s\n", receipts.dump(1).c_str());
       return 0;
     }
@@ -56,7 +59,7 @@ Runner AddCompileCommand(CLI::App& app) {
     }
     std::printf(
         "%s -> %s: %zu kernels, %d schedule decisions searched, %d from the tuning database, %.2f s\n",
-        path.c_str(), o->out.c_str(), lm->program().kernels().kernels.size(), searched, from_db,
+        path.c_str(), o->out.c_str(), lm->step().kernel_count(), searched, from_db,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return 0;
   };

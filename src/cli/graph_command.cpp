@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "backends/cpu/program.h"
 #include "cli/commands.h"
 #include "codegen/cpp_renderer.h"
 #include "ir/error.h"

@@ -27,7 +27,8 @@ static std::vector<int32_t> ParseIds(const std::string& s, const char* what) {
 }
 
 Runner AddLogitsCommand(CLI::App& app) {
-  auto* cmd = app.add_subcommand("logits", "Write logits as JSON: a prefill, then teacher-forced decode steps");
+  auto* cmd =
+      app.add_subcommand("logits", "Write logits as JSON: a prefill, then teacher-forced decode steps");
   struct Opts {
     std::string model, prompt_ids, decode_ids, out, tokenizer, text;
     bool all = false;
@@ -44,8 +45,8 @@ Runner AddLogitsCommand(CLI::App& app) {
   cmd->add_option("-o,--out", o->out, "output JSON file")->required();
   return [o]() {
     auto lm = LanguageModel::Load(o->model, {o->tokenizer, o->ctx, 1});
-    std::vector<int32_t> prompt = o->text.empty() ? ParseIds(o->prompt_ids, "--prompt-ids")
-                                                   : lm->tokenizer().Encode(o->text, true);
+    std::vector<int32_t> prompt =
+        o->text.empty() ? ParseIds(o->prompt_ids, "--prompt-ids") : lm->tokenizer().Encode(o->text, true);
     if (prompt.empty()) throw Error("logits: give --prompt-ids or --text");
     nlohmann::json j;
     j["prompt_ids"] = prompt;

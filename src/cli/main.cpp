@@ -10,7 +10,9 @@ int main(int argc, char** argv) {
   CLI::App app{"Prism: a search-based compiler and inference engine for neural networks"};
   app.require_subcommand(1);
   std::vector<std::pair<CLI::App*, prism::cli::Runner>> commands;
-  auto add = [&](const char* name, prism::cli::Runner r) { commands.emplace_back(app.get_subcommand(name), std::move(r)); };
+  auto add = [&](const char* name, prism::cli::Runner r) {
+    commands.emplace_back(app.get_subcommand(name), std::move(r));
+  };
   add("run", prism::cli::AddRunCommand(app));
   add("chat", prism::cli::AddChatCommand(app));
   add("perplexity", prism::cli::AddPerplexityCommand(app));

@@ -11,7 +11,8 @@
 namespace prism::cli {
 
 Runner AddPerplexityCommand(CLI::App& app) {
-  auto* cmd = app.add_subcommand("perplexity", "Perplexity of a text file (non-overlapping windows of --ctx tokens)");
+  auto* cmd =
+      app.add_subcommand("perplexity", "Perplexity of a text file (non-overlapping windows of --ctx tokens)");
   struct Opts {
     std::string model, file, tokenizer;
     int64_t ctx = 512;
@@ -20,7 +21,9 @@ Runner AddPerplexityCommand(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("model", o->model, "Hugging Face folder, .gguf file, or llama2.c checkpoint")->required();
   cmd->add_option("-f,--file", o->file, "text file")->required();
-  cmd->add_option("--ctx", o->ctx, "window size in tokens")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--ctx", o->ctx, "window size in tokens")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file");
   return [o]() {
@@ -49,8 +52,8 @@ Runner AddPerplexityCommand(CLI::App& app) {
       }
     }
     if (scored == 0) throw Error(o->file + ": too short to score (needs at least 2 tokens)");
-    std::printf("perplexity: %.4g (%lld tokens scored, window %lld)\n", std::exp(nll / scored), (long long)scored,
-                (long long)o->ctx);
+    std::printf("perplexity: %.4g (%lld tokens scored, window %lld)\n", std::exp(nll / scored),
+                (long long)scored, (long long)o->ctx);
     return 0;
   };
 }

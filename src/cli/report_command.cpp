@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "cli/commands.h"
 #include "ir/error.h"
@@ -81,8 +81,9 @@ Runner AddReportCommand(CLI::App& app) {
         std::string line = fmt::format(
             "{} scratch memory at {}: {:.1f} MiB in one arena for {} buffers, {} written in place over an "
             "input ({:.1f} MiB as separate buffers)",
-            step, m["sizes"].dump(), m["arena_bytes"].get<double>() / (1 << 20), m["scratch_buffers"].get<int64_t>(),
-            m.value("written_in_place", 0), m["scratch_bytes_separate"].get<double>() / (1 << 20));
+            step, m["sizes"].dump(), m["arena_bytes"].get<double>() / (1 << 20),
+            m["scratch_buffers"].get<int64_t>(), m.value("written_in_place", 0),
+            m["scratch_bytes_separate"].get<double>() / (1 << 20));
         std::printf("%s\n", line.c_str());
         html += "<p>" + line + "</p>";
       }
@@ -93,7 +94,8 @@ Runner AddReportCommand(CLI::App& app) {
       std::set<std::string> not_run;
       for (const auto& r : receipts)
         if (r.value("bucket", "") == bucket && r.value("chosen", "").rfind("template-attention", 0) == 0)
-          for (const auto& k : r.value("unfused_kernels", nlohmann::json::array())) not_run.insert(k.get<std::string>());
+          for (const auto& k : r.value("unfused_kernels", nlohmann::json::array()))
+            not_run.insert(k.get<std::string>());
       std::string step_line;    // the whole-step decision (team or one thread), not a kernel
       std::string search_line;  // how busy the machine was while the search timed candidates
       for (const auto& r : receipts) {
@@ -123,8 +125,8 @@ Runner AddReportCommand(CLI::App& app) {
       std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
         return a.value("median_us", 0.0) > b.value("median_us", 0.0);
       });
-      std::printf("%s step: %zu kernels, %.1f us summed (%zu of the unfused attention form not run)\n", bucket,
-                  rows.size(), total, not_run.size());
+      std::printf("%s step: %zu kernels, %.1f us summed (%zu of the unfused attention form not run)\n",
+                  bucket, rows.size(), total, not_run.size());
       std::printf("  %6s %10s %10s %7s  %-22s %s\n", "share", "median_us", "floor_us", "roof%", "chosen",
                   "kernel");
       html += std::string("<h2>") + bucket +

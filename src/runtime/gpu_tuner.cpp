@@ -14,11 +14,11 @@
 #include <random>
 
 #include "backends/cuda/cublas_loader.h"
+#include "backends/timing.h"
 #include "codegen/cuda_mma_gemm.h"
 #include "codegen/gpu_renderer.h"
 #include "compiler/kernel_eval.h"
 #include "ir/error.h"
-#include "runtime/timing.h"
 
 namespace prism {
 namespace {

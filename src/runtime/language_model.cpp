@@ -11,7 +11,6 @@
 #include "io/llama2c.h"
 #include "io/safetensors.h"
 #include "ir/error.h"
-#include "runtime/gpu_step.h"
 
 namespace prism {
 namespace fs = std::filesystem;
@@ -109,11 +108,10 @@ WeightLookup ModelFiles::Lookup() const {
 std::string TuningDatabasePath() { return KernelCacheDir() + "/tuning.json"; }
 
 std::unique_ptr<LanguageModel> LanguageModel::Load(const std::string& path, const LoadOptions& opts) {
-  if (!IsKnownDevice(opts.device))
-    throw Error("unknown device '" + opts.device + "' (expected cpu, opencl or cuda)");
   if (IsArtifact(path)) return LoadArtifact(path, opts);
   auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<LanguageModel> lm(new LanguageModel());
+  lm->device_ = OpenDevice(opts.device);  // before reading the model: a missing device fails fast
   lm->path_ = fs::absolute(path).string();
   lm->files_ = OpenModelFiles(path, opts.tokenizer_path);
   lm->tokenizer_path_ = opts.tokenizer_path;
@@ -124,42 +122,30 @@ std::unique_ptr<LanguageModel> LanguageModel::Load(const std::string& path, cons
     throw Error(path + ": GPT-2 has learned positions only up to " + std::to_string(cfg.max_position));
   lm->threads_ = opts.threads;
   lm->search_busy_limit_ = opts.search_busy_limit;
-  lm->device_ = opts.device;
-  if (opts.device == "cpu") {
-    lm->step_ = lm->CompileStep(false);
-    // Schedules from the tuning database (and a search within the budget, if one was given).
-    lm->Tune(std::max(0.0, opts.search_budget));
-  } else {
-    lm->gpu_ = OpenGpuDevice(opts.device);  // before compiling: a missing device fails fast
-    lm->gpu_step_ = CompileGpuStep(lm->StepGraph(false), *lm->files_.weights, lm->gpu_);
-    lm->gpu_step_->SetGraphReplay(opts.gpu_graphs);
-  }
+  lm->graph_replay_ = opts.gpu_graphs;
+  lm->step_ = lm->CompileStep(false);
+  // Schedules from the tuning database (and a search within the budget, if one was given).
+  lm->Tune(std::max(0.0, opts.search_budget));
   lm->compile_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return lm;
 }
 
-const Program& LanguageModel::program() const {
-  if (!step_) throw Error("the model runs on device " + device_ + ", not on the CPU");
-  return *step_;
-}
-
-nlohmann::json LanguageModel::Tune(double budget_seconds, const std::string& only_kernel) {
-  if (!step_)
-    throw Error("schedule search and artifacts are for the CPU device (this model runs on " + device_ + ")");
-  TuneOptions to;
-  to.budget_seconds = budget_seconds;
-  to.db_path = TuningDatabasePath();
-  to.only_kernel = only_kernel;
-  to.busy_limit = search_busy_limit_;
+nlohmann::json LanguageModel::Tune(double budget_seconds, const std::string& only_kernel, bool replay) {
+  SearchOptions so;
+  so.budget_seconds = budget_seconds;
+  so.db_path = TuningDatabasePath();
+  so.only_kernel = only_kernel;
+  so.replay = replay;
+  so.busy_limit = search_busy_limit_;
   int64_t prefill = std::min<int64_t>(128, std::max<int64_t>(2, max_context_ / 2));
-  to.buckets = {{"decode", {{"seq", 1}, {"past", std::min<int64_t>(max_context_ - 1, 64)}}},
+  so.buckets = {{"decode", {{"seq", 1}, {"past", std::min<int64_t>(max_context_ - 1, 64)}}},
                 {"prefill", {{"seq", prefill}, {"past", 0}}}};
   // Long prompts: attention searched again at 512 (or the context), the rest as in "prefill".
   if (const int64_t long_seq = std::min<int64_t>(512, max_context_); long_seq >= kLongPrefillSeq) {
-    to.buckets.push_back({"prefill-long", {{"seq", long_seq}, {"past", 0}}});
-    to.inherit["prefill-long"] = {"prefill", "past"};
+    so.buckets.push_back({"prefill-long", {{"seq", long_seq}, {"past", 0}}});
+    so.inherit["prefill-long"] = {"prefill", "past"};
   }
-  return step_->Tune(to);
+  return step_->Search(so);
 }
 
 bool LanguageModel::IsArtifact(const std::string& path) {
@@ -167,75 +153,41 @@ bool LanguageModel::IsArtifact(const std::string& path) {
 }
 
 void LanguageModel::SaveArtifact(const std::string& dir, const nlohmann::json& receipts) const {
-  if (!step_) throw Error("artifacts hold CPU kernels; this model runs on " + device_);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw Error(dir + ": cannot create the artifact folder: " + ec.message());
-  const Program& p = *step_;
-  fs::copy_file(p.stats().so_path, fs::path(dir) / "kernels.so", fs::copy_options::overwrite_existing, ec);
-  if (ec) throw Error(dir + ": cannot copy the compiled kernels: " + ec.message());
-  std::ofstream(fs::path(dir) / "kernels.cpp") << p.source();
-  nlohmann::json choices = nlohmann::json::object();
-  for (const auto& [bucket, cs] : p.choices()) {
-    nlohmann::json arr = nlohmann::json::array();
-    for (const KernelChoice& c : cs) arr.push_back(ChoiceToJson(c));
-    choices[bucket] = arr;
-  }
-  std::ofstream(fs::path(dir) / "schedule.json") << choices.dump(1);
+  nlohmann::json m{
+      {"format", "prism-artifact-1"}, {"device", step_->device()},   {"model", path_},
+      {"tokenizer", tokenizer_path_}, {"max_context", max_context_}, {"architecture", config().architecture}};
+  step_->SaveArtifact(dir, m);  // the device's files, and its entries in the manifest
   std::ofstream(fs::path(dir) / "receipts.json") << receipts.dump(1);
-  nlohmann::json buffers = nlohmann::json::array();
-  for (const KBuffer& b : p.kernels().buffers)
-    buffers.push_back({{"name", b.name}, {"dtype", DTypeName(b.dtype)}, {"shape", ShapeStr(b.shape)}});
-  nlohmann::json kernels = nlohmann::json::array();
-  for (const Kernel& k : p.kernels().kernels) kernels.push_back(k.name);
-  nlohmann::json m{{"format", "prism-artifact-1"},
-                   {"model", path_},
-                   {"tokenizer", tokenizer_path_},
-                   {"max_context", max_context_},
-                   {"architecture", config().architecture},
-                   {"graph_nodes", p.stats().graph_nodes},
-                   {"kernels", kernels},
-                   {"buffers", buffers},
-                   {"memory",
-                    {{"prefill", step_->MemoryReport({{"seq", max_context_}, {"past", 0}})},
-                     {"decode", step_->MemoryReport({{"seq", 1}, {"past", max_context_ - 1}})}}}};
   std::ofstream f(fs::path(dir) / "manifest.json");
   f << m.dump(1);
   if (!f) throw Error(dir + ": cannot write manifest.json");
 }
 
 std::unique_ptr<LanguageModel> LanguageModel::LoadArtifact(const std::string& dir, const LoadOptions& opts) {
-  if (opts.device != "cpu")
-    throw Error(dir + ": a compiled artifact holds CPU kernels; give the model files to run on " +
-                opts.device);
   auto t0 = std::chrono::steady_clock::now();
-  auto read_json = [&](const char* name) {
-    std::ifstream f(fs::path(dir) / name);
-    if (!f) throw Error(dir + ": artifact has no " + name);
-    nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
-    if (j.is_discarded()) throw Error(dir + "/" + name + ": not valid JSON");
-    return j;
-  };
-  nlohmann::json m = read_json("manifest.json");
+  std::ifstream mf(fs::path(dir) / "manifest.json");
+  if (!mf) throw Error(dir + ": artifact has no manifest.json");
+  nlohmann::json m = nlohmann::json::parse(mf, nullptr, false);
+  if (m.is_discarded()) throw Error(dir + "/manifest.json: not valid JSON");
   if (m.value("format", "") != "prism-artifact-1")
     throw Error(dir + "/manifest.json: unknown artifact format");
+  const std::string device = m.value("device", "cpu");
+  if (opts.device != device)
+    throw Error(dir + ": a compiled artifact holds " + device + " kernels; give the model files to run on " +
+                opts.device);
   std::unique_ptr<LanguageModel> lm(new LanguageModel());
+  lm->device_ = OpenDevice(device);
   lm->path_ = m.value("model", "");
   lm->tokenizer_path_ = opts.tokenizer_path.empty() ? m.value("tokenizer", "") : opts.tokenizer_path;
   lm->files_ = OpenModelFiles(lm->path_, lm->tokenizer_path_);
   lm->max_context_ = m.value("max_context", (int64_t)2048);
   lm->threads_ = opts.threads;
   lm->search_busy_limit_ = opts.search_busy_limit;
-  CompileOptions co;
-  co.prebuilt_so = (fs::path(dir) / "kernels.so").string();
-  std::ifstream src(fs::path(dir) / "kernels.cpp");
-  co.prebuilt_source.assign(std::istreambuf_iterator<char>(src), std::istreambuf_iterator<char>());
-  lm->step_ = lm->CompileStep(false, co);
-  KernelChoices choices;
-  const nlohmann::json schedule = read_json("schedule.json");
-  for (const auto& [bucket, arr] : schedule.items())
-    for (const auto& c : arr) choices[bucket].push_back(ChoiceFromJson(c));
-  lm->step_->SetChoices(std::move(choices));
+  lm->graph_replay_ = opts.gpu_graphs;
+  lm->step_ = lm->CompileStep(false, dir);
   lm->compile_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return lm;
 }
@@ -248,18 +200,21 @@ Graph LanguageModel::StepGraph(bool all_logits) const {
   return BuildCausalLM(files_.config, files_.Lookup(), go);
 }
 
-std::unique_ptr<Program> LanguageModel::CompileStep(bool all_logits, const CompileOptions& base) const {
+std::unique_ptr<Executable> LanguageModel::CompileStep(bool all_logits,
+                                                       const std::string& artifact_dir) const {
   const WeightStore& store = *files_.weights;
   Graph g = StepGraph(all_logits);
-  CompileOptions co = base;
-  co.threads = threads_;
-  auto prog = Program::Compile(g, co);
+  CompileRequest req;
+  req.threads = threads_;
+  req.artifact_dir = artifact_dir;
+  req.graph_replay = graph_replay_;
+  std::unique_ptr<Executable> exe = device_->Compile(g, req);
   for (const Node& n : g.nodes()) {
     if (n.op != Op::Weight) continue;
     const TensorData& t = store.Get(n.name);
-    prog->BindWeight(n.name, HostTensor::Borrow(t.dtype, t.shape, t.data));
+    exe->BindWeight(n.name, HostTensor::Borrow(t.dtype, t.shape, t.data));
   }
-  return prog;
+  return exe;
 }
 
 void LanguageModel::CheckTokens(const std::vector<int32_t>& tokens, int64_t past) const {
@@ -273,42 +228,25 @@ void LanguageModel::CheckTokens(const std::vector<int32_t>& tokens, int64_t past
                 " tokens exceed " + std::to_string(max_context_) + " (raise --ctx)");
 }
 
-std::vector<float> LanguageModel::RunStep(bool all_logits, const std::vector<int32_t>& tokens, int64_t past) {
-  std::map<std::string, HostTensor> in{{"tokens", HostTensor::FromInts({(int64_t)tokens.size()}, tokens)}};
-  SymbolBindings syms{{"past", past}};
-  if (gpu_) {
-    GpuProgram& p = all_logits ? *gpu_all_ : *gpu_step_;
-    return p.Run(in, syms)[0].ToFloats();
-  }
-  Program& p = all_logits ? *all_ : *step_;
-  return p.Run(in, syms)[0].ToFloats();
-}
-
 std::vector<float> LanguageModel::Forward(const std::vector<int32_t>& tokens) {
   CheckTokens(tokens, past_);
-  std::vector<float> logits = RunStep(false, tokens, past_);
+  std::map<std::string, HostTensor> in{{"tokens", HostTensor::FromInts({(int64_t)tokens.size()}, tokens)}};
+  std::vector<float> logits = step_->Run(in, {{"past", past_}})[0].ToFloats();
   past_ += (int64_t)tokens.size();
   return logits;
 }
 
 void LanguageModel::Reset() {
   past_ = 0;
-  if (gpu_)
-    gpu_step_->ResetState();
-  else
-    step_->ResetState();
+  step_->ResetState();
 }
 
 std::vector<float> LanguageModel::ForwardAll(const std::vector<int32_t>& tokens) {
   CheckTokens(tokens, 0);
-  if (gpu_) {
-    if (!gpu_all_) gpu_all_ = CompileGpuStep(StepGraph(true), *files_.weights, gpu_);
-    gpu_all_->ResetState();
-  } else {
-    if (!all_) all_ = CompileStep(true);
-    all_->ResetState();
-  }
-  return RunStep(true, tokens, 0);
+  if (!all_) all_ = CompileStep(true);
+  all_->ResetState();
+  std::map<std::string, HostTensor> in{{"tokens", HostTensor::FromInts({(int64_t)tokens.size()}, tokens)}};
+  return all_->Run(in, {{"past", 0}})[0].ToFloats();
 }
 
 }  // namespace prism

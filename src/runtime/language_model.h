@@ -5,13 +5,13 @@
 #include <string>
 #include <vector>
 
-#include "backends/gpu/gpu_program.h"
+#include "backends/device.h"
 #include "io/chat_template.h"
 #include "io/model_config.h"
 #include "io/tokenizer.h"
 #include "io/weights.h"
+#include "ir/error.h"
 #include "models/transformer.h"
-#include "runtime/program.h"
 
 namespace prism {
 
@@ -22,8 +22,9 @@ struct LoadOptions {
   int threads = 0;          // 0: all cores
   double search_budget =
       -1;  // seconds of schedule search (< 0: none; decisions from the tuning database only)
-  // Where the step graph runs: "cpu" (compiled C++, searched schedules), "opencl" or "cuda"
-  // (GpuProgram; threads and search_budget do not apply there).
+  // Where the step graph runs: a device of the registry (backends/device.h): "cpu" (compiled C++,
+  // searched schedules), "opencl" or "cuda" (GpuProgram; threads and search_budget do not apply
+  // there), "interp" (the reference interpreter).
   std::string device = "cpu";
   // On cuda: each step's launches replay as one CUDA graph (updated with the step's arguments)
   // instead of one launch per kernel. No effect elsewhere.
@@ -60,11 +61,17 @@ class LanguageModel {
   const nlohmann::json& chat_variables() const { return files_.chat_variables; }
   int64_t max_context() const { return max_context_; }
   int64_t position() const { return past_; }  // tokens in the KV cache
-  const std::string& device() const { return device_; }
-  // The compiled step: program() on the CPU device (throws on a GPU one), gpu_program() on a GPU
-  // device (null on the CPU).
-  const Program& program() const;
-  const GpuProgram* gpu_program() const { return gpu_step_.get(); }
+  const std::string& device() const { return step_->device(); }
+  // The compiled step, through the interface every device implements ...
+  const Executable& step() const { return *step_; }
+  // ... or as the device's own executable type (Program on the cpu, GpuProgram on opencl and cuda);
+  // throws prism::Error when the model runs on another device.
+  template <class T>
+  const T& step_as() const {
+    if (auto* p = dynamic_cast<const T*>(step_.get())) return *p;
+    throw Error("the model runs on device " + step_->device() +
+                ", which compiles it to another kind of program");
+  }
 
   // Appends tokens to the KV cache; returns the logits of the last one ([vocab]).
   std::vector<float> Forward(const std::vector<int32_t>& tokens);
@@ -73,7 +80,8 @@ class LanguageModel {
   std::vector<float> ForwardAll(const std::vector<int32_t>& tokens);
 
   // Schedule search for the step program over a decode and a prefill bucket; returns receipts.
-  nlohmann::json Tune(double budget_seconds, const std::string& only_kernel = "");
+  // `replay`: search again what the tuning database already decided (only_kernel's, or every one).
+  nlohmann::json Tune(double budget_seconds, const std::string& only_kernel = "", bool replay = false);
   // Writes a compiled artifact folder: manifest, generated source, compiled kernels, the chosen
   // schedules and the receipts. `prism run DIR` loads it without compiling.
   void SaveArtifact(const std::string& dir, const nlohmann::json& receipts) const;
@@ -85,21 +93,19 @@ class LanguageModel {
  private:
   LanguageModel() = default;
   Graph StepGraph(bool all_logits) const;
-  std::unique_ptr<Program> CompileStep(bool all_logits, const CompileOptions& base = {}) const;
-  // Runs the step (or the all-logits program) on whichever device holds it.
-  std::vector<float> RunStep(bool all_logits, const std::vector<int32_t>& tokens, int64_t past);
-  std::string path_, tokenizer_path_;
-  double compile_seconds_ = 0;
+  // Compiles the step graph (or the all-logits one) on the device and binds its weights.
+  std::unique_ptr<Executable> CompileStep(bool all_logits, const std::string& artifact_dir = "") const;
   void CheckTokens(const std::vector<int32_t>& tokens, int64_t past) const;
 
+  std::string path_, tokenizer_path_;
+  double compile_seconds_ = 0;
   ModelFiles files_;
   int64_t max_context_ = 0;
   int threads_ = 0;
   double search_busy_limit_ = 0.2;
-  std::unique_ptr<Program> step_, all_;  // CPU device
-  std::string device_ = "cpu";
-  std::shared_ptr<GpuDevice> gpu_;
-  std::unique_ptr<GpuProgram> gpu_step_, gpu_all_;  // GPU devices
+  bool graph_replay_ = true;
+  std::shared_ptr<Device> device_;
+  std::unique_ptr<Executable> step_, all_;  // the step program, and the all-logits one (made on first use)
   int64_t past_ = 0;
 };
 

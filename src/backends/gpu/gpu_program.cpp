@@ -62,8 +62,13 @@ std::vector<std::unique_ptr<GpuProgram>> GpuProgram::CompileMany(const std::vect
     if (!o.mma_gemm.empty() && o.mma_gemm.size() != p->kp_.kernels.size())
       throw Error("gpu compile: " + std::to_string(o.mma_gemm.size()) + " tensor-core flags for " +
                   std::to_string(p->kp_.kernels.size()) + " kernels");
-    for (size_t k = 0; k < o.mma_gemm.size(); ++k) {
-      if (!o.mma_gemm[k]) continue;
+    std::vector<bool> mma = o.mma_gemm;
+    if (o.mma_where_applicable && device->dialect() == GpuDialect::Cuda && o.mma_min_rows > 0) {
+      mma.assign(p->kp_.kernels.size(), false);
+      for (size_t k = 0; k < mma.size(); ++k) mma[k] = CudaMmaGemmApplies(p->kp_, p->kp_.kernels[k]);
+    }
+    for (size_t k = 0; k < mma.size(); ++k) {
+      if (!mma[k]) continue;
       const Kernel& kn = p->kp_.kernels[k];
       if (device->dialect() != GpuDialect::Cuda || !CudaMmaGemmApplies(p->kp_, kn))
         throw Error("gpu compile: kernel " + kn.name +

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/device.h"
 #include "backends/gpu/gpu_device.h"
 #include "compiler/kernel_ir.h"
 #include "ir/graph.h"
@@ -20,6 +21,8 @@ struct GpuCompileOptions {
   // Per kernel (empty: none): run it with the CUDA tensor-core GEMM template (codegen/cuda_mma_gemm.h)
   // instead of its rendering; only for kernels where CudaMmaGemmApplies, on a CUDA device.
   std::vector<bool> mma_gemm;
+  // ... or (on CUDA, with mma_min_rows > 0) every kernel where CudaMmaGemmApplies.
+  bool mma_where_applicable = false;
   // ... when its GEMM has at least this many rows; below, the kernel's rendering runs (a decode
   // step's single row streams the weights better through a GEMV than through 64-row tiles).
   int64_t mma_min_rows = 1;
@@ -43,10 +46,13 @@ struct GpuCompileStats {
   double compile_seconds = 0;  // the device compiler (for CompileMany: the shared build)
 };
 
-// The GPU counterpart of runtime/Program: same graph, same kernel IR, same Run contract
-// (symbols bind from input shapes; outputs come back as f32, or i32 for integer outputs).
-// Weights and state live on the device; state persists across runs until ResetState.
-class GpuProgram {
+// GEMMs with at least this many rows run on the tensor cores in a CUDA step (bf16 weights). On an
+// H100 (1B shape) the tensor-core template lost at 16 and 32 rows and won from 64.
+inline constexpr int64_t kStepMmaMinRows = 64;
+
+// The executable of GPU-style devices: the same graph and kernel IR as the CPU's Program, rendered in the
+// device's dialect. Weights and state live on the device; state persists across runs until ResetState.
+class GpuProgram : public Executable {
  public:
   static std::unique_ptr<GpuProgram> Compile(const Graph& g, std::shared_ptr<GpuDevice> device,
                                              const GpuCompileOptions& opts = {});
@@ -59,10 +65,15 @@ class GpuProgram {
   GpuProgram(const GpuProgram&) = delete;
   GpuProgram& operator=(const GpuProgram&) = delete;
 
-  void BindWeight(const std::string& name, const HostTensor& t);  // copies to the device
+  void BindWeight(const std::string& name, const HostTensor& t) override;  // copies to the device
   std::vector<HostTensor> Run(const std::map<std::string, HostTensor>& inputs,
-                              const SymbolBindings& syms = {});
-  void ResetState();
+                              const SymbolBindings& syms = {}) override;
+  void ResetState() override;
+  const std::string& device() const override { return device_name_; }
+  size_t kernel_count() const override { return kp_.kernels.size(); }
+  // The GPU schedule search (runtime/gpu_tuner.h) is a library call, not yet behind this interface:
+  // with a budget this throws; without one there is nothing in a tuning database to apply.
+  nlohmann::json Search(const SearchOptions& opts) override;
   // Replays each step's launches as one recorded graph where the device can (CUDA graphs; no
   // effect on OpenCL): recorded on the first run, then updated with the step's arguments and
   // grids and replayed while the same kernels launch. Off by default. No effect either for a
@@ -71,11 +82,11 @@ class GpuProgram {
   int64_t graph_replays() const { return graph_replays_; }  // runs that replayed a recorded graph
   int64_t graph_records() const { return graph_records_; }  // graphs recorded
 
-  const Graph& graph() const { return graph_; }
+  const Graph& graph() const override { return graph_; }
   const KernelProgram& kernels() const { return kp_; }
   const GpuSource& source() const { return src_; }
   const GpuCompileStats& stats() const { return stats_; }
-  GpuDevice& device() const { return *device_; }
+  GpuDevice& gpu() const { return *device_; }
 
  private:
   struct Slot {
@@ -84,7 +95,10 @@ class GpuProgram {
     size_t capacity = 0;  // bytes allocated (scratch is kept while big enough)
     std::vector<int64_t> shape;
   };
-  GpuProgram(const Graph& g, std::shared_ptr<GpuDevice> device) : graph_(g), device_(std::move(device)) {}
+  GpuProgram(const Graph& g, std::shared_ptr<GpuDevice> device)
+      : graph_(g),
+        device_(std::move(device)),
+        device_name_(device_->dialect() == GpuDialect::Cuda ? "cuda" : "opencl") {}
   void Place(size_t b, const std::vector<int64_t>& shape);  // (re)allocates zero-filled storage
   void Reuse(size_t b, const std::vector<int64_t>& shape);  // keeps storage that is big enough
   void Release(size_t b);
@@ -92,6 +106,7 @@ class GpuProgram {
 
   Graph graph_;
   std::shared_ptr<GpuDevice> device_;
+  std::string device_name_;
   KernelProgram kp_;
   GpuSource src_;
   std::shared_ptr<GpuModule> module_;  // shared by the programs of one CompileMany

@@ -1,5 +1,5 @@
-// A compiled program: plans kernels, JIT-compiles them, binds buffers and runs steps on a pool.
-#include "runtime/program.h"
+// The CPU executable: plans kernels, JIT-compiles them, binds buffers and runs steps on a pool.
+#include "backends/cpu/program.h"
 
 #include <algorithm>
 #include <chrono>
@@ -133,7 +133,8 @@ std::string Program::ProfileTable() const {
   return out;
 }
 
-void Program::BindWeight(const std::string& name, HostTensor t) {
+void Program::BindWeight(const std::string& name, const HostTensor& weight) {
+  HostTensor t = weight;
   for (size_t b = 0; b < kp_.buffers.size(); ++b) {
     const KBuffer& kb = kp_.buffers[b];
     if (kb.kind != BufferKind::Weight || kb.name != name) continue;
@@ -348,7 +349,8 @@ nlohmann::json Program::MemoryReport(const SymbolBindings& b) {
 
 int Program::ArenaConflicts() const {
   const size_t nk = kp_.kernels.size();
-  if (steps_.size() != nk || arena_offset_.size() != kp_.buffers.size()) return 0;
+  if (steps_.size() != nk || arena_offset_.size() != kp_.buffers.size())
+    throw Error("ArenaConflicts: no step has been planned yet (run one first)");
   auto overlap = [&](int x, int y) {
     if (x == y || arena_offset_[x] < 0 || arena_offset_[y] < 0) return false;
     return arena_offset_[x] < arena_offset_[y] + arena_items_[y].bytes &&

@@ -1,6 +1,6 @@
 // Memory plan: greedy first-fit placement of scratch buffers by size, over their lifetimes; which
 // kernels may write their output over an input.
-#include "runtime/memory_plan.h"
+#include "backends/cpu/memory_plan.h"
 
 #include <algorithm>
 #include <functional>

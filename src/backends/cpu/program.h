@@ -1,4 +1,4 @@
-// A compiled program: the graph's kernels built for the CPU, with buffers, weights and state.
+// The CPU executable: the graph's kernels built as C++ for the CPU, with buffers, weights and state.
 #pragma once
 
 #include <map>
@@ -13,11 +13,12 @@
 #include "backends/cpu/gemm_int8.h"
 #include "backends/cpu/gemm_panels.h"
 #include "backends/cpu/jit.h"
+#include "backends/cpu/memory_plan.h"
 #include "backends/cpu/thread_pool.h"
+#include "backends/device.h"
 #include "compiler/kernel_ir.h"
 #include "ir/graph.h"
 #include "ir/host_tensor.h"
-#include "runtime/memory_plan.h"
 
 namespace prism {
 
@@ -58,41 +59,23 @@ nlohmann::json ChoiceToJson(const KernelChoice& c);
 KernelChoice ChoiceFromJson(const nlohmann::json& j);
 using KernelChoices = std::map<std::string, std::vector<KernelChoice>>;  // bucket -> per kernel
 
-struct TuneOptions {
-  std::vector<std::pair<std::string, SymbolBindings>>
-      buckets;                 // e.g. {"decode", seq=1}, {"prefill", seq=128}
-  double budget_seconds = 30;  // wall-clock search budget over all buckets
-  std::string db_path;         // tuning database (JSON); "" = none
-  std::string only_kernel;     // replay the search for one kernel only
-  double busy_limit = 0.2;     // decisions timed while others used more of the CPU are not saved
-  // A bucket named here is searched only for the kernels with a loop over a range involving
-  // `span_symbol` (attention over the KV cache, whose cost grows as the square of a prompt's length,
-  // so a choice made at a short prefill does not carry to a long one); its other kernels take the
-  // choices of bucket `from`, searched before it.
-  struct Inherit {
-    std::string from, span_symbol;
-  };
-  std::map<std::string, Inherit> inherit;
-};
-
-// Prompts at least this long run on the "prefill-long" bucket's choices when the search made them.
-constexpr int64_t kLongPrefillSeq = 256;
-
 using KernelFn = void (*)(void* const* bufs, const int64_t* syms, int64_t begin, int64_t end);
 
-class Program {
+class Program : public Executable {
  public:
   static std::unique_ptr<Program> Compile(const Graph& g, const CompileOptions& opts = {});
 
   // Weights are bound once (borrowed: the caller keeps the memory alive, e.g. an mmap).
-  void BindWeight(const std::string& name, HostTensor t);
-  // Runs one step. Symbols bind from input shapes or explicitly; outputs come back as f32
-  // (integer outputs as i32), in the graph's output order.
+  void BindWeight(const std::string& name, const HostTensor& t) override;
   std::vector<HostTensor> Run(const std::map<std::string, HostTensor>& inputs,
-                              const SymbolBindings& syms = {});
-  void ResetState();
-
-  const Graph& graph() const { return graph_; }
+                              const SymbolBindings& syms = {}) override;
+  void ResetState() override;
+  const std::string& device() const override { return device_; }
+  const Graph& graph() const override { return graph_; }
+  size_t kernel_count() const override { return kp_.kernels.size(); }
+  // Writes kernels.so, kernels.cpp and schedule.json; the manifest gets kernels, buffers and the arena's
+  // size at a full-context prefill and a decode step (manifest["max_context"] must be set).
+  void SaveArtifact(const std::string& dir, nlohmann::json& manifest) override;
   const KernelProgram& kernels() const { return kp_; }
   const std::string& source() const { return source_; }
   const CompileStats& stats() const { return stats_; }
@@ -100,7 +83,7 @@ class Program {
   // PlanArena); the report gives its size against the bytes separate buffers would need.
   nlohmann::json MemoryReport(const SymbolBindings& b);
   // Pairs of buffers the last step's arena lets share bytes while kernels touching them could run at
-  // once or both be live (0 when the plan is right; for tests).
+  // once or both be live (0 when the plan is right; for tests). Throws before the first step.
   int ArenaConflicts() const;
   int threads() const { return pool_->size(); }
   // Per-kernel wall time accumulated over runs when profiling is on ($PRISM_PROFILE=1 turns it on
@@ -108,9 +91,10 @@ class Program {
   void EnableProfile(bool on) { profile_ = on; }
   // One persistent parallel walk over all kernels per step (default), or one dispatch per kernel.
   void SetMegakernel(bool on) { megakernel_ = on; }
-  // Schedule search: times every candidate of every kernel per bucket on this machine after
-  // checking it against the kernel's reference evaluation; keeps the fastest. Returns receipts.
-  nlohmann::json Tune(const TuneOptions& opts);
+  // Schedule search (backends/cpu/schedule_search.cpp): times every candidate of every kernel per
+  // bucket on this machine after checking it against the kernel's reference evaluation; keeps the
+  // fastest. Returns receipts.
+  nlohmann::json Search(const SearchOptions& opts) override;
   const KernelChoices& choices() const { return choices_; }
   void SetChoices(KernelChoices c) { choices_ = std::move(c); }
   // The bucket a set of sizes falls in: "decode" (seq == 1), "prefill-long" (seq >= kLongPrefillSeq,
@@ -159,6 +143,7 @@ class Program {
   void RunMegakernel(void* const* bufs, const int64_t* syms);
   void RunPerKernel(void* const* bufs, const int64_t* syms);
 
+  std::string device_ = "cpu";
   Graph graph_;
   KernelProgram kp_;
   std::string source_;

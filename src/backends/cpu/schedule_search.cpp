@@ -1,5 +1,5 @@
-// Schedule search: per kernel and size bucket, candidates (tier x threading) are checked against the
-// kernel's reference evaluation, timed on this machine, and the fastest kept, with receipts.
+// The CPU's schedule search: per kernel and size bucket, candidates (tier x threading) are checked against
+// the kernel's reference evaluation, timed on this machine, and the fastest kept, with receipts.
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,10 +16,10 @@
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/jit.h"
 #include "backends/cpu/machine_probe.h"
+#include "backends/cpu/program.h"
+#include "backends/timing.h"
 #include "compiler/kernel_eval.h"
 #include "ir/error.h"
-#include "runtime/program.h"
-#include "runtime/timing.h"
 
 namespace prism {
 namespace {
@@ -101,7 +101,7 @@ void FillRandom(void* data, DType t, int64_t n, std::mt19937& rng) {
 
 }  // namespace
 
-nlohmann::json Program::Tune(const TuneOptions& opts) {
+nlohmann::json Program::Search(const SearchOptions& opts) {
   auto start = Clock::now();
   nlohmann::json db = nlohmann::json::object();
   if (!opts.db_path.empty() && std::filesystem::exists(opts.db_path)) {
@@ -207,16 +207,21 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
     std::vector<bool> searched;
     const bool inherits = start_bucket(bucket, &searched);
     const std::vector<std::string> keys = kernel_keys(bucket);
+    // A replay searches again what the database holds: the named kernel's decision, or every one.
+    std::set<std::string> redo;
+    for (size_t k = 0; k < kp_.kernels.size() && opts.replay; ++k)
+      if (opts.only_kernel.empty() || kp_.kernels[k].name == opts.only_kernel) redo.insert(keys[k]);
+    if (opts.replay && opts.only_kernel.empty()) redo.insert(step_key(bucket, keys));
+    auto known = [&](const std::string& key) { return db.contains(key) && !redo.count(key); };
     std::set<int> touched;  // buffers the kernels to time use: only those need random values
     for (size_t k = 0; k < kp_.kernels.size(); ++k)
-      if (searched[k] && !db.contains(keys[k])) {
+      if (searched[k] && !known(keys[k])) {
         for (int r : KernelReads(kp_.kernels[k])) touched.insert(r);
         touched.insert(kp_.kernels[k].out_buffer);
       }
     // Everything decided before: receipts from the database, and no buffers, random data or repacked
     // weights (a recompile of a 1B model spent most of its time on those).
-    const bool time_nothing =
-        touched.empty() && (inherits || threads < 2 || db.contains(step_key(bucket, keys)));
+    const bool time_nothing = touched.empty() && (inherits || threads < 2 || known(step_key(bucket, keys)));
     // Random inputs (never zeros) at this bucket's sizes; scratch and state filled with random data
     // too, so that a kernel timed alone reads realistic values.
     std::map<std::string, HostTensor> inputs;
@@ -264,7 +269,11 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
 
     for (size_t k = 0; k < kp_.kernels.size(); ++k) {
       const Kernel& kn = kp_.kernels[k];
-      if (!searched[k] || (!opts.only_kernel.empty() && kn.name != opts.only_kernel)) continue;
+      if (!searched[k]) continue;
+      if (!opts.only_kernel.empty() && kn.name != opts.only_kernel) {  // not searched: as decided before
+        if (known(keys[k])) chosen[k] = ChoiceFromJson(db[keys[k]]);
+        continue;
+      }
       const std::string& key = keys[k];
       nlohmann::json r{{"kernel", kn.name}, {"bucket", bucket}, {"key", key}};
       // Roofline floor of the kernel: flops of its products and bytes of every buffer it touches.
@@ -319,7 +328,7 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
       r["peak_basis"] = kn.gemm ? peaks.GemmPeakBasis(peak_type) : "fp32_fma";
       r["read_gbps"] = peaks.read_gbps;
 
-      if (db.contains(key)) {  // decided before on this machine: no search
+      if (known(key)) {  // decided before on this machine: no search
         const auto& e = db[key];
         chosen[k] = ChoiceFromJson(e);
         r["chosen"] = e.value("candidate", "");
@@ -487,11 +496,12 @@ nlohmann::json Program::Tune(const TuneOptions& opts) {
       const int by = kp_.kernels[k].covered_by;
       if (by < 0 || !chosen[by].use_template || !AttentionTemplateSupported()) step_floor_us += floors_us[k];
     }
+    if (threads > 1 && !opts.only_kernel.empty() && !inherits) apply_step_decision(bucket, keys, chosen);
     if (threads > 1 && opts.only_kernel.empty() && !inherits) {
       // The whole step on the team (with its barriers) against thread 0 alone: for a small model the
       // barriers can cost more than splitting gains, which timing kernels one at a time cannot see.
       std::string key = step_key(bucket, keys);
-      if (db.contains(key) || Since(start) > opts.budget_seconds) {
+      if (known(key) || Since(start) > opts.budget_seconds) {
         apply_step_decision(bucket, keys, chosen);
         continue;
       }

@@ -1,0 +1,59 @@
+// The reference interpreter as a device: every graph node run in double, one schedule per node.
+#include "backends/interp/interp_device.h"
+
+#include "ir/interpreter.h"
+
+namespace prism {
+namespace {
+
+class InterpExecutable : public Executable {
+ public:
+  explicit InterpExecutable(const Graph& g) : graph_(g), interp_(graph_) {}
+  const std::string& device() const override { return name_; }
+  const Graph& graph() const override { return graph_; }
+  void BindWeight(const std::string& name, const HostTensor& t) override {
+    for (const Node& n : graph_.nodes())
+      if (n.op == Op::Weight && n.name == name) {
+        if (t.dtype != n.dtype)
+          throw Error("weight '" + name + "': dtype " + std::string(DTypeName(t.dtype)) +
+                      " given, graph expects " + std::string(DTypeName(n.dtype)));
+        interp_.BindWeight(name, t);
+        return;
+      }
+    throw Error("weight '" + name + "': the graph has no such weight");
+  }
+  std::vector<HostTensor> Run(const std::map<std::string, HostTensor>& inputs,
+                              const SymbolBindings& syms) override {
+    return interp_.Run(inputs, syms);
+  }
+  void ResetState() override { interp_.ResetState(); }
+  // Nothing to choose: each node has the one schedule the interpreter runs it with.
+  nlohmann::json Search(const SearchOptions& opts) override {
+    nlohmann::json receipts = nlohmann::json::array();
+    for (const auto& [bucket, sizes] : opts.buckets)
+      receipts.push_back({{"kernel", "(whole step)"},
+                          {"scope", "step"},
+                          {"bucket", bucket},
+                          {"kernels", graph_.size()},
+                          {"chosen", "reference"},
+                          {"reason", "one candidate per node"}});
+    return receipts;
+  }
+  size_t kernel_count() const override { return graph_.size(); }
+
+ private:
+  std::string name_ = "interp";
+  Graph graph_;
+  Interpreter interp_;
+};
+
+}  // namespace
+
+std::unique_ptr<Executable> InterpDevice::Compile(const Graph& g, const CompileRequest& req) {
+  if (!req.artifact_dir.empty())
+    throw Error(req.artifact_dir + ": the interp device loads no compiled artifacts");
+  if (g.outputs().empty()) throw Error("compile: the graph has no outputs");
+  return std::make_unique<InterpExecutable>(g);
+}
+
+}  // namespace prism

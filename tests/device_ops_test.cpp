@@ -1,0 +1,69 @@
+// Every op graph of the catalog (op_graphs.h) on every registered device, against the reference
+// interpreter: a new op case or a new device is covered by adding it in one place.
+#include <gtest/gtest.h>
+
+#include <tuple>
+
+#include "backends/device.h"
+#include "graph_check.h"
+#include "op_graphs.h"
+
+namespace prism {
+namespace {
+
+using Param = std::tuple<std::string, std::string>;  // device, op case
+
+class DeviceOps : public ::testing::TestWithParam<Param> {};
+
+TEST_P(DeviceOps, MatchInterpreter) {
+  const auto& [device_name, case_name] = GetParam();
+  std::shared_ptr<Device> device;
+  try {
+    device = OpenDevice(device_name);
+  } catch (const Error& e) {
+    GTEST_SKIP() << e.what();  // absent here (no CUDA driver or GPU): a one-line reason
+  }
+  for (const testing::OpGraphCase& c : testing::OpGraphCases()) {
+    if (c.name != case_name) continue;
+    Graph g;
+    c.build(g);
+    std::unique_ptr<Executable> exe = device->Compile(g);
+    EXPECT_EQ(exe->device(), device_name);
+    EXPECT_GT(exe->kernel_count(), 0u);
+    EXPECT_EQ(testing::CheckExecutable(*exe, c.bindings, c.atol, c.rtol, 1, c.stateful, c.name),
+              (int)c.bindings.size());
+    return;
+  }
+  FAIL() << "no op case " << case_name;
+}
+
+std::vector<Param> AllPairs() {
+  std::vector<Param> pairs;
+  for (const std::string& d : DeviceNames())
+    for (const testing::OpGraphCase& c : testing::OpGraphCases()) pairs.emplace_back(d, c.name);
+  return pairs;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, DeviceOps, ::testing::ValuesIn(AllPairs()), [](const auto& info) {
+  return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+});
+
+TEST(DeviceRegistry, NamesEveryDeviceAndRejectsUnknownOnesInOneLine) {
+  const std::vector<std::string> names = DeviceNames();
+  for (const char* want : {"cpu", "opencl", "cuda", "interp"})
+    EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
+  try {
+    OpenDevice("tpu");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("unknown device 'tpu'"), std::string::npos) << m;
+    for (const std::string& n : names) EXPECT_NE(m.find(n), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+  EXPECT_EQ(OpenDevice("cpu")->name(), "cpu");
+  EXPECT_EQ(OpenDevice("interp")->name(), "interp");
+}
+
+}  // namespace
+}  // namespace prism
