@@ -1,6 +1,6 @@
 // Tests for chat-template rendering: byte-for-byte parity with Python jinja2 (configured as
 // transformers does) on the real templates in shared/tokenizers and on feature snippets, plus errors.
-#include "io/chat_template.h"
+#include "io/chat/chat_template.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,5 @@
-// Tests for src/io: model-file loaders (safetensors, GGUF, llama2.c) and ModelConfig parsing.
+// Tests for src/io/formats (safetensors, GGUF, llama2.c loaders) and the families' config readers
+// (src/models/family.h: config.json, GGUF metadata and tensor names).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -8,13 +9,14 @@
 #include <functional>
 #include <optional>
 
-#include "io/gguf.h"
-#include "io/llama2c.h"
-#include "io/mapped_file.h"
-#include "io/model_config.h"
-#include "io/safetensors.h"
-#include "io/weights.h"
+#include "io/formats/gguf.h"
+#include "io/formats/llama2c.h"
+#include "io/formats/mapped_file.h"
+#include "io/formats/model_config.h"
+#include "io/formats/safetensors.h"
+#include "io/formats/weights.h"
 #include "ir/error.h"
+#include "models/family.h"
 #include "test_util.h"
 
 namespace prism {
@@ -270,13 +272,16 @@ TEST(Llama2cTest, Stories260KValuesMatchRunCLayout) {
   };
   EXPECT_EQ(at("model.embed_tokens.weight", 3 * d + 5), FileFloat(file, emb, 3 * d + 5));
   EXPECT_EQ(at("model.layers.2.input_layernorm.weight", 7), FileFloat(file, rms_att, 2 * d + 7));
-  EXPECT_EQ(at("model.layers.4.self_attn.q_proj.weight", 9 * d + 1), FileFloat(file, wq, 4 * d * d + 9 * d + 1));
-  EXPECT_EQ(at("model.layers.1.self_attn.k_proj.weight", 31 * d + 63), FileFloat(file, wk, kv * d + 31 * d + 63));
+  EXPECT_EQ(at("model.layers.4.self_attn.q_proj.weight", 9 * d + 1),
+            FileFloat(file, wq, 4 * d * d + 9 * d + 1));
+  EXPECT_EQ(at("model.layers.1.self_attn.k_proj.weight", 31 * d + 63),
+            FileFloat(file, wk, kv * d + 31 * d + 63));
   EXPECT_EQ(at("model.layers.3.self_attn.v_proj.weight", 5), FileFloat(file, wv, 3 * kv * d + 5));
   EXPECT_EQ(at("model.layers.0.self_attn.o_proj.weight", 100), FileFloat(file, wo, 100));
   EXPECT_EQ(at("model.layers.4.post_attention_layernorm.weight", 63), FileFloat(file, rms_ffn, 4 * d + 63));
   EXPECT_EQ(at("model.layers.2.mlp.gate_proj.weight", 171 * d), FileFloat(file, w1, 2 * h * d + 171 * d));
-  EXPECT_EQ(at("model.layers.3.mlp.down_proj.weight", 10 * h + 171), FileFloat(file, w2, 3 * d * h + 10 * h + 171));
+  EXPECT_EQ(at("model.layers.3.mlp.down_proj.weight", 10 * h + 171),
+            FileFloat(file, w2, 3 * d * h + 10 * h + 171));
   EXPECT_EQ(at("model.layers.4.mlp.up_proj.weight", h * d - 1), FileFloat(file, w3, 5 * h * d - 1));
   EXPECT_EQ(at("model.norm.weight", 0), FileFloat(file, rms_final, 0));
   // RMS-norm weights of a trained model hover around 1; the embeddings do not.
@@ -358,9 +363,9 @@ TEST(GgufTest, Stories260KMetadataAndTensors) {
   EXPECT_EQ(g->Get("blk.0.attn_k.weight").shape, (std::vector<int64_t>{32, 64}));
   EXPECT_EQ(g->Get("blk.4.ffn_down.weight").shape, (std::vector<int64_t>{64, 172}));
   EXPECT_EQ(g->GgmlType("blk.0.attn_q.weight"), 0u);
-  for (const TensorData& t : g->Tensors())
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data) % 32, 0u) << t.name;
-  ExpectError([&] { g->Get("blk.0.attn_qkv.weight"); }, {"stories260K.gguf", "missing tensor 'blk.0.attn_qkv.weight'"});
+  for (const TensorData& t : g->Tensors()) EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data) % 32, 0u) << t.name;
+  ExpectError([&] { g->Get("blk.0.attn_qkv.weight"); },
+              {"stories260K.gguf", "missing tensor 'blk.0.attn_qkv.weight'"});
 }
 
 TEST(GgufTest, Stories260KConfig) {
@@ -403,7 +408,8 @@ TEST(GgufTest, TruncatedAnywhereIsAnError) {
       const std::string msg = e.what();
       EXPECT_NE(msg.find(path), std::string::npos) << msg;
       EXPECT_TRUE(msg.find("truncated") != std::string::npos ||
-                  msg.find("past end of file") != std::string::npos) << msg;
+                  msg.find("past end of file") != std::string::npos)
+          << msg;
     }
   }
 }
@@ -581,7 +587,8 @@ TEST_F(FixtureTest, SafetensorsTruncatedAnywhereIsAnError) {
       const std::string msg = e.what();
       EXPECT_NE(msg.find(path), std::string::npos) << msg;
       EXPECT_TRUE(msg.find("truncated") != std::string::npos ||
-                  msg.find("past end of file") != std::string::npos) << msg;
+                  msg.find("past end of file") != std::string::npos)
+          << msg;
     }
   }
 }
@@ -589,8 +596,7 @@ TEST_F(FixtureTest, SafetensorsTruncatedAnywhereIsAnError) {
 TEST_F(FixtureTest, GgufQuantizedTensorsMatchNumpy) {
   auto g = LoadGguf(Path("quant.gguf"));
   EXPECT_EQ(g->Alignment(), 64u);
-  for (const TensorData& t : g->Tensors())
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data) % 64, 0u) << t.name;
+  for (const TensorData& t : g->Tensors()) EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data) % 64, 0u) << t.name;
 
   const TensorData& f32 = g->Get("f32.weight");
   EXPECT_EQ(f32.shape, (std::vector<int64_t>{4, 8}));
@@ -717,8 +723,8 @@ TEST(SafetensorsTest, HandMadeBrokenFilesAreErrors) {
   };
   const std::string data = FloatBytes({1, 2, 3, 4});
   auto entry = [](const std::string& dtype, const std::string& shape, int b, int e) {
-    return R"({"dtype":")" + dtype + R"(","shape":)" + shape + R"(,"data_offsets":[)" +
-           std::to_string(b) + "," + std::to_string(e) + "]}";
+    return R"({"dtype":")" + dtype + R"(","shape":)" + shape + R"(,"data_offsets":[)" + std::to_string(b) +
+           "," + std::to_string(e) + "]}";
   };
   std::string len;
   Put<uint64_t>(len, 1000);
@@ -734,8 +740,8 @@ TEST(SafetensorsTest, HandMadeBrokenFilesAreErrors) {
   expect(SafetensorsBytes("{\"x\": " + entry("F32", "[0]", 8, 4) + "}", data), "reversed");
   expect(SafetensorsBytes("{\"x\": " + entry("F32", "[-4]", 0, 16) + "}", data),
          "shape entries must be non-negative integers");
-  expect(SafetensorsBytes("{\"x\": " + entry("F32", "[2]", 0, 8) + ", \"x\": " +
-                              entry("F32", "[2]", 8, 16) + "}", data),
+  expect(SafetensorsBytes(
+             "{\"x\": " + entry("F32", "[2]", 0, 8) + ", \"x\": " + entry("F32", "[2]", 8, 16) + "}", data),
          "duplicate tensor 'x'");
   expect(SafetensorsBytes("{\"x\": " + entry("F16", "[2,4]", 0, 16) + ", \"y\": 5}", data),
          "tensor 'y': header entry is not an object");
@@ -753,24 +759,27 @@ TEST(SafetensorsTest, FolderAndIndexErrors) {
   TempDir tmp;
   ExpectError([&] { LoadSafetensors(tmp.path.string()); },
               {tmp.path.string(), "neither model.safetensors nor model.safetensors.index.json"});
-  const std::string one = SafetensorsBytes(
-      R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", FloatBytes({1, 2}));
+  const std::string one = SafetensorsBytes(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})",
+                                           FloatBytes({1, 2}));
   WriteBytes(tmp / "s1.safetensors", one);
-  WriteBytes(tmp / "s2.safetensors", SafetensorsBytes(
-      R"({"c": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", FloatBytes({1, 2})));
+  WriteBytes(tmp / "s2.safetensors",
+             SafetensorsBytes(R"({"c": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})",
+                              FloatBytes({1, 2})));
   WriteBytes(tmp / "s4.safetensors", one);
   const std::string index = tmp / "model.safetensors.index.json";
   WriteBytes(index, R"({"weight_map": {"a": "s1.safetensors", "b": "s3.safetensors"}})");
   ExpectError([&] { LoadSafetensors(tmp.path.string()); }, {"s3.safetensors", "cannot open"});
   WriteBytes(index, R"({"weight_map": {"a": "s1.safetensors", "b": "s2.safetensors"}})");
   ExpectError([&] { LoadSafetensors(tmp.path.string()); },
-              {"model.safetensors.index.json", "tensor 'b' is mapped to 's2.safetensors', which does not contain it"});
+              {"model.safetensors.index.json",
+               "tensor 'b' is mapped to 's2.safetensors', which does not contain it"});
   WriteBytes(index, R"({"weight_map": {"a": "s1.safetensors", "a2": "s4.safetensors"}})");
   ExpectError([&] { LoadSafetensors(tmp.path.string()); }, {tmp.path.string(), "duplicate tensor 'a'"});
   WriteBytes(index, R"({"weight_map": {"a": "../s1.safetensors"}})");
   ExpectError([&] { LoadSafetensors(tmp.path.string()); }, {"model.safetensors.index.json", "invalid file"});
   WriteBytes(index, R"({"metadata": {}})");
-  ExpectError([&] { LoadSafetensors(tmp.path.string()); }, {"model.safetensors.index.json", "missing 'weight_map'"});
+  ExpectError([&] { LoadSafetensors(tmp.path.string()); },
+              {"model.safetensors.index.json", "missing 'weight_map'"});
 }
 
 // ================================ HF names ================================

@@ -1,5 +1,5 @@
 // Tokenizer tests: parity with HF `tokenizers`, llama2.c reference outputs, GGUF metadata, bad input.
-#include "io/tokenizer.h"
+#include "io/tokenizer/tokenizer.h"
 
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@
 #include <sstream>
 #include <thread>
 
-#include "io/unicode.h"
+#include "io/tokenizer/unicode.h"
 #include "ir/error.h"
 #include "test_util.h"
 

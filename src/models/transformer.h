@@ -1,4 +1,4 @@
-// Decoder-only transformer families (Llama, Mistral, Qwen2, Qwen3, GPT-2) as one graph builder.
+// A causal language model's step graph, built by its family (models/families.cpp); synthetic weight specs.
 #pragma once
 
 #include <functional>
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "io/model_config.h"
+#include "io/formats/model_config.h"
 #include "ir/graph.h"
 
 namespace prism {
@@ -29,12 +29,11 @@ struct LmGraphOptions {
 // The graph of one step: input "tokens" [seq] (i32), symbol "past" = tokens already in the
 // KV cache; output "logits" [1 or seq, vocab] (f32). KV caches are state "k_cache.L"/"v_cache.L".
 // Throws prism::Error for an unsupported architecture (listing the supported ones) or a
-// weight whose shape disagrees with the config (naming the weight, both shapes).
+// weight whose shape disagrees with the config (naming the weight, both shapes). The family's own
+// `build` (models/family.h) writes the layers.
 Graph BuildCausalLM(const ModelConfig& cfg, const WeightLookup& weights, const LmGraphOptions& opts);
 
 // Specs for a model with every weight present in dtype t (demo graphs, synthetic benchmarks).
 WeightLookup SyntheticWeights(const ModelConfig& cfg, DType t);
-
-const std::vector<std::string>& SupportedArchitectures();
 
 }  // namespace prism

@@ -6,104 +6,10 @@
 #include <fstream>
 
 #include "backends/cpu/jit.h"
-#include "io/chat_template.h"
-#include "io/gguf.h"
-#include "io/llama2c.h"
-#include "io/safetensors.h"
 #include "ir/error.h"
 
 namespace prism {
 namespace fs = std::filesystem;
-
-std::string FindLlama2cTokenizer(const std::string& model_path) {
-  fs::path dir = fs::path(model_path).parent_path();
-  if (dir.empty()) dir = ".";
-  if (fs::exists(dir / "tokenizer.bin")) return (dir / "tokenizer.bin").string();
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    std::string name = e.path().filename().string();
-    if (name.rfind("tok", 0) == 0 && e.path().extension() == ".bin") return e.path().string();
-  }
-  throw Error(
-      model_path +
-      ": no tokenizer found beside the checkpoint (tokenizer.bin or tok*.bin); name one with --tokenizer");
-}
-
-static GgufTokenizerData TokenizerFromGguf(const GgufFile& f) {
-  const nlohmann::json& m = f.Metadata();
-  auto get = [&](const char* key) -> const nlohmann::json* {
-    auto it = m.find(key);
-    return it == m.end() ? nullptr : &*it;
-  };
-  GgufTokenizerData d;
-  if (!get("tokenizer.ggml.model") || !get("tokenizer.ggml.tokens"))
-    throw Error(f.Source() + ": GGUF file has no embedded tokenizer (tokenizer.ggml.model/tokens)");
-  d.model = get("tokenizer.ggml.model")->get<std::string>();
-  if (auto* p = get("tokenizer.ggml.pre")) d.pre = p->get<std::string>();
-  d.tokens = get("tokenizer.ggml.tokens")->get<std::vector<std::string>>();
-  if (auto* s = get("tokenizer.ggml.scores")) d.scores = s->get<std::vector<float>>();
-  if (auto* t = get("tokenizer.ggml.token_type")) d.token_types = t->get<std::vector<int32_t>>();
-  if (auto* mg = get("tokenizer.ggml.merges")) d.merges = mg->get<std::vector<std::string>>();
-  if (auto* b = get("tokenizer.ggml.bos_token_id")) d.bos_id = b->get<int32_t>();
-  if (auto* e = get("tokenizer.ggml.eos_token_id")) d.eos_id = e->get<int32_t>();
-  if (auto* u = get("tokenizer.ggml.unknown_token_id")) d.unk_id = u->get<int32_t>();
-  if (auto* a = get("tokenizer.ggml.add_bos_token")) d.add_bos = a->get<bool>();
-  return d;
-}
-
-ModelFiles OpenModelFiles(const std::string& path, const std::string& tokenizer_path) {
-  ModelFiles mf;
-  std::error_code ec;
-  if (!fs::exists(path, ec)) throw Error(path + ": no such file or folder");
-  if (fs::is_directory(path)) {
-    if (!fs::exists(fs::path(path) / "config.json"))
-      throw Error(path + ": not a Hugging Face model folder (no config.json)");
-    mf.config = ParseHfConfig((fs::path(path) / "config.json").string());
-    mf.weights = LoadSafetensors(path);
-    mf.tokenizer = LoadHfTokenizer(tokenizer_path.empty() ? path : tokenizer_path);
-    fs::path tc = fs::path(path) / "tokenizer_config.json";
-    if (fs::exists(tc)) {
-      nlohmann::json cfg = nlohmann::json::parse(std::ifstream(tc), nullptr, false);
-      if (cfg.is_object() && cfg.contains("chat_template")) {
-        mf.chat_template = std::make_shared<ChatTemplate>(ChatTemplate::FromTokenizerConfig(tc.string()));
-        mf.chat_variables = ChatTemplate::SpecialTokens(tc.string());
-      }
-    }
-  } else if (fs::path(path).extension() == ".gguf") {
-    std::shared_ptr<const GgufFile> gguf = LoadGguf(path);
-    mf.config = ConfigFromGguf(*gguf);
-    mf.tokenizer = tokenizer_path.empty() ? MakeGgufTokenizer(TokenizerFromGguf(*gguf))
-                                          : LoadHfTokenizer(tokenizer_path);
-    auto it = gguf->Metadata().find("tokenizer.chat_template");
-    if (it != gguf->Metadata().end() && it->is_string()) {
-      mf.chat_template = std::make_shared<ChatTemplate>(it->get<std::string>());
-      const Tokenizer& tok = *mf.tokenizer;
-      if (tok.BosId() >= 0) mf.chat_variables["bos_token"] = tok.TokenText(tok.BosId());
-      if (tok.EosId() >= 0) mf.chat_variables["eos_token"] = tok.TokenText(tok.EosId());
-    }
-    mf.weights = HfNamedView(gguf);
-    mf.conv1d_transposed = true;
-  } else {
-    ModelConfig cfg;
-    mf.weights = LoadLlama2c(path, &cfg);
-    mf.config = cfg;
-    std::string tok = tokenizer_path.empty() ? FindLlama2cTokenizer(path) : tokenizer_path;
-    mf.tokenizer = LoadLlama2cTokenizer(tok, (int32_t)cfg.vocab_size);
-  }
-  if (mf.tokenizer->VocabSize() > mf.config.vocab_size)
-    throw Error(path + ": tokenizer has " + std::to_string(mf.tokenizer->VocabSize()) +
-                " tokens but the model only " + std::to_string(mf.config.vocab_size));
-  return mf;
-}
-
-WeightLookup ModelFiles::Lookup() const {
-  std::shared_ptr<const WeightStore> store = weights;
-  return [store](const std::string& name) -> std::optional<WeightSpec> {
-    const TensorData* t = store->Find(name);
-    if (!t) return std::nullopt;
-    return WeightSpec{t->dtype, t->shape};
-  };
-}
 
 std::string TuningDatabasePath() { return KernelCacheDir() + "/tuning.json"; }
 
@@ -118,8 +24,6 @@ std::unique_ptr<LanguageModel> LanguageModel::Load(const std::string& path, cons
   const ModelConfig& cfg = lm->files_.config;
   int64_t cap = cfg.max_position > 0 ? std::min<int64_t>(cfg.max_position, 4096) : 2048;
   lm->max_context_ = opts.max_context > 0 ? opts.max_context : cap;
-  if (cfg.architecture == "gpt2" && lm->max_context_ > cfg.max_position)
-    throw Error(path + ": GPT-2 has learned positions only up to " + std::to_string(cfg.max_position));
   lm->threads_ = opts.threads;
   lm->search_busy_limit_ = opts.search_busy_limit;
   lm->graph_replay_ = opts.gpu_graphs;

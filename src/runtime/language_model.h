@@ -6,12 +6,8 @@
 #include <vector>
 
 #include "backends/device.h"
-#include "io/chat_template.h"
-#include "io/model_config.h"
-#include "io/tokenizer.h"
-#include "io/weights.h"
 #include "ir/error.h"
-#include "models/transformer.h"
+#include "models/model_files.h"
 
 namespace prism {
 
@@ -36,18 +32,6 @@ struct LoadOptions {
 
 // The tuning database shared by every compile on this machine: KernelCacheDir()/tuning.json.
 std::string TuningDatabasePath();
-
-// The files of a model, opened (weights memory-mapped) but not compiled.
-struct ModelFiles {
-  ModelConfig config;
-  std::shared_ptr<const WeightStore> weights;
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::shared_ptr<const ChatTemplate> chat_template;  // null when the model ships none
-  nlohmann::json chat_variables;                      // bos_token, eos_token, ... for the template
-  bool conv1d_transposed = false;                     // GPT-2 weights from GGUF are [out, in]
-  WeightLookup Lookup() const;
-};
-ModelFiles OpenModelFiles(const std::string& path, const std::string& tokenizer_path = "");
 
 class LanguageModel {
  public:
@@ -108,8 +92,5 @@ class LanguageModel {
   std::unique_ptr<Executable> step_, all_;  // the step program, and the all-logits one (made on first use)
   int64_t past_ = 0;
 };
-
-// Finds the tokenizer of a llama2.c checkpoint: tokenizer.bin or tok*.bin in its folder.
-std::string FindLlama2cTokenizer(const std::string& model_path);
 
 }  // namespace prism

@@ -1,0 +1,36 @@
+// ModelConfig: the hyperparameters of one decoder-only model, from config.json, GGUF or llama2.c
+// (models/family.h reads the first two, io/formats/llama2c.h the last).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace prism {
+
+struct ModelConfig {
+  std::string architecture;  // "llama", "qwen2", "qwen3", "mistral", "gpt2" (lower-case family)
+  int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_layers = 0, num_heads = 0,
+          num_kv_heads = 0, head_dim = 0, max_position = 0;
+  double norm_eps = 1e-5;  // rms_norm_eps or layer_norm_epsilon
+  double rope_theta = 10000;
+  // true: rope rotates pairs (2i, 2i+1) (Meta/llama2.c/GGUF-llama layout);
+  // false: pairs (i, i + head_dim/2) (Hugging Face layout).
+  bool rope_interleaved = false;
+  // llama3 rope scaling (rope_scaling.rope_type == "llama3"); factor 0 = none.
+  double rope_factor = 0, rope_low_freq_factor = 1, rope_high_freq_factor = 4;
+  int64_t rope_original_max_position = 8192;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v projections have biases (Qwen2)
+  bool qk_norm = false;         // per-head RMS norm on q and k (Qwen3)
+  // "silu"; "gelu_new" / "gelu_pytorch_tanh" (tanh form); "gelu" (erf form).
+  std::string hidden_act = "silu";
+  int64_t bos_token_id = -1, eos_token_id = -1;  // -1: none; eos_token_id = eos_token_ids[0]
+  std::vector<int64_t> eos_token_ids;            // every end-of-sequence id
+};
+
+// Checks the invariants every loader relies on (positive sizes, heads dividing evenly, an even head_dim
+// where rope rotates pairs: `rotary`); throws "<source>: <problem>".
+void ValidateModelConfig(const ModelConfig& config, const std::string& source, bool rotary);
+
+}  // namespace prism

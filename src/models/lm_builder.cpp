@@ -1,0 +1,61 @@
+// What every family's graph is built with: weights by name, the step's inputs, the KV cache, the logits.
+#include "models/lm_builder.h"
+
+#include "ir/error.h"
+
+namespace prism {
+namespace {
+
+std::string ShapeText(const std::vector<int64_t>& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+}  // namespace
+
+LmBuilder::LmBuilder(Graph* g, const ModelConfig& cfg, const WeightLookup& w, const LmGraphOptions& o)
+    : g_(g), cfg_(cfg), lookup_(w), opts_(o), past_(Expr::Sym("past")) {
+  const Expr seq = Expr::Sym("seq");
+  tokens_ = Tensor{g_, g_->Input("tokens", DType::I32, {seq})};
+  pos_ = Arange(g_, seq) + BroadcastTo(ExprValue(g_, past_), {seq});
+}
+
+Tensor LmBuilder::W(const std::string& name, std::vector<int64_t> shape) {
+  auto spec = lookup_(name);
+  if (!spec)
+    throw Error("model weights: missing tensor '" + name + "' (expected shape " + ShapeText(shape) + ")");
+  if (spec->shape != shape)
+    throw Error("model weights: tensor '" + name + "' has shape " + ShapeText(spec->shape) +
+                ", the config implies " + ShapeText(shape));
+  std::vector<Expr> s(shape.begin(), shape.end());
+  return {g_, g_->Weight(name, spec->dtype, s)};
+}
+
+Tensor LmBuilder::Proj(const Tensor& x, const std::string& name, int64_t out, int64_t in, bool bias) {
+  Tensor y = Linear(x, W(name + ".weight", {out, in}));
+  return bias ? y + W(name + ".bias", {out}) : y;
+}
+
+Tensor LmBuilder::Activation(const Tensor& x) {
+  const std::string& a = cfg_.hidden_act;
+  if (a == "silu" || a == "swish") return Silu(x);
+  if (a == "gelu_new" || a == "gelu_pytorch_tanh" || a == "gelu_fast") return GeluTanh(x);
+  if (a == "gelu") return GeluErf(x);
+  throw Error("model config: unsupported hidden_act '" + a +
+              "' (supported: silu, gelu, gelu_new, gelu_pytorch_tanh)");
+}
+
+Tensor LmBuilder::KvCache(const std::string& kind, int64_t l, int64_t heads) {
+  return {g_, g_->State(kind + "." + std::to_string(l), DType::F32,
+                        {Expr(opts_.max_context), Expr(heads), Expr(cfg_.head_dim)})};
+}
+
+Tensor LmBuilder::LastOrAll(const Tensor& h) {
+  if (opts_.all_logits) return h;
+  return h.slice(0, h.dim(0) - Expr(1), Expr(1));
+}
+
+void LmBuilder::Logits(const Tensor& logits) { g_->MarkOutput(logits.cast(DType::F32).id(), "logits"); }
+
+}  // namespace prism

@@ -1,0 +1,43 @@
+// What every family's graph is built with: its weights by name (shape-checked against the config), the
+// step's inputs ("tokens", positions from "past"), the KV cache, and the logits output.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "frontend/nn.h"
+#include "models/transformer.h"
+
+namespace prism {
+
+class LmBuilder {
+ public:
+  LmBuilder(Graph* g, const ModelConfig& cfg, const WeightLookup& w, const LmGraphOptions& o);
+  Graph& graph() { return *g_; }
+  const ModelConfig& cfg() const { return cfg_; }
+  const LmGraphOptions& opts() const { return opts_; }
+  const Tensor& tokens() const { return tokens_; }  // [seq] i32
+  const Tensor& positions() const { return pos_; }  // past + [0, seq)
+  const Expr& past() const { return past_; }
+
+  // A required weight with the expected shape (a one-line error naming it and both shapes otherwise).
+  Tensor W(const std::string& name, std::vector<int64_t> shape);
+  bool Has(const std::string& name) const { return lookup_(name).has_value(); }
+  // x · Wᵀ (+ bias) with weight name + ".weight" [out, in] (and name + ".bias" [out]).
+  Tensor Proj(const Tensor& x, const std::string& name, int64_t out, int64_t in, bool bias);
+  Tensor Activation(const Tensor& x);  // cfg().hidden_act
+  // Layer l's cache of `kind` ("k_cache", "v_cache"): state [max_context, heads, head_dim].
+  Tensor KvCache(const std::string& kind, int64_t l, int64_t heads);
+  Tensor LastOrAll(const Tensor& h);  // the last position only, unless every position's logits are wanted
+  void Logits(const Tensor& logits);  // marks the graph's output "logits" (f32)
+
+ private:
+  Graph* g_;
+  const ModelConfig& cfg_;
+  const WeightLookup& lookup_;
+  const LmGraphOptions& opts_;
+  Tensor tokens_, pos_;
+  Expr past_;
+};
+
+}  // namespace prism
