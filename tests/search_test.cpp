@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "compiler/kernel_hash.h"
+#include "frontend/nn.h"
 #include "graph_check.h"
 #include "ir/error.h"
 #include "runtime/language_model.h"
@@ -29,6 +31,32 @@ struct FreshCache {
 };
 
 }  // namespace
+
+// The tuning database's kernel key is structural: two layers' copies of a product share it (other names,
+// other buffer numbers), and a different weight dtype, shape or activation changes it.
+TEST(Search, KernelKeysAreStructural) {
+  auto key_of = [](DType wt, int64_t n, bool second_layer_gelu) {
+    Graph g;
+    Tensor x{&g, g.Input("x", DType::F32, {Expr::Sym("seq"), Expr(32)})};
+    Tensor h = Silu(Linear(Silu(x), Tensor{&g, g.Weight("w0", DType::F32, {Expr(32), Expr(32)})}));
+    Tensor w1{&g, g.Weight("layer1.w", wt, {Expr(n), Expr(32)})};
+    Tensor y = Linear(h, w1);
+    g.MarkOutput((second_layer_gelu ? GeluTanh(y) : Silu(y)).id(), "out");
+    KernelProgram p = BuildKernelProgram(g);
+    std::vector<std::string> keys;
+    for (const Kernel& k : p.kernels)
+      if (k.gemm) keys.push_back(KernelStructuralHash(p, k));
+    return keys;
+  };
+  const std::vector<std::string> a = key_of(DType::F32, 32, false);
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0], a[1]);  // w0's product and layer1.w's (other names, other buffers): the same structure
+  EXPECT_EQ(a[0].size(), 32u);
+  EXPECT_NE(key_of(DType::BF16, 32, false)[1], a[1]);
+  EXPECT_NE(key_of(DType::F32, 48, false)[1], a[1]);
+  EXPECT_EQ(key_of(DType::F32, 32, true)[1], a[1]);  // another consumer: the product itself is unchanged
+  EXPECT_EQ(key_of(DType::F32, 32, false), a);       // deterministic
+}
 
 TEST(Search, EveryCandidateIsCheckedAndTimedThenTheDatabaseIsReused) {
   FreshCache cache("search");

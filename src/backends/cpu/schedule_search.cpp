@@ -19,10 +19,15 @@
 #include "backends/cpu/program.h"
 #include "backends/timing.h"
 #include "compiler/kernel_eval.h"
+#include "compiler/kernel_hash.h"
 #include "ir/error.h"
 
 namespace prism {
 namespace {
+
+// The form of the database's keys: 2 = a kernel's structural hash (compiler/kernel_hash.h), its CPU,
+// bucket, team size and template revision. Entries of another form are never matched.
+constexpr int kTuningKeyVersion = 2;
 
 std::string Fnv(const std::string& text) {
   uint64_t h = 1469598103934665603ull;
@@ -30,57 +35,6 @@ std::string Fnv(const std::string& text) {
   char buf[20];
   std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
   return buf;
-}
-
-// Canonical identity of a kernel for the tuning database: its loop nest and value tree as text, with
-// buffers renamed by order of appearance and known by their dtypes and shapes. So every layer's
-// copy of a kernel shares one decision, and another context size changes only the attention kernels'.
-std::string KernelKey(const Graph& g, const KernelProgram& p, const Kernel& k) {
-  KernelProgram one = p;
-  one.kernels = {k};
-  std::string text = KernelProgramToText(g, one);
-  text = text.substr(text.find('\n') + 1);
-  text = text.substr(text.find(':'));  // drop the kernel's position-dependent name
-  text = text.substr(0, text.find("\n    fuses"));
-  std::set<int> touched = KernelReads(k);
-  touched.insert(k.out_buffer);
-  // Buffers appear in the text as `name[`; the longest name matching at a word start wins.
-  std::string canonical;
-  std::vector<int> order;
-  auto word_char = [](char c) { return std::isalnum((unsigned char)c) || c == '_' || c == '.'; };
-  for (size_t i = 0; i < text.size();) {
-    int match = -1;
-    size_t len = 0;
-    if (i == 0 || !word_char(text[i - 1]))
-      for (int b : touched) {
-        const std::string& name = p.buffers[b].name;
-        if (name.size() > len && text.compare(i, name.size(), name) == 0 && i + name.size() < text.size() &&
-            text[i + name.size()] == '[') {
-          match = b;
-          len = name.size();
-        }
-      }
-    if (match < 0) {
-      canonical += text[i++];
-      continue;
-    }
-    auto at = std::find(order.begin(), order.end(), match);
-    if (at == order.end()) at = order.insert(order.end(), match);
-    canonical += "b" + std::to_string(at - order.begin());
-    i += len;
-  }
-  text = canonical;
-  for (int b : order) text += "|" + std::string(DTypeName(p.buffers[b].dtype)) + ShapeStr(p.buffers[b].shape);
-  if (k.gemm)  // the template's operands, by canonical position
-    for (int b : {k.gemm->a_buffer, k.gemm->w_buffer})
-      text += "|g" + std::to_string(std::find(order.begin(), order.end(), b) - order.begin());
-  if (const auto& at = k.attention) {  // the fused form's operands and what it computes
-    for (int b : {at->q_buffer, at->k_buffer, at->v_buffer})
-      text += "|a" + std::to_string(std::find(order.begin(), order.end(), b) - order.begin());
-    text += "|attn" + std::to_string(at->group) + "," + at->offset.str() + "," + std::to_string(at->scale) +
-            "," + std::to_string(at->exp_scale);
-  }
-  return Fnv(text);
 }
 
 // The whole step's identity (one bucket, one team size): its kernels' keys together.
@@ -116,11 +70,11 @@ nlohmann::json Program::Search(const SearchOptions& opts) {
   // revision of the template kernels.
   auto where = [&](const std::string& bucket) {
     return "|" + cpu + "|" + bucket + "|t" + std::to_string(threads) + "|r" +
-           std::to_string(kTemplateRevision);
+           std::to_string(kTemplateRevision) + "|k" + std::to_string(kTuningKeyVersion);
   };
   auto kernel_keys = [&](const std::string& bucket) {
     std::vector<std::string> keys;
-    for (const Kernel& kn : kp_.kernels) keys.push_back(KernelKey(graph_, kp_, kn) + where(bucket));
+    for (const Kernel& kn : kp_.kernels) keys.push_back(KernelStructuralHash(kp_, kn) + where(bucket));
     return keys;
   };
   auto step_key = [&](const std::string& bucket, const std::vector<std::string>& keys) {
