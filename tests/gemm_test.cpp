@@ -324,7 +324,7 @@ TEST(Gemm, SearchOffersAmxForPromptsAndTheChoiceRuns) {
     EXPECT_EQ(amx, 2) << DTypeName(wt) << ": serial and parallel";
     // Whatever was fastest, the AMX form in the program: the activation's rounding shows, within the bound.
     KernelChoices choices = prog->choices();
-    for (KernelChoice& c : choices["prefill"]) c.form = TemplateForm::Amx;
+    for (KernelChoice& c : choices["prefill"]) c.form = GemmFormIndex("amx");
     prog->SetChoices(choices);
     auto in = testing::RandomTensors(g, Op::Input, b, 6);
     const HostTensor want = interp.Run(in, b)[0], got = prog->Run(in, b)[0];
@@ -371,16 +371,15 @@ TEST(Gemm, ResidualAndGatedProductRunAsTheTemplatesEpilogue) {
       fused.threads = unfused.threads = threads;
       unfused.fusion.gemm_epilogues = false;
       auto prog = Program::Compile(g, fused), plain = Program::Compile(g, unfused);
-      for (TemplateForm form :
-           {TemplateForm::Rows, TemplateForm::RoundedActivation, TemplateForm::Panels, TemplateForm::Amx}) {
+      for (int form = 0; form < (int)GemmForms().size(); ++form) {  // every form in the table
         for (Program* p : {prog.get(), plain.get()}) {
           KernelChoices choices;
           choices["all"].assign(p->kernels().kernels.size(),
                                 KernelChoice{true, threads > 1 ? 1 : 0, false, form});
           p->SetChoices(choices);
         }
-        const bool exact = form == TemplateForm::Rows || (wt == DType::F32 && form == TemplateForm::Panels);
-        const std::string what = std::string(DTypeName(wt)) + " form " + std::string(TemplateFormName(form)) +
+        const bool exact = !GemmForms()[form].rounds || !GemmForms()[form].rounds(wt);
+        const std::string what = std::string(DTypeName(wt)) + " form " + GemmForms()[form].name +
                                  " threads " + std::to_string(threads);
         for (int64_t rows : {1, 37}) {
           const SymbolBindings b{{"m", rows}};

@@ -11,7 +11,6 @@
 #include <set>
 
 #include "backends/cpu/gemm.h"
-#include "backends/cpu/gemm_bf16.h"
 #include "backends/cpu/machine_probe.h"
 #include "backends/cpu/weight_memory.h"
 #include "codegen/cpp_renderer.h"
@@ -155,9 +154,8 @@ void Program::BindWeight(const std::string& name, const HostTensor& weight) {
       t.owner = std::shared_ptr<void>(copy.release(), unmap);
     }
     storage_[b] = std::move(t);
-    int8_packed_.erase((int)b);  // repacked from the new weights when next needed
-    panel_packed_.erase((int)b);
-    amx_packed_.erase((int)b);
+    std::erase_if(packed_,
+                  [&](const auto& e) { return e.first.second == (int)b; });  // repacked when next needed
     return;
   }
   // Weights that fusion made unnecessary are not an error; unknown names are.
@@ -208,7 +206,7 @@ void Program::PlanSteps(const SymbolBindings& b, bool prepare) {
     st.parallel = threads > 1 && work >= (kn.gemm ? 65536 : 32768);
     st.use_template = kn.gemm.has_value() || fused_attention[k];
     st.reduce_outer = false;
-    st.form = TemplateForm::Rows;
+    st.form = 0;
     if (const KernelChoice* c = choice(k)) {
       st.use_template = st.use_template && c->use_template;
       if (st.use_template && kn.gemm && PrepareForm(*kn.gemm, c->form, prepare)) st.form = c->form;
@@ -222,15 +220,13 @@ void Program::PlanSteps(const SymbolBindings& b, bool prepare) {
     if (st.barrier_before) current++;
     epoch[k] = current;
   }
-  int amx = 0;
-  for (Step& st : steps_)
-    if (st.use_template && st.form == TemplateForm::Amx && st.parallel && !st.skip) st.amx_slot = amx++ % 2;
-  if (prepare) FitAmxActivations();
-}
-
-// The columns a thread's share of a GEMM starts at a multiple of, by template form.
-int64_t SplitTile(TemplateForm f) {
-  return f == TemplateForm::Panels ? kPanelCols : f == TemplateForm::Amx ? kAmxCols : 4;
+  int team = 0;
+  for (size_t k = 0; k < steps_.size(); ++k) {
+    Step& st = steps_[k];
+    if (kp_.kernels[k].gemm && st.use_template && GemmForms()[st.form].fit_team && st.parallel && !st.skip)
+      st.team_slot = team++ % 2;
+  }
+  if (prepare) FitTeamActivations();
 }
 
 void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const int64_t* syms) {
@@ -248,30 +244,31 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
   if (st.use_template) {
     const GemmTemplate& gm = *kn.gemm;
     if (st.m <= 0) return;
+    const GemmForm& form = GemmForms()[st.form];
     int64_t nb = 0, ne = gm.n;
     if (st.parallel) {  // threads split the weight rows in whole tiles: each weight byte is read once
-      const int64_t tile = SplitTile(st.form), tiles = (gm.n + tile - 1) / tile;
+      const int64_t tile = form.split_tile, tiles = (gm.n + tile - 1) / tile;
       nb = std::min(gm.n, tiles * t / threads * tile);
       ne = std::min(gm.n, tiles * (t + 1) / threads * tile);
     }
-    const float* a = static_cast<const float*>(bufs[gm.a_buffer]);
-    float* y = static_cast<float*>(bufs[kn.out_buffer]);
-    DType wt = kp_.buffers[gm.w_buffer].dtype;
-    if (st.form == TemplateForm::Panels)
-      GemmPanels(a, st.m, panel_packed_.at(gm.w_buffer), y, gm.n, nb, ne);
-    else if (st.form == TemplateForm::Amx && st.parallel) {  // the team rounds the activation once
-      const AmxPackedWeight& w = amx_packed_.at(gm.w_buffer);
-      AmxActivationRound(a, st.m, w, t, threads, &amx_act_[st.amx_slot]);
-      barrier_->Wait();
-      GemmAmxRounded(amx_act_[st.amx_slot], st.m, w, y, gm.n, nb, ne);
-    } else if (st.form == TemplateForm::Amx)
-      GemmAmx(a, st.m, amx_packed_.at(gm.w_buffer), y, gm.n, nb, ne);
-    else if (st.form == TemplateForm::RoundedActivation && wt == DType::BF16)
-      GemmRowsBf16Dot(a, st.m, gm.k, static_cast<const uint16_t*>(bufs[gm.w_buffer]), y, gm.n, nb, ne);
-    else if (st.form == TemplateForm::RoundedActivation)
-      GemmRowsInt8(a, st.m, int8_packed_.at(gm.w_buffer), y, gm.n, nb, ne);
-    else
-      GemmRows(a, st.m, gm.k, bufs[gm.w_buffer], wt, y, gm.n, nb, ne);
+    GemmCall call;
+    call.a = static_cast<const float*>(bufs[gm.a_buffer]);
+    call.m = st.m;
+    call.n = gm.n;
+    call.k = gm.k;
+    call.w = bufs[gm.w_buffer];
+    call.wt = kp_.buffers[gm.w_buffer].dtype;
+    call.packed = Packed(st.form, gm.w_buffer);
+    call.y = static_cast<float*>(bufs[kn.out_buffer]);
+    call.nb = nb;
+    call.ne = ne;
+    if (st.parallel && form.fit_team) {  // the team rounds the activation once
+      call.thread = t;
+      call.threads = threads;
+      call.barrier = barrier_.get();
+      call.team_act = &team_act_[st.team_slot];
+    }
+    form.run(call);
     // The epilogue over this thread's columns, while they are in cache.
     if (gm.epilogue)
       for (int64_t i = 0; i < st.m && nb < ne; ++i) fns_epi_[k](bufs, syms, i * gm.n + nb, i * gm.n + ne);
@@ -488,72 +485,48 @@ void Program::PlanArena(const std::vector<int64_t>& needed) {
   if (bytes > (int64_t)arena_.nbytes()) arena_ = HostTensor::Zeros(DType::U8, {bytes + bytes / 4});
 }
 
-std::string_view TemplateFormName(TemplateForm f) {
-  switch (f) {
-    case TemplateForm::RoundedActivation: return "rounded";
-    case TemplateForm::Panels: return "panels";
-    case TemplateForm::Amx: return "amx";
-    default: return "rows";
-  }
-}
-
 nlohmann::json ChoiceToJson(const KernelChoice& c) {
   return {{"template", c.use_template},
           {"parallel", c.parallel},
           {"reduce_outer", c.reduce_outer},
-          {"form", TemplateFormName(c.form)}};
+          {"form", GemmForms()[c.form].name}};
 }
 
 KernelChoice ChoiceFromJson(const nlohmann::json& j) {
   KernelChoice c{j.value("template", true), j.value("parallel", -1), j.value("reduce_outer", false)};
-  std::string form = j.value("form", "rows");
-  for (TemplateForm f : {TemplateForm::RoundedActivation, TemplateForm::Panels, TemplateForm::Amx})
-    if (form == TemplateFormName(f)) c.form = f;
+  c.form = std::max(0, GemmFormIndex(j.value("form", "rows")));  // a form this Prism lacks: rows
   return c;
+}
+
+const void* Program::Packed(int form, int w_buffer) const {
+  auto it = packed_.find({form, w_buffer});
+  return it == packed_.end() ? nullptr : it->second.form_data.get();
 }
 
 void Program::EvictWeights(const GemmTemplate& gm) const {
   const HostTensor& w = storage_[gm.w_buffer];
   if (w.data) EvictFromCache(w.data, (size_t)w.nbytes());
-  if (auto it = int8_packed_.find(gm.w_buffer); it != int8_packed_.end())
-    EvictFromCache(it->second.data.get(), it->second.bytes);
-  if (auto it = panel_packed_.find(gm.w_buffer); it != panel_packed_.end())
-    EvictFromCache(it->second.data.get(), it->second.bytes);
-  if (auto it = amx_packed_.find(gm.w_buffer); it != amx_packed_.end())
-    EvictFromCache(it->second.data.get(), it->second.bytes);
+  for (const auto& [key, packed] : packed_)
+    if (key.second == gm.w_buffer) EvictFromCache(packed.bytes, packed.size);
 }
 
-void Program::FitAmxActivations() {
+void Program::FitTeamActivations() {
   for (size_t k = 0; k < steps_.size(); ++k) {
     const Step& st = steps_[k];
-    if (st.use_template && st.form == TemplateForm::Amx && st.parallel && st.m > 0)
-      AmxActivationFit(&amx_act_[st.amx_slot], st.m, amx_packed_.at(kp_.kernels[k].gemm->w_buffer));
+    const GemmForm& form = GemmForms()[st.form];
+    if (kp_.kernels[k].gemm && st.use_template && form.fit_team && st.parallel && st.m > 0)
+      form.fit_team(&team_act_[st.team_slot], st.m, Packed(st.form, kp_.kernels[k].gemm->w_buffer));
   }
 }
 
-bool Program::PrepareForm(const GemmTemplate& gm, TemplateForm form, bool pack) {
+bool Program::PrepareForm(const GemmTemplate& gm, int form_index, bool pack) {
   const KBuffer& kb = kp_.buffers[gm.w_buffer];
-  const bool quantized = IsQuantized(kb.dtype);
-  if (form == TemplateForm::RoundedActivation) {
-    if (!RoundedActivationSupported(kb.dtype, gm.k)) return false;
-    if (!pack || !quantized || int8_packed_.count(gm.w_buffer)) return true;
-  } else if (form == TemplateForm::Panels) {
-    if (!PanelGemmSupported(kb.dtype)) return false;
-    if (!pack || panel_packed_.count(gm.w_buffer)) return true;
-  } else if (form == TemplateForm::Amx) {
-    if (!AmxGemmSupported(kb.dtype, gm.k)) return false;
-    if (!pack || amx_packed_.count(gm.w_buffer)) return true;
-  } else {
-    return true;
-  }
+  const GemmForm& form = GemmForms()[form_index];
+  if (!form.offered(kb.dtype, gm.k)) return false;
+  if (!pack || !form.pack || packed_.count({form_index, gm.w_buffer})) return true;
   if (!storage_[gm.w_buffer].data) throw Error("weight '" + kb.name + "' was not bound");
-  const void* w = storage_[gm.w_buffer].data;
-  if (form == TemplateForm::Panels)
-    panel_packed_.emplace(gm.w_buffer, PackPanels(w, kb.dtype, gm.n, gm.k));
-  else if (form == TemplateForm::Amx)
-    amx_packed_.emplace(gm.w_buffer, PackForAmx(w, kb.dtype, gm.n, gm.k));
-  else
-    int8_packed_.emplace(gm.w_buffer, PackForInt8Dot(w, kb.dtype, gm.n, gm.k));
+  PackedGemmWeight p = form.pack(storage_[gm.w_buffer].data, kb.dtype, gm.n, gm.k);
+  if (p.form_data) packed_.emplace(std::make_pair(form_index, gm.w_buffer), std::move(p));
   return true;
 }
 

@@ -9,9 +9,7 @@
 #include <vector>
 
 #include "backends/cpu/attention.h"
-#include "backends/cpu/gemm_amx.h"
-#include "backends/cpu/gemm_int8.h"
-#include "backends/cpu/gemm_panels.h"
+#include "backends/cpu/gemm_forms.h"
 #include "backends/cpu/jit.h"
 #include "backends/cpu/memory_plan.h"
 #include "backends/cpu/thread_pool.h"
@@ -39,19 +37,12 @@ struct CompileStats {
   std::string so_path;
 };
 
-// Which template micro-kernel runs a GEMM: over the weights as stored (rows), with the activation
-// rounded for int8/bf16 dot products (weights repacked for int8), over weights repacked into
-// K-major panels for many activation rows (prefill), or on AMX tiles (prefill; bf16/Q8_0/Q4_0 weights
-// repacked as tiles, activations rounded as the rounded form rounds them).
-enum class TemplateForm : uint8_t { Rows, RoundedActivation, Panels, Amx };
-std::string_view TemplateFormName(TemplateForm f);  // "rows", "rounded", "panels", "amx"
-
 // What the search decided for one kernel in one size bucket.
 struct KernelChoice {
   bool use_template = true;   // template micro-kernel when the kernel has one, else generated code
   int parallel = -1;          // -1: by work size; 0: one thread; 1: split across the team
   bool reduce_outer = false;  // generated code with the reduce-outer loop order (when rendered)
-  TemplateForm form = TemplateForm::Rows;
+  int form = 0;               // a template GEMM's form: its index in GemmForms() (0: "rows")
   bool operator==(const KernelChoice&) const = default;
 };
 // The form a choice takes in the tuning database and in an artifact's schedule.
@@ -111,20 +102,21 @@ class Program : public Executable {
     bool parallel = false;
     bool use_template = false;
     bool reduce_outer = false;
-    TemplateForm form = TemplateForm::Rows;
+    int form = 0;  // GemmForms() index
     bool barrier_before = false;
     bool skip = false;     // covered by an attention kernel that runs its template this step
     AttentionDims attn{};  // this step's sizes, for an attention template
-    int amx_slot = 0;      // split AMX GEMM: which shared rounded activation it uses (see amx_act_)
+    int team_slot = 0;     // a GEMM the team rounds the activation of: which shared buffer (team_act_)
   };
-  // Shared buffers for the rounded activations of AMX GEMMs split across the team, sized for this
-  // step's (PlanSteps, or the search for one candidate). Successive split AMX GEMMs alternate between
-  // the two: a thread may start rounding the next one's while another still reads this one's, never
-  // the one after (its rounding waits for everyone at the next one's barrier).
-  void FitAmxActivations();
-  // Weights repacked for a template form (int8 blocks, panels, AMX tiles), made on first use and kept
-  // (by weight buffer) when `pack`. Returns false where this CPU or weight type has no such form.
-  bool PrepareForm(const GemmTemplate& gm, TemplateForm form, bool pack = true);
+  // Shared buffers for the rounded activations of GEMMs split across the team in a form with fit_team
+  // (AMX), sized for this step's (PlanSteps, or the search for one candidate). Successive such GEMMs
+  // alternate between the two: a thread may start rounding the next one's while another still reads
+  // this one's, never the one after (its rounding waits for everyone at the next one's barrier).
+  void FitTeamActivations();
+  // Weights repacked for a GEMM form (int8 blocks, panels, AMX tiles), made on first use and kept (by
+  // form and weight buffer) when `pack`. Returns false where this CPU or weight type has no such form.
+  bool PrepareForm(const GemmTemplate& gm, int form, bool pack = true);
+  const void* Packed(int form, int w_buffer) const;  // the form's packed weights, or null
   // The search times a GEMM as a step runs it: its weights (and their repacked forms) not in cache.
   void EvictWeights(const GemmTemplate& gm) const;
   // How each kernel runs at these sizes (steps_), under the bucket's choices; `prepare` makes the
@@ -151,10 +143,8 @@ class Program : public Executable {
   // Per kernel: generated code, its reduce-outer variant or null, its GEMM template's epilogue or null.
   std::vector<KernelFn> fns_, fns_ro_, fns_epi_;
   std::unique_ptr<ThreadPool> pool_;
-  std::map<int, Int8PackedWeight> int8_packed_;
-  std::map<int, PanelPackedWeight> panel_packed_;
-  std::map<int, AmxPackedWeight> amx_packed_;
-  AmxActivation amx_act_[2];
+  std::map<std::pair<int, int>, PackedGemmWeight> packed_;  // (form, weight buffer) -> repacked weights
+  AmxActivation team_act_[2];
   std::vector<HostTensor> storage_;  // per buffer: weights, state and scratch; inputs are borrowed per run
   std::vector<int64_t> capacity_;    // bytes allocated per output buffer (reused while big enough)
   std::vector<std::vector<int64_t>> shapes_;  // per buffer, this step's shape

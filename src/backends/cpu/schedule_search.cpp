@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -316,29 +315,23 @@ nlohmann::json Program::Search(const SearchOptions& opts) {
         bool tmpl;
         bool par;
         bool ro;
-        TemplateForm form;
+        int form;  // GemmForms() index
       };
-      // The space: tier (the template in each form this CPU and weight type have, generated code) x
-      // loop order (generated only) x threads. Panels pay off only over many activation rows.
+      // The space: tier (the template in each GEMM form this CPU and weight type have, generated code) x
+      // loop order (generated only) x threads. Some forms pay off only over many activation rows.
       const DType wt = kn.gemm ? kp_.buffers[kn.gemm->w_buffer].dtype : DType::F32;
       std::vector<Cand> cands;
-      auto add = [&](const std::string& name, bool tmpl, bool ro, TemplateForm form) {
+      auto add = [&](const std::string& name, bool tmpl, bool ro, int form) {
         cands.push_back({name + "/serial", tmpl, false, ro, form});
         if (threads > 1) cands.push_back({name + "/parallel", tmpl, true, ro, form});
       };
-      if (kn.attention && AttentionTemplateSupported())
-        add("template-attention", true, false, TemplateForm::Rows);
-      if (kn.gemm) {
-        add("template", true, false, TemplateForm::Rows);
-        if (RoundedActivationSupported(wt, kn.gemm->k))
-          add("template-" + std::string(RoundedActivationName(wt)), true, false,
-              TemplateForm::RoundedActivation);
-        if (st.m >= 6 && PanelGemmSupported(wt)) add("template-panels", true, false, TemplateForm::Panels);
-        if (st.m >= 6 && AmxGemmSupported(wt, kn.gemm->k))
-          add("template-amx", true, false, TemplateForm::Amx);
+      if (kn.attention && AttentionTemplateSupported()) add("template-attention", true, false, 0);
+      for (size_t f = 0; f < GemmForms().size() && kn.gemm; ++f) {
+        const GemmForm& form = GemmForms()[f];
+        if (st.m >= form.min_rows && form.offered(wt, kn.gemm->k)) add(form.label(wt), true, false, (int)f);
       }
-      add("generated", false, false, TemplateForm::Rows);
-      if (fns_ro_[k]) add("generated-reduce-outer", false, true, TemplateForm::Rows);
+      add("generated", false, false, 0);
+      if (fns_ro_[k]) add("generated-reduce-outer", false, true, 0);
       auto select = [&](const Cand& c) {
         steps_[k] = defaults[k];
         steps_[k].skip = false;  // a kernel an attention template covers is searched for its unfused form
@@ -346,9 +339,9 @@ nlohmann::json Program::Search(const SearchOptions& opts) {
         steps_[k].parallel = c.par;
         steps_[k].reduce_outer = c.ro;
         steps_[k].form = c.form;
-        steps_[k].amx_slot = 0;
+        steps_[k].team_slot = 0;
         if (c.tmpl && kn.gemm) PrepareForm(*kn.gemm, c.form);
-        FitAmxActivations();
+        FitTeamActivations();
       };
       auto run_once = [&](const Cand& c) {
         if (!c.tmpl)
@@ -366,10 +359,10 @@ nlohmann::json Program::Search(const SearchOptions& opts) {
       std::vector<size_t> passed;
       for (size_t ci = 0; ci < cands.size(); ++ci) {
         const Cand& c = cands[ci];
-        // Int8 dot products round the activations, in every form (rows, panels of quantized weights, AMX
-        // tiles), as do bf16 dot products (rows, AMX tiles; split in two parts on f32/f16 weights).
-        const bool rounds = c.form == TemplateForm::RoundedActivation || c.form == TemplateForm::Amx ||
-                            (c.form == TemplateForm::Panels && IsQuantized(wt));
+        // Forms that round the activation (int8 or bf16 dot products, AMX tiles) are held to each output's
+        // rounding bound beyond the exact tiers' tolerance.
+        const GemmForm& form = GemmForms()[c.form];
+        const bool rounds = c.tmpl && kn.gemm && form.rounds && form.rounds(wt);
         select(c);
         run_once(c);
         double max_err = 0, max_bound = 0;
@@ -384,10 +377,7 @@ nlohmann::json Program::Search(const SearchOptions& opts) {
               const GemmTemplate& gm = *kn.gemm;
               const float* a_row = static_cast<const float*>(ptrs[gm.a_buffer]) + e.out_index / gm.n * gm.k;
               const int64_t col = e.out_index % gm.n;
-              bound = e.product_factor *
-                      (c.form == TemplateForm::Amx
-                           ? AmxErrorBound(a_row, ptrs[gm.w_buffer], wt, gm.k, col)
-                           : RoundedActivationErrorBound(a_row, ptrs[gm.w_buffer], wt, gm.k, col));
+              bound = e.product_factor * form.error_bound(a_row, ptrs[gm.w_buffer], wt, gm.k, col);
               max_bound = std::max(max_bound, bound / scale);
             }
             double err = std::fabs(got - want);
@@ -512,17 +502,11 @@ nlohmann::json Program::Search(const SearchOptions& opts) {
   }
   for (const std::string& key : unsaved) db.erase(key);
   // Repacked weights that no chosen form reads were made for candidates only: free them.
-  std::set<int> int8_used, panels_used, amx_used;
+  std::set<std::pair<int, int>> used;
   for (const auto& [bucket, cs] : choices_)
-    for (size_t k = 0; k < cs.size() && k < kp_.kernels.size(); ++k) {
-      if (!kp_.kernels[k].gemm || !cs[k].use_template) continue;
-      if (cs[k].form == TemplateForm::RoundedActivation) int8_used.insert(kp_.kernels[k].gemm->w_buffer);
-      if (cs[k].form == TemplateForm::Panels) panels_used.insert(kp_.kernels[k].gemm->w_buffer);
-      if (cs[k].form == TemplateForm::Amx) amx_used.insert(kp_.kernels[k].gemm->w_buffer);
-    }
-  std::erase_if(int8_packed_, [&](const auto& e) { return !int8_used.count(e.first); });
-  std::erase_if(panel_packed_, [&](const auto& e) { return !panels_used.count(e.first); });
-  std::erase_if(amx_packed_, [&](const auto& e) { return !amx_used.count(e.first); });
+    for (size_t k = 0; k < cs.size() && k < kp_.kernels.size(); ++k)
+      if (kp_.kernels[k].gemm && cs[k].use_template) used.insert({cs[k].form, kp_.kernels[k].gemm->w_buffer});
+  std::erase_if(packed_, [&](const auto& e) { return !used.count(e.first); });
   ResetState();  // tuning ran kernels on random data
   if (db_changed && !opts.db_path.empty()) {
     std::filesystem::create_directories(std::filesystem::path(opts.db_path).parent_path());

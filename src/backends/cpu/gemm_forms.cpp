@@ -1,0 +1,115 @@
+// The CPU's GEMM forms as data (see gemm_forms.h): each entry adapts one kernel file to the table.
+#include "backends/cpu/gemm_forms.h"
+
+#include "backends/cpu/gemm.h"
+#include "backends/cpu/gemm_bf16.h"
+#include "backends/cpu/gemm_int8.h"
+#include "backends/cpu/gemm_panels.h"
+
+namespace prism {
+namespace {
+
+template <class T>
+PackedGemmWeight Hold(T packed) {
+  auto p = std::make_shared<T>(std::move(packed));
+  return {p, p->data.get(), p->bytes};
+}
+
+bool Always(DType, int64_t) { return true; }
+bool Ever(DType) { return true; }
+
+// Over the weights as stored (AVX-512, AVX2 or scalar): exact f32 products.
+void RunRows(const GemmCall& c) { GemmRows(c.a, c.m, c.k, c.w, c.wt, c.y, c.n, c.nb, c.ne); }
+
+// The activation rounded for dot-product instructions: int8 (VNNI, weights repacked per block) or bf16.
+PackedGemmWeight PackRounded(const void* w, DType wt, int64_t n, int64_t k) {
+  if (!IsQuantized(wt)) return {};
+  return Hold(PackForInt8Dot(w, wt, n, k));
+}
+void RunRounded(const GemmCall& c) {
+  if (c.wt == DType::BF16)
+    GemmRowsBf16Dot(c.a, c.m, c.k, static_cast<const uint16_t*>(c.w), c.y, c.n, c.nb, c.ne);
+  else
+    GemmRowsInt8(c.a, c.m, *static_cast<const Int8PackedWeight*>(c.packed), c.y, c.n, c.nb, c.ne);
+}
+
+// K-major panels of 32 columns for many activation rows.
+bool PanelsOffered(DType wt, int64_t) { return PanelGemmSupported(wt); }
+PackedGemmWeight PackPanelForm(const void* w, DType wt, int64_t n, int64_t k) {
+  return Hold(PackPanels(w, wt, n, k));
+}
+void RunPanels(const GemmCall& c) {
+  GemmPanels(c.a, c.m, *static_cast<const PanelPackedWeight*>(c.packed), c.y, c.n, c.nb, c.ne);
+}
+
+// AMX tiles; split across the team, the activation is rounded once by everyone, then all multiply.
+PackedGemmWeight PackAmxForm(const void* w, DType wt, int64_t n, int64_t k) {
+  return Hold(PackForAmx(w, wt, n, k));
+}
+void RunAmx(const GemmCall& c) {
+  const AmxPackedWeight& w = *static_cast<const AmxPackedWeight*>(c.packed);
+  if (!c.barrier) return GemmAmx(c.a, c.m, w, c.y, c.n, c.nb, c.ne);
+  AmxActivationRound(c.a, c.m, w, c.thread, c.threads, c.team_act);
+  c.barrier->Wait();
+  GemmAmxRounded(*c.team_act, c.m, w, c.y, c.n, c.nb, c.ne);
+}
+void FitAmx(AmxActivation* act, int64_t m, const void* packed) {
+  AmxActivationFit(act, m, *static_cast<const AmxPackedWeight*>(packed));
+}
+
+}  // namespace
+
+const std::vector<GemmForm>& GemmForms() {
+  static const std::vector<GemmForm> forms = {
+      {.name = "rows",
+       .min_rows = 1,
+       .offered = Always,
+       .label = [](DType) -> std::string { return "template"; },
+       .pack = nullptr,
+       .run = RunRows,
+       .rounds = nullptr,
+       .error_bound = nullptr,
+       .split_tile = 4,
+       .fit_team = nullptr},
+      {.name = "rounded",
+       .min_rows = 1,
+       .offered = RoundedActivationSupported,
+       .label = [](DType wt) { return "template-" + std::string(RoundedActivationName(wt)); },
+       .pack = PackRounded,
+       .run = RunRounded,
+       .rounds = Ever,
+       .error_bound = RoundedActivationErrorBound,
+       .split_tile = 4,
+       .fit_team = nullptr},
+      {.name = "panels",
+       .min_rows = 6,
+       .offered = PanelsOffered,
+       .label = [](DType) -> std::string { return "template-panels"; },
+       .pack = PackPanelForm,
+       .run = RunPanels,
+       .rounds = IsQuantized,
+       .error_bound = RoundedActivationErrorBound,
+       .split_tile = kPanelCols,
+       .fit_team = nullptr},
+      {.name = "amx",
+       .min_rows = 6,
+       .offered = AmxGemmSupported,
+       .label = [](DType) -> std::string { return "template-amx"; },
+       .pack = PackAmxForm,
+       .run = RunAmx,
+       .rounds = Ever,
+       .error_bound = AmxErrorBound,
+       .split_tile = kAmxCols,
+       .fit_team = FitAmx},
+  };
+  return forms;
+}
+
+int GemmFormIndex(const std::string& name) {
+  const std::vector<GemmForm>& forms = GemmForms();
+  for (size_t i = 0; i < forms.size(); ++i)
+    if (name == forms[i].name) return (int)i;
+  return -1;
+}
+
+}  // namespace prism

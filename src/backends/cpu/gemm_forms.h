@@ -1,0 +1,61 @@
+// The CPU's GEMM forms as data: one entry per way to run a template GEMM (Y = A · Wᵀ), with what it
+// needs (where it is offered, how it packs the weights, how it runs and splits, its rounding bound).
+// The runtime (Program) and the search iterate the table; a new form is one entry and its kernel file.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/gemm_amx.h"
+#include "backends/cpu/thread_pool.h"
+#include "ir/dtype.h"
+
+namespace prism {
+
+// Weights a form repacked once, in whatever layout its kernel reads.
+struct PackedGemmWeight {
+  std::shared_ptr<const void> form_data;  // what GemmCall::packed points at (the form's own struct)
+  const void* bytes = nullptr;            // the packed bytes (evicted from cache before timing)
+  size_t size = 0;
+};
+
+// One thread's share of one GEMM: Y[:, nb..ne) over m activation rows.
+struct GemmCall {
+  const float* a = nullptr;
+  int64_t m = 0, n = 0, k = 0;
+  const void* w = nullptr;  // the weights as stored ...
+  DType wt = DType::F32;
+  const void* packed = nullptr;  // ... and the form's packed copy, when it packs them for this dtype
+  float* y = nullptr;
+  int64_t nb = 0, ne = 0;
+  int thread = 0, threads = 1;        // the team taking part, for forms that work as one
+  SpinBarrier* barrier = nullptr;     // the team's barrier (null: the GEMM runs on one thread)
+  AmxActivation* team_act = nullptr;  // the activation buffer the team shares (fit_team sized it)
+};
+
+struct GemmForm {
+  const char* name;  // in the tuning database, artifacts and receipts: "rows", "rounded", "panels", "amx"
+  int64_t min_rows;  // offered to the search from this many activation rows
+  bool (*offered)(DType wt, int64_t k);  // on this CPU, for this weight type and reduction size
+  std::string (*label)(DType wt);        // its candidate's name in receipts
+  // Packs the weights (N x K, as stored) once; empty form_data where this dtype is read as stored. Null:
+  // never.
+  PackedGemmWeight (*pack)(const void* w, DType wt, int64_t n, int64_t k);
+  void (*run)(const GemmCall& c);
+  // Rounds the activation for this weight type (null: never); then each output may differ from the exact
+  // products by error_bound (activation row a against weight row col, as stored).
+  bool (*rounds)(DType wt);
+  double (*error_bound)(const float* a, const void* w, DType wt, int64_t k, int64_t col);
+  int64_t split_tile;  // threads split the output columns at multiples of this
+  // Split across the team, the activation is rounded once by all into a buffer sized before the step by
+  // this (null: each thread works alone).
+  void (*fit_team)(AmxActivation* act, int64_t m, const void* packed);
+};
+
+const std::vector<GemmForm>& GemmForms();
+// The index of the form named so in GemmForms(); -1 when there is none.
+int GemmFormIndex(const std::string& name);
+
+}  // namespace prism
