@@ -217,6 +217,9 @@ TEST(Search, ArtifactRunsWithoutCompilingAndRejectsStaleKernels) {
   std::filesystem::remove_all(dir / "cache");
   auto loaded = LanguageModel::Load(art);
   EXPECT_EQ(loaded->step_as<Program>().stats().so_path, art + "/kernels.so");
+  // The artifact's schedule is the searched one (a lost schedule still computes the same logits, slowly).
+  EXPECT_EQ(loaded->step_as<Program>().choices(), lm->step_as<Program>().choices());
+  EXPECT_FALSE(loaded->step_as<Program>().choices().empty());
   EXPECT_FALSE(std::filesystem::exists(dir / "cache" / "tuning.json"));  // nothing was searched again
   std::vector<int32_t> ids = lm->tokenizer().Encode("Lily", true);
   lm->Reset();

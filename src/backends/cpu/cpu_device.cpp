@@ -32,7 +32,8 @@ std::unique_ptr<Executable> CpuDevice::Compile(const Graph& g, const CompileRequ
   co.prebuilt_source.assign(std::istreambuf_iterator<char>(src), std::istreambuf_iterator<char>());
   std::unique_ptr<Program> p = Program::Compile(g, co);
   KernelChoices choices;
-  for (const auto& [bucket, arr] : ReadArtifactJson(req.artifact_dir, "schedule.json").items())
+  const nlohmann::json schedule = ReadArtifactJson(req.artifact_dir, "schedule.json");  // outlives items()
+  for (const auto& [bucket, arr] : schedule.items())
     for (const auto& c : arr) choices[bucket].push_back(ChoiceFromJson(c));
   p->SetChoices(std::move(choices));
   return p;
