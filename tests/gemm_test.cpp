@@ -374,8 +374,9 @@ TEST(Gemm, ResidualAndGatedProductRunAsTheTemplatesEpilogue) {
       for (int form = 0; form < (int)GemmForms().size(); ++form) {  // every form in the table
         for (Program* p : {prog.get(), plain.get()}) {
           KernelChoices choices;
-          choices["all"].assign(p->kernels().kernels.size(),
-                                KernelChoice{true, threads > 1 ? 1 : 0, false, form});
+          choices["all"].assign(
+              p->kernels().kernels.size(),
+              KernelChoice{true, threads > 1 ? Threading::Team : Threading::OneThread, false, form});
           p->SetChoices(choices);
         }
         const bool exact = !GemmForms()[form].rounds || !GemmForms()[form].rounds(wt);

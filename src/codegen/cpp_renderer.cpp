@@ -5,7 +5,7 @@
 #include <set>
 #include <sstream>
 
-#include "codegen/c_types.h"
+#include "codegen/c_spelling.h"
 #include "ir/error.h"
 
 namespace prism {
@@ -68,9 +68,9 @@ static inline float prism_q4_0(const uint8_t* b, int64_t i) {
 }
 )";
 
-class KernelRenderer {
+class CppKernelRenderer {
  public:
-  KernelRenderer(const KernelProgram& p) : p_(p) {}
+  explicit CppKernelRenderer(const KernelProgram& p) : p_(p) {}
 
   std::string Render(const Kernel& k) {
     acc_ = 0;
@@ -306,7 +306,7 @@ class KernelRenderer {
 std::string RenderCpp(const KernelProgram& p) {
   std::ostringstream os;
   os << kPrelude;
-  KernelRenderer r(p);
+  CppKernelRenderer r(p);
   // Template-matched kernels are rendered too: the search compares both tiers.
   for (const Kernel& k : p.kernels) {
     os << "\n" << r.Render(k) << r.RenderReduceOuter(k);

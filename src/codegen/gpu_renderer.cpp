@@ -14,7 +14,7 @@
 #include <map>
 #include <sstream>
 
-#include "codegen/c_types.h"
+#include "codegen/c_spelling.h"
 #include "ir/error.h"
 
 namespace prism {
@@ -214,9 +214,9 @@ bool ChooseCooperative(const Kernel& k, const GpuSchedule& s) {
   return r == -1 || r >= s.cooperative_min;
 }
 
-class KernelRenderer {
+class GpuKernelRenderer {
  public:
-  KernelRenderer(const KernelProgram& p, const Dialect& d) : p_(p), d_(d) {}
+  GpuKernelRenderer(const KernelProgram& p, const Dialect& d) : p_(p), d_(d) {}
 
   // Renders the function body and signature after its name: "(args) { ... }".
   std::string Render(const Kernel& k, const GpuSchedule& s, GpuKernelPlan* plan) {
@@ -488,7 +488,7 @@ GpuSource GpuRenderer::Render(const KernelProgram& p, const std::vector<GpuSched
   GpuSource out;
   out.dialect = dialect_;
   std::ostringstream os;
-  KernelRenderer r(p, d);
+  GpuKernelRenderer r(p, d);
   std::map<std::string, std::string> seen;  // rendered function -> its name
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     const Kernel& k = p.kernels[i];

@@ -32,7 +32,7 @@ int OwnCost(Op op) {
 bool IsLeafBuffer(Op op) { return op == Op::Input || op == Op::Weight || op == Op::State; }
 
 // Follows views (and a dtype cast) down to their source.
-NodeId Through(const Graph& g, NodeId n, bool allow_cast) {
+NodeId SourceThroughViews(const Graph& g, NodeId n, bool allow_cast) {
   while (true) {
     const Node& nd = g.node(n);
     if (nd.op == Op::Reshape || nd.op == Op::Expand || (allow_cast && nd.op == Op::Cast))
@@ -54,7 +54,7 @@ std::optional<LinearMatch> MatchLinear(const Graph& g, NodeId reduce) {
   const Expr& n = mul.shape[mul.shape.size() - 2];
   if (!k.IsConst() || !n.IsConst()) return std::nullopt;
   for (int side = 0; side < 2; ++side) {
-    NodeId w = Through(g, mul.inputs[side], true);
+    NodeId w = SourceThroughViews(g, mul.inputs[side], true);
     const Node& wn = g.node(w);
     if (wn.op != Op::Weight || wn.shape.size() != 2 || wn.shape[0] != n || wn.shape[1] != k) continue;
     // The activation side: x [..., K] viewed as [..., 1, K] and broadcast over N.

@@ -169,8 +169,8 @@ void Program::ResetState() {
     if (kp_.buffers[b].kind == BufferKind::State) storage_[b] = HostTensor();
 }
 
-void Program::PlanSteps(const SymbolBindings& b, bool prepare) {
-  steps_.resize(kp_.kernels.size());
+void Program::PlanLaunches(const SymbolBindings& b, bool prepare) {
+  launches_.resize(kp_.kernels.size());
   const int threads = pool_->size();
   std::vector<int> epoch(kp_.kernels.size(), -1);  // barrier interval in which a kernel ran
   int current = 0;
@@ -185,7 +185,7 @@ void Program::PlanSteps(const SymbolBindings& b, bool prepare) {
         kp_.kernels[k].attention && AttentionTemplateSupported() && (!choice(k) || choice(k)->use_template);
   for (size_t k = 0; k < kp_.kernels.size(); ++k) {
     const Kernel& kn = kp_.kernels[k];
-    Step& st = steps_[k];
+    KernelLaunch& st = launches_[k];
     st.total = 1;
     for (const Expr& e : kn.extents) st.total *= e.Eval(b);
     st.inner = kn.extents.empty() ? 1 : std::max<int64_t>(kn.extents.back().Eval(b), 1);
@@ -211,18 +211,18 @@ void Program::PlanSteps(const SymbolBindings& b, bool prepare) {
       st.use_template = st.use_template && c->use_template;
       if (st.use_template && kn.gemm && PrepareForm(*kn.gemm, c->form, prepare)) st.form = c->form;
       st.reduce_outer = !st.use_template && c->reduce_outer && fns_ro_[k];
-      if (c->parallel >= 0) st.parallel = threads > 1 && c->parallel == 1;
+      if (c->threading != Threading::ByWorkSize) st.parallel = threads > 1 && c->threading == Threading::Team;
     }
     st.barrier_before = false;
     if (st.skip) continue;
     for (int j : deps_[k])
-      if (epoch[j] == current && (st.parallel || steps_[j].parallel)) st.barrier_before = true;
+      if (epoch[j] == current && (st.parallel || launches_[j].parallel)) st.barrier_before = true;
     if (st.barrier_before) current++;
     epoch[k] = current;
   }
   int team = 0;
-  for (size_t k = 0; k < steps_.size(); ++k) {
-    Step& st = steps_[k];
+  for (size_t k = 0; k < launches_.size(); ++k) {
+    KernelLaunch& st = launches_[k];
     if (kp_.kernels[k].gemm && st.use_template && GemmForms()[st.form].fit_team && st.parallel && !st.skip)
       st.team_slot = team++ % 2;
   }
@@ -231,7 +231,7 @@ void Program::PlanSteps(const SymbolBindings& b, bool prepare) {
 
 void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const int64_t* syms) {
   const Kernel& kn = kp_.kernels[k];
-  const Step& st = steps_[k];
+  const KernelLaunch& st = launches_[k];
   if (st.total <= 0 || st.skip) return;
   if (st.use_template && kn.attention) {
     const AttentionTemplate& at = *kn.attention;
@@ -291,23 +291,23 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
 void Program::RunMegakernel(void* const* bufs, const int64_t* syms) {
   // A step whose kernels all run on thread 0 (a small model's decode) does not wake the team.
   const bool any_parallel =
-      std::any_of(steps_.begin(), steps_.end(), [](const Step& s) { return s.parallel; });
+      std::any_of(launches_.begin(), launches_.end(), [](const KernelLaunch& s) { return s.parallel; });
   const int threads = any_parallel ? pool_->size() : 1;
   // One parallel region for the whole step: every thread walks the kernel list, takes its share of
   // parallel kernels, leaves serial ones to thread 0, and meets the others only where data depends.
   pool_->ParallelFor(threads, [&](int t) {
-    for (size_t k = 0; k < steps_.size(); ++k) {
-      if (steps_[k].barrier_before) barrier_->Wait();
-      if (steps_[k].parallel || t == 0) RunChunk(k, t, threads, bufs, syms);
+    for (size_t k = 0; k < launches_.size(); ++k) {
+      if (launches_[k].barrier_before) barrier_->Wait();
+      if (launches_[k].parallel || t == 0) RunChunk(k, t, threads, bufs, syms);
     }
   });
 }
 
 void Program::RunPerKernel(void* const* bufs, const int64_t* syms) {
   const int threads = pool_->size();
-  for (size_t k = 0; k < steps_.size(); ++k) {
+  for (size_t k = 0; k < launches_.size(); ++k) {
     auto t0 = Clock::now();
-    if (steps_[k].parallel)
+    if (launches_[k].parallel)
       pool_->ParallelFor(threads, [&](int t) { RunChunk(k, t, threads, bufs, syms); });
     else
       RunChunk(k, 0, threads, bufs, syms);
@@ -319,7 +319,7 @@ void Program::RunPerKernel(void* const* bufs, const int64_t* syms) {
 }
 
 nlohmann::json Program::MemoryReport(const SymbolBindings& b) {
-  PlanSteps(b, false);
+  PlanLaunches(b, false);
   std::vector<int64_t> needed(kp_.buffers.size(), 0);
   for (size_t i = 0; i < kp_.buffers.size(); ++i)
     if (kp_.buffers[i].kind == BufferKind::Intermediate) {
@@ -346,7 +346,7 @@ nlohmann::json Program::MemoryReport(const SymbolBindings& b) {
 
 int Program::ArenaConflicts() const {
   const size_t nk = kp_.kernels.size();
-  if (steps_.size() != nk || arena_offset_.size() != kp_.buffers.size())
+  if (launches_.size() != nk || arena_offset_.size() != kp_.buffers.size())
     throw Error("ArenaConflicts: no step has been planned yet (run one first)");
   auto overlap = [&](int x, int y) {
     if (x == y || arena_offset_[x] < 0 || arena_offset_[y] < 0) return false;
@@ -355,13 +355,13 @@ int Program::ArenaConflicts() const {
   };
   // Kernels that may run at the same time: one of them parallel, no barrier between them.
   std::vector<int> interval(nk, 0);
-  for (size_t k = 1; k < nk; ++k) interval[k] = interval[k - 1] + (steps_[k].barrier_before ? 1 : 0);
+  for (size_t k = 1; k < nk; ++k) interval[k] = interval[k - 1] + (launches_[k].barrier_before ? 1 : 0);
   auto together = [&](size_t a, size_t b) {
-    return a == b || (interval[a] == interval[b] && (steps_[a].parallel || steps_[b].parallel));
+    return a == b || (interval[a] == interval[b] && (launches_[a].parallel || launches_[b].parallel));
   };
   std::vector<int> first(kp_.buffers.size(), -1), last(kp_.buffers.size(), -1);
   for (size_t k = 0; k < nk; ++k)
-    if (!steps_[k].skip)
+    if (!launches_[k].skip)
       for (int x : touched_[k]) {
         if (first[x] < 0) first[x] = (int)k;
         last[x] = (int)k;
@@ -376,7 +376,7 @@ int Program::ArenaConflicts() const {
       if (std::find(can.begin(), can.end(), x) == can.end()) continue;
       bool alone = true;
       for (size_t j = 0; j < nk && alone; ++j)
-        alone = (int)j == k || steps_[j].skip || !together(j, k) || !touched_[j].count(x);
+        alone = (int)j == k || launches_[j].skip || !together(j, k) || !touched_[j].count(x);
       if (alone) return true;
     }
     return false;
@@ -384,7 +384,7 @@ int Program::ArenaConflicts() const {
   int conflicts = 0;
   for (size_t a = 0; a < nk; ++a)
     for (size_t b = a; b < nk; ++b) {
-      if (steps_[a].skip || steps_[b].skip || !together(a, b)) continue;
+      if (launches_[a].skip || launches_[b].skip || !together(a, b)) continue;
       for (int x : touched_[a])
         for (int y : touched_[b]) conflicts += overlap(x, y) && !(a == b && in_place(x, y));
     }
@@ -404,15 +404,15 @@ std::vector<ScratchItem> Program::ScratchLifetimes(const std::vector<int64_t>& n
   // kernels of a barrier interval holding a parallel kernel may run at once: each of them spans the
   // whole interval. While searching, every intermediate is live throughout.
   const size_t nk = kp_.kernels.size();
-  const bool planned = steps_.size() == nk;
+  const bool planned = launches_.size() == nk;
   std::vector<int> span_first(nk), span_last(nk);
   for (size_t k = 0; k < nk; ++k) span_first[k] = span_last[k] = share_scratch_ ? (int)k : 0;
   if (share_scratch_ && planned)
     for (size_t k0 = 0; k0 < nk;) {
       size_t k1 = k0 + 1;  // [k0, k1): one barrier interval (skipped kernels join any)
-      while (k1 < nk && !steps_[k1].barrier_before) ++k1;
+      while (k1 < nk && !launches_[k1].barrier_before) ++k1;
       bool parallel = false;
-      for (size_t k = k0; k < k1; ++k) parallel = parallel || (!steps_[k].skip && steps_[k].parallel);
+      for (size_t k = k0; k < k1; ++k) parallel = parallel || (!launches_[k].skip && launches_[k].parallel);
       if (parallel)
         for (size_t k = k0; k < k1; ++k) span_first[k] = (int)k0, span_last[k] = (int)k1 - 1;
       k0 = k1;
@@ -420,7 +420,7 @@ std::vector<ScratchItem> Program::ScratchLifetimes(const std::vector<int64_t>& n
   std::vector<bool> live(nb, false);
   std::vector<int> first_use(nb, -1), last_use(nb, -1);  // kernel positions, not spans
   for (size_t k = 0; k < nk; ++k) {
-    if (share_scratch_ && planned && steps_[k].skip) continue;
+    if (share_scratch_ && planned && launches_[k].skip) continue;
     for (int b : touched_[k]) {
       ScratchItem& it = items[b];
       if (!live[b]) it.first = span_first[k], it.last = span_last[k], first_use[b] = (int)k;
@@ -438,12 +438,12 @@ std::vector<ScratchItem> Program::ScratchLifetimes(const std::vector<int64_t>& n
   // (its barrier interval, when parallel) touches the input.
   for (size_t k = 0; k < nk; ++k) {
     const int o = kp_.kernels[k].out_buffer;
-    if (steps_[k].skip || items[o].bytes == 0 || first_use[o] != (int)k) continue;
+    if (launches_[k].skip || items[o].bytes == 0 || first_use[o] != (int)k) continue;
     for (int x : in_place_inputs_[k]) {
       if (items[x].bytes == 0 || last_use[x] != (int)k) continue;
       bool alone = true;
       for (int j = span_first[k]; j <= span_last[k] && alone; ++j)
-        alone = j == (int)k || steps_[j].skip || !touched_[j].count(x);
+        alone = j == (int)k || launches_[j].skip || !touched_[j].count(x);
       if (alone) {
         items[o].over = x;
         break;
@@ -457,16 +457,16 @@ void Program::PlanArena(const std::vector<int64_t>& needed) {
   const size_t nb = kp_.buffers.size();
   // Lifetimes follow from which kernels run, in parallel or not, and where barriers fall: unchanged
   // from the last step (as in decode), a placement whose buffers are all still big enough holds.
-  std::vector<uint8_t> shape(steps_.size());
-  for (size_t k = 0; k < steps_.size(); ++k)
-    shape[k] = steps_[k].skip | steps_[k].parallel << 1 | steps_[k].barrier_before << 2;
+  std::vector<uint8_t> shape(launches_.size());
+  for (size_t k = 0; k < launches_.size(); ++k)
+    shape[k] = launches_[k].skip | launches_[k].parallel << 1 | launches_[k].barrier_before << 2;
   shape.push_back(share_scratch_);
-  if (shape == arena_steps_ && arena_items_.size() == nb) {
+  if (shape == arena_launches_ && arena_items_.size() == nb) {
     bool fits = true;
     for (size_t b = 0; b < nb && fits; ++b) fits = needed[b] <= arena_items_[b].bytes || arena_offset_[b] < 0;
     if (fits) return;
   }
-  arena_steps_ = std::move(shape);
+  arena_launches_ = std::move(shape);
   std::vector<ScratchItem> items = ScratchLifetimes(needed);
   bool fits = arena_items_.size() == nb;
   for (size_t b = 0; b < nb; ++b) {
@@ -487,13 +487,14 @@ void Program::PlanArena(const std::vector<int64_t>& needed) {
 
 nlohmann::json ChoiceToJson(const KernelChoice& c) {
   return {{"template", c.use_template},
-          {"parallel", c.parallel},
+          {"parallel", (int)c.threading},
           {"reduce_outer", c.reduce_outer},
           {"form", GemmForms()[c.form].name}};
 }
 
 KernelChoice ChoiceFromJson(const nlohmann::json& j) {
-  KernelChoice c{j.value("template", true), j.value("parallel", -1), j.value("reduce_outer", false)};
+  const int parallel = std::clamp(j.value("parallel", -1), -1, 1);
+  KernelChoice c{j.value("template", true), static_cast<Threading>(parallel), j.value("reduce_outer", false)};
   c.form = std::max(0, GemmFormIndex(j.value("form", "rows")));  // a form this Prism lacks: rows
   return c;
 }
@@ -511,8 +512,8 @@ void Program::EvictWeights(const GemmTemplate& gm) const {
 }
 
 void Program::FitTeamActivations() {
-  for (size_t k = 0; k < steps_.size(); ++k) {
-    const Step& st = steps_[k];
+  for (size_t k = 0; k < launches_.size(); ++k) {
+    const KernelLaunch& st = launches_[k];
     const GemmForm& form = GemmForms()[st.form];
     if (kp_.kernels[k].gemm && st.use_template && form.fit_team && st.parallel && st.m > 0)
       form.fit_team(&team_act_[st.team_slot], st.m, Packed(st.form, kp_.kernels[k].gemm->w_buffer));
@@ -588,7 +589,7 @@ std::vector<HostTensor> Program::Run(const std::map<std::string, HostTensor>& in
   SymbolBindings b = BindSymbols(input_nodes_, kp_.symbols, inputs, syms);
   std::vector<int64_t> sym_values;
   for (const std::string& s : kp_.symbols) sym_values.push_back(b.at(s));
-  PlanSteps(b);  // before the buffers: the arena places them by the step's barrier intervals
+  PlanLaunches(b);  // before the buffers: the arena places them by the step's barrier intervals
   std::vector<void*> ptrs = PrepareBuffers(inputs, b);
   CheckStateWrites(graph_, kp_, b);  // here, not in the kernels
   if (megakernel_ && !profile_)

@@ -37,10 +37,14 @@ struct CompileStats {
   std::string so_path;
 };
 
+// Who runs a kernel: the team when its work is large enough (the default), thread 0 alone, or the team.
+// Stored in the tuning database as -1, 0, 1 under "parallel".
+enum class Threading : int8_t { ByWorkSize = -1, OneThread = 0, Team = 1 };
+
 // What the search decided for one kernel in one size bucket.
 struct KernelChoice {
-  bool use_template = true;   // template micro-kernel when the kernel has one, else generated code
-  int parallel = -1;          // -1: by work size; 0: one thread; 1: split across the team
+  bool use_template = true;  // template micro-kernel when the kernel has one, else generated code
+  Threading threading = Threading::ByWorkSize;
   bool reduce_outer = false;  // generated code with the reduce-outer loop order (when rendered)
   int form = 0;               // a template GEMM's form: its index in GemmForms() (0: "rows")
   bool operator==(const KernelChoice&) const = default;
@@ -97,7 +101,7 @@ class Program : public Executable {
  private:
   Program(const Graph& g, KernelProgram kp, std::string source, JitLibrary lib, int threads);
   // How one kernel runs this step: its size, and whether the team splits it or thread 0 runs it.
-  struct Step {
+  struct KernelLaunch {
     int64_t total = 0, inner = 1, m = 0;
     bool parallel = false;
     bool use_template = false;
@@ -109,7 +113,7 @@ class Program : public Executable {
     int team_slot = 0;     // a GEMM the team rounds the activation of: which shared buffer (team_act_)
   };
   // Shared buffers for the rounded activations of GEMMs split across the team in a form with fit_team
-  // (AMX), sized for this step's (PlanSteps, or the search for one candidate). Successive such GEMMs
+  // (AMX), sized for this step's (PlanLaunches, or the search for one candidate). Successive such GEMMs
   // alternate between the two: a thread may start rounding the next one's while another still reads
   // this one's, never the one after (its rounding waits for everyone at the next one's barrier).
   void FitTeamActivations();
@@ -119,13 +123,13 @@ class Program : public Executable {
   const void* Packed(int form, int w_buffer) const;  // the form's packed weights, or null
   // The search times a GEMM as a step runs it: its weights (and their repacked forms) not in cache.
   void EvictWeights(const GemmTemplate& gm) const;
-  // How each kernel runs at these sizes (steps_), under the bucket's choices; `prepare` makes the
+  // How each kernel runs at these sizes (launches_), under the bucket's choices; `prepare` makes the
   // repacked weights the chosen forms read (false where nothing will run, as for a memory report).
-  void PlanSteps(const SymbolBindings& b, bool prepare = true);
+  void PlanLaunches(const SymbolBindings& b, bool prepare = true);
   // Places this step's intermediates in the arena: buffers share bytes only when no two kernels touching
   // them can run at once; one no kernel touches this step gets none. Sizes grow
   // geometrically and the placement is kept while it fits, so decode steps (whose attention buffers
-  // grow by one key each) rarely replan. Needs PlanSteps first.
+  // grow by one key each) rarely replan. Needs PlanLaunches first.
   void PlanArena(const std::vector<int64_t>& needed);
   // Per buffer: `needed` bytes (0 for buffers that are not intermediates or that no running kernel
   // touches) and its lifetime in kernel positions, under the planned steps.
@@ -152,14 +156,14 @@ class Program : public Executable {
   std::vector<std::set<int>> touched_;             // per kernel: buffers it reads or writes
   std::vector<std::vector<int>> in_place_inputs_;  // per kernel: inputs it may write its output over
   std::vector<std::vector<int>> deps_;  // per kernel: earlier kernels it must wait for (RAW, WAR, WAW)
-  std::vector<Step> steps_;
+  std::vector<KernelLaunch> launches_;
   std::unique_ptr<SpinBarrier> barrier_;
   HostTensor arena_;                      // all intermediates of a step
   std::vector<ScratchItem> arena_items_;  // per buffer: planned bytes and lifetime (intermediates only)
   std::vector<int64_t> arena_offset_;     // per buffer: offset in the arena, -1 if none
   int64_t arena_bytes_ = 0;
-  std::vector<uint8_t> arena_steps_;  // the step plan the lifetimes were taken from
-  bool share_scratch_ = true;         // false while searching: kernels then run alone, in any order
+  std::vector<uint8_t> arena_launches_;  // the step plan the lifetimes were taken from
+  bool share_scratch_ = true;            // false while searching: kernels then run alone, in any order
   bool megakernel_ = true;
   KernelChoices choices_;
   CompileStats stats_;

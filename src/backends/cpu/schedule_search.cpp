@@ -19,6 +19,7 @@
 #include "backends/timing.h"
 #include "compiler/kernel_eval.h"
 #include "compiler/kernel_hash.h"
+#include "compiler/kernel_names.h"
 #include "ir/error.h"
 
 namespace prism {
@@ -83,8 +84,9 @@ nlohmann::json Program::Search(const SearchOptions& opts) {
   // every template GEMM split across the team; or every kernel on thread 0 alone.
   auto step_variant = [&](const std::string& name, std::vector<KernelChoice> cs) {
     for (size_t k = 0; k < cs.size() && k < kp_.kernels.size(); ++k) {
-      if (name == "one thread") cs[k].parallel = 0;
-      if (name == "team, every GEMM split" && kp_.kernels[k].gemm && cs[k].use_template) cs[k].parallel = 1;
+      if (name == "one thread") cs[k].threading = Threading::OneThread;
+      if (name == "team, every GEMM split" && kp_.kernels[k].gemm && cs[k].use_template)
+        cs[k].threading = Threading::Team;
     }
     return cs;
   };
@@ -131,6 +133,8 @@ nlohmann::json Program::Search(const SearchOptions& opts) {
         if (!searched[k] || !db.contains(key)) continue;
         chosen[k] = ChoiceFromJson(db[key]);
         receipts.push_back({{"kernel", kp_.kernels[k].name},
+                            {"op", ModelOpName(kp_, kp_.kernels[k])},
+                            {"kind", KernelKind(kp_.kernels[k])},
                             {"bucket", bucket},
                             {"key", key},
                             {"chosen", db[key].value("candidate", "")},
@@ -202,22 +206,23 @@ nlohmann::json Program::Search(const SearchOptions& opts) {
       }
     }
     std::vector<KernelChoice>& chosen = choices_[bucket];
-    PlanSteps(b, !time_nothing);
-    const std::vector<Step> defaults = steps_;
+    PlanLaunches(b, !time_nothing);
+    const std::vector<KernelLaunch> defaults = launches_;
     std::vector<double> floors_us(kp_.kernels.size(), 0);
     // Runs kernel j alone as the step would (its own choice if already made), even where a fused
     // attention kernel covers it.
     auto run_alone = [&](size_t j) {
-      steps_[j] = defaults[j];
-      steps_[j].skip = false;
-      steps_[j].use_template = false;
-      if (chosen[j].parallel >= 0) steps_[j].parallel = threads > 1 && chosen[j].parallel == 1;
-      steps_[j].reduce_outer = chosen[j].reduce_outer && fns_ro_[j];
-      if (steps_[j].parallel)
+      launches_[j] = defaults[j];
+      launches_[j].skip = false;
+      launches_[j].use_template = false;
+      if (chosen[j].threading != Threading::ByWorkSize)
+        launches_[j].parallel = threads > 1 && chosen[j].threading == Threading::Team;
+      launches_[j].reduce_outer = chosen[j].reduce_outer && fns_ro_[j];
+      if (launches_[j].parallel)
         pool_->ParallelFor(threads, [&](int t) { RunChunk(j, t, threads, ptrs.data(), sym_values.data()); });
       else
         RunChunk(j, 0, threads, ptrs.data(), sym_values.data());
-      steps_[j] = defaults[j];
+      launches_[j] = defaults[j];
     };
 
     for (size_t k = 0; k < kp_.kernels.size(); ++k) {
@@ -228,9 +233,14 @@ nlohmann::json Program::Search(const SearchOptions& opts) {
         continue;
       }
       const std::string& key = keys[k];
-      nlohmann::json r{{"kernel", kn.name}, {"bucket", bucket}, {"key", key}};
+      nlohmann::json r{{"kernel", kn.name},
+                       {"op", ModelOpName(kp_, kn)},
+                       {"kind", KernelKind(kn)},
+                       {"bucket", bucket},
+                       {"key", key}};
+      if (opts.progress) opts.progress(bucket, k, kp_.kernels.size(), opts.budget_seconds - Since(start));
       // Roofline floor of the kernel: flops of its products and bytes of every buffer it touches.
-      const Step& st = defaults[k];
+      const KernelLaunch& st = defaults[k];
       double red = std::max<double>(1, (double)kn.reduce_size.Eval(b));
       double flops = 2.0 * st.total * red;
       // Bytes: each buffer once, but never more than the elements its loads can reach (a KV cache
@@ -310,20 +320,20 @@ nlohmann::json Program::Search(const SearchOptions& opts) {
         ref.push_back(EvalKernelElement(kp_, kn, flat, ptrs.data(), b));
         scale = std::max(scale, std::fabs(ref.back().value));
       }
-      struct Cand {
+      struct Candidate {
         std::string name;
-        bool tmpl;
-        bool par;
-        bool ro;
-        int form;  // GemmForms() index
+        bool use_template;  // the template (GEMM form or fused attention), else generated code
+        bool team;          // split across the team, else thread 0 alone
+        bool reduce_outer;  // generated code's reduce-outer loop order
+        int form;           // GemmForms() index
       };
       // The space: tier (the template in each GEMM form this CPU and weight type have, generated code) x
       // loop order (generated only) x threads. Some forms pay off only over many activation rows.
       const DType wt = kn.gemm ? kp_.buffers[kn.gemm->w_buffer].dtype : DType::F32;
-      std::vector<Cand> cands;
-      auto add = [&](const std::string& name, bool tmpl, bool ro, int form) {
-        cands.push_back({name + "/serial", tmpl, false, ro, form});
-        if (threads > 1) cands.push_back({name + "/parallel", tmpl, true, ro, form});
+      std::vector<Candidate> cands;
+      auto add = [&](const std::string& name, bool use_template, bool reduce_outer, int form) {
+        cands.push_back({name + "/serial", use_template, false, reduce_outer, form});
+        if (threads > 1) cands.push_back({name + "/parallel", use_template, true, reduce_outer, form});
       };
       if (kn.attention && AttentionTemplateSupported()) add("template-attention", true, false, 0);
       for (size_t f = 0; f < GemmForms().size() && kn.gemm; ++f) {
@@ -332,21 +342,21 @@ nlohmann::json Program::Search(const SearchOptions& opts) {
       }
       add("generated", false, false, 0);
       if (fns_ro_[k]) add("generated-reduce-outer", false, true, 0);
-      auto select = [&](const Cand& c) {
-        steps_[k] = defaults[k];
-        steps_[k].skip = false;  // a kernel an attention template covers is searched for its unfused form
-        steps_[k].use_template = c.tmpl;
-        steps_[k].parallel = c.par;
-        steps_[k].reduce_outer = c.ro;
-        steps_[k].form = c.form;
-        steps_[k].team_slot = 0;
-        if (c.tmpl && kn.gemm) PrepareForm(*kn.gemm, c.form);
+      auto select = [&](const Candidate& c) {
+        launches_[k] = defaults[k];
+        launches_[k].skip = false;  // a kernel an attention template covers is searched for its unfused form
+        launches_[k].use_template = c.use_template;
+        launches_[k].parallel = c.team;
+        launches_[k].reduce_outer = c.reduce_outer;
+        launches_[k].form = c.form;
+        launches_[k].team_slot = 0;
+        if (c.use_template && kn.gemm) PrepareForm(*kn.gemm, c.form);
         FitTeamActivations();
       };
-      auto run_once = [&](const Cand& c) {
-        if (!c.tmpl)
+      auto run_once = [&](const Candidate& c) {
+        if (!c.use_template)
           for (size_t j : covered) run_alone(j);
-        if (c.par)
+        if (c.team)
           pool_->ParallelFor(threads,
                              [&](int t) { RunChunk(k, t, threads, ptrs.data(), sym_values.data()); });
         else
@@ -358,11 +368,11 @@ nlohmann::json Program::Search(const SearchOptions& opts) {
       nlohmann::json tried = nlohmann::json::array();
       std::vector<size_t> passed;
       for (size_t ci = 0; ci < cands.size(); ++ci) {
-        const Cand& c = cands[ci];
+        const Candidate& c = cands[ci];
         // Forms that round the activation (int8 or bf16 dot products, AMX tiles) are held to each output's
         // rounding bound beyond the exact tiers' tolerance.
         const GemmForm& form = GemmForms()[c.form];
-        const bool rounds = c.tmpl && kn.gemm && form.rounds && form.rounds(wt);
+        const bool rounds = c.use_template && kn.gemm && form.rounds && form.rounds(wt);
         select(c);
         run_once(c);
         double max_err = 0, max_bound = 0;
@@ -404,7 +414,7 @@ nlohmann::json Program::Search(const SearchOptions& opts) {
           if (round > 0) times[ci].push_back(Since(t0) * 1e6);
         }
       double best = INFINITY;
-      const Cand* best_c = nullptr;
+      const Candidate* best_c = nullptr;
       for (size_t ci : passed) {
         tried[ci].update(TimingSummary(times[ci]));
         const double med = tried[ci]["median_us"];
@@ -413,7 +423,7 @@ nlohmann::json Program::Search(const SearchOptions& opts) {
           best_c = &cands[ci];
         }
       }
-      steps_[k] = defaults[k];
+      launches_[k] = defaults[k];
       r["candidates"] = tried;
       if (!best_c) {
         r["reason"] = "no candidate passed the correctness check: default kept";
@@ -421,7 +431,8 @@ nlohmann::json Program::Search(const SearchOptions& opts) {
         receipts.push_back(r);
         continue;
       }
-      chosen[k] = {best_c->tmpl, best_c->par ? 1 : 0, best_c->ro, best_c->form};
+      chosen[k] = {best_c->use_template, best_c->team ? Threading::Team : Threading::OneThread,
+                   best_c->reduce_outer, best_c->form};
       r["chosen"] = best_c->name;
       r["median_us"] = best;
       r["fraction_of_roofline"] = floor_s * 1e6 / best;
@@ -460,7 +471,7 @@ nlohmann::json Program::Search(const SearchOptions& opts) {
       for (int round = 0; round < 9 && (round < 4 || Since(t_steps) < 4.0); ++round)  // round 0 warms up
         for (size_t v = 0; v < names.size(); ++v) {
           chosen = step_variant(names[v], own);
-          PlanSteps(b);
+          PlanLaunches(b);
           auto t0 = Clock::now();
           RunMegakernel(ptrs.data(), sym_values.data());
           if (round > 0) times[v].push_back(Since(t0) * 1e6);

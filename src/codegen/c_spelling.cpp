@@ -1,5 +1,5 @@
 // C spellings shared by the C++ and GPU renderers: types, float literals, elementwise ops.
-#include "codegen/c_types.h"
+#include "codegen/c_spelling.h"
 
 #include <cmath>
 #include <sstream>
@@ -59,8 +59,8 @@ std::string ScalarOpExpr(Op op, DType t, const std::vector<std::string>& a, cons
       return f ? "prism_maxf(" + a[0] + ", " + a[1] + ")"
                : "(" + a[0] + " > " + a[1] + " ? " + a[0] + " : " + a[1] + ")";
     case Op::Where:
-      return "((" + a[0] + ") != 0 ? (" + ComputeCType(t) + ")(" + a[1] + ") : (" + ComputeCType(t) + ")(" + a[2] +
-             "))";
+      return "((" + a[0] + ") != 0 ? (" + ComputeCType(t) + ")(" + a[1] + ") : (" + ComputeCType(t) + ")(" +
+             a[2] + "))";
     default: throw Error("renderer: unsupported elementwise op " + std::string(OpName(op)));
   }
 }
