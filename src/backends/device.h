@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -42,6 +43,8 @@ struct SearchOptions {
     std::string from, span_symbol;
   };
   std::map<std::string, Inherit> inherit;
+  // Called as the search reaches each kernel of a bucket: kernels done of total, seconds of budget left.
+  std::function<void(const std::string& bucket, size_t done, size_t total, double seconds_left)> progress;
 };
 
 // Prompts at least this long run on the "prefill-long" bucket's choices when the search made them.

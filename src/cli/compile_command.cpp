@@ -1,6 +1,10 @@
 // `prism compile`: compiles a model, searches kernel schedules within a budget, writes an artifact.
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 
 #include "cli/commands.h"
 #include "ir/error.h"
@@ -42,7 +46,17 @@ Runner AddCompileCommand(CLI::App& app) {
       std::printf("%s\n", receipts.dump(1).c_str());
       return 0;
     }
-    auto receipts = lm->Tune(o->budget);
+    // Progress on a terminal: the bucket, kernels reached of all, the budget left (redrawn in place).
+    std::function<void(const std::string&, size_t, size_t, double)> progress;
+    bool drew = false;
+    if (isatty(STDERR_FILENO))
+      progress = [&drew](const std::string& bucket, size_t done, size_t total, double left) {
+        std::fprintf(stderr, "\rsearching %-12s kernel %4zu of %zu, %5.0f s of the budget left ",
+                     bucket.c_str(), done + 1, total, std::max(0.0, left));
+        drew = true;
+      };
+    auto receipts = lm->Tune(o->budget, "", false, progress);
+    if (drew) std::fprintf(stderr, "\n");
     lm->SaveArtifact(o->out, receipts);
     int searched = 0, from_db = 0;
     for (const auto& r : receipts) {

@@ -34,13 +34,16 @@ std::unique_ptr<LanguageModel> LanguageModel::Load(const std::string& path, cons
   return lm;
 }
 
-nlohmann::json LanguageModel::Tune(double budget_seconds, const std::string& only_kernel, bool replay) {
+nlohmann::json LanguageModel::Tune(
+    double budget_seconds, const std::string& only_kernel, bool replay,
+    const std::function<void(const std::string&, size_t, size_t, double)>& progress) {
   SearchOptions so;
   so.budget_seconds = budget_seconds;
   so.db_path = TuningDatabasePath();
   so.only_kernel = only_kernel;
   so.replay = replay;
   so.busy_limit = search_busy_limit_;
+  so.progress = progress;
   int64_t prefill = std::min<int64_t>(128, std::max<int64_t>(2, max_context_ / 2));
   so.buckets = {{"decode", {{"seq", 1}, {"past", std::min<int64_t>(max_context_ - 1, 64)}}},
                 {"prefill", {{"seq", prefill}, {"past", 0}}}};

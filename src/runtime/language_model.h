@@ -65,7 +65,8 @@ class LanguageModel {
 
   // Schedule search for the step program over a decode and a prefill bucket; returns receipts.
   // `replay`: search again what the tuning database already decided (only_kernel's, or every one).
-  nlohmann::json Tune(double budget_seconds, const std::string& only_kernel = "", bool replay = false);
+  nlohmann::json Tune(double budget_seconds, const std::string& only_kernel = "", bool replay = false,
+                      const std::function<void(const std::string&, size_t, size_t, double)>& progress = {});
   // Writes a compiled artifact folder: manifest, generated source, compiled kernels, the chosen
   // schedules and the receipts. `prism run DIR` loads it without compiling.
   void SaveArtifact(const std::string& dir, const nlohmann::json& receipts) const;
