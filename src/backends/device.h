@@ -50,6 +50,13 @@ struct SearchOptions {
 // Prompts at least this long run on the "prefill-long" bucket's choices when the search made them.
 constexpr int64_t kLongPrefillSeq = 256;
 
+// Every executable's check of a weight bound by name: its dtype must be the graph's.
+inline void CheckWeightDtype(const std::string& name, DType given, DType expected) {
+  if (given != expected)
+    throw Error("weight '" + name + "': dtype " + std::string(DTypeName(given)) + " given, graph expects " +
+                std::string(DTypeName(expected)));
+}
+
 // A graph compiled for one device, with its weights and state (the KV cache) in the device's memory.
 class Executable {
  public:

@@ -137,9 +137,7 @@ void Program::BindWeight(const std::string& name, const HostTensor& weight) {
   for (size_t b = 0; b < kp_.buffers.size(); ++b) {
     const KBuffer& kb = kp_.buffers[b];
     if (kb.kind != BufferKind::Weight || kb.name != name) continue;
-    if (t.dtype != kb.dtype)
-      throw Error("weight '" + name + "': dtype " + std::string(DTypeName(t.dtype)) +
-                  " given, graph expects " + std::string(DTypeName(kb.dtype)));
+    CheckWeightDtype(name, t.dtype, kb.dtype);
     // Float GEMM weights of 2 MiB and more are copied onto huge pages: the decode step's row GEMVs
     // stream them from there (a file mapping's 4 KiB pages cost a TLB miss and a prefetcher restart
     // each; a 17 MB f16 GEMV on 2 threads read 21.5-24.5 GB/s from 4 KiB pages, 23-25 from 2 MiB).

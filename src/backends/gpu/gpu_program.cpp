@@ -188,9 +188,7 @@ void GpuProgram::BindWeight(const std::string& name, const HostTensor& t) {
   for (size_t b = 0; b < kp_.buffers.size(); ++b) {
     const KBuffer& kb = kp_.buffers[b];
     if (kb.kind != BufferKind::Weight || kb.name != name) continue;
-    if (t.dtype != kb.dtype)
-      throw Error("weight '" + name + "': dtype " + std::string(DTypeName(t.dtype)) +
-                  " given, graph expects " + std::string(DTypeName(kb.dtype)));
+    CheckWeightDtype(name, t.dtype, kb.dtype);
     Place(b, t.shape);
     device_->Upload(slots_[b].mem, t.data, (size_t)t.nbytes());
     return;

@@ -14,9 +14,7 @@ class InterpExecutable : public Executable {
   void BindWeight(const std::string& name, const HostTensor& t) override {
     for (const Node& n : graph_.nodes())
       if (n.op == Op::Weight && n.name == name) {
-        if (t.dtype != n.dtype)
-          throw Error("weight '" + name + "': dtype " + std::string(DTypeName(t.dtype)) +
-                      " given, graph expects " + std::string(DTypeName(n.dtype)));
+        CheckWeightDtype(name, t.dtype, n.dtype);
         interp_.BindWeight(name, t);
         return;
       }
