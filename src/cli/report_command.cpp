@@ -45,43 +45,22 @@ Runner AddReportCommand(CLI::App& app) {
             m["scratch_bytes_separate"].get<double>() / (1 << 20));
         std::printf("%s\n", line.c_str());
       }
-    for (const char* bucket : {"decode", "prefill", "prefill-long"}) {
-      std::vector<nlohmann::json> rows;
-      double total = 0;
-      // Kernels a chosen fused attention template makes unnecessary: they do not run in the step.
-      std::set<std::string> not_run;
-      for (const auto& r : receipts)
-        if (r.value("bucket", "") == bucket && r.value("chosen", "").rfind("template-attention", 0) == 0)
-          for (const auto& k : r.value("unfused_kernels", nlohmann::json::array()))
-            not_run.insert(k.get<std::string>());
-      std::string step_line;    // the whole-step decision (team or one thread), not a kernel
-      std::string search_line;  // how busy the machine was while the search timed candidates
-      for (const auto& r : receipts) {
-        if (r.value("bucket", "") != bucket) continue;
-        if (r.value("scope", "kernel") == "step") {
-          step_line = std::string(bucket) + " step runs on: " + r.value("chosen", "") + " (" +
-                      r.value("reason", "") + ")";
-          continue;
-        }
-        if (r.value("scope", "kernel") == "search") {
-          if (r.value("others_cpu_fraction", 0.0) > 0 && r.value("decisions", 0) > 0)
-            search_line = fmt::format("{} search: other processes used {:.0f}% of the CPU time{}", bucket,
-                                      100 * r.value("others_cpu_fraction", 0.0),
-                                      r.value("saved", true) ? "" : " (its decisions were not saved)");
-          continue;
-        }
-        if (not_run.count(r.value("kernel", ""))) continue;
-        rows.push_back(r);
-        total += r.value("median_us", 0.0);
-      }
+    for (const char* bucket : kReportBuckets) {
+      const BucketReceipts b = ReceiptsOf(receipts, bucket);
+      const std::vector<nlohmann::json>& rows = b.rows;
       if (rows.empty()) continue;
-      for (const std::string& line : {search_line, step_line})
-        if (!line.empty()) std::printf("%s\n", line.c_str());
-      std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
-        return a.value("median_us", 0.0) > b.value("median_us", 0.0);
-      });
+      double total = 0;
+      for (const auto& r : rows) total += r.value("median_us", 0.0);
+      const nlohmann::json& search = b.search;
+      if (search.value("others_cpu_fraction", 0.0) > 0 && search.value("decisions", 0) > 0)
+        std::printf("%s search: other processes used %.0f%% of the CPU time%s\n", bucket,
+                    100 * search.value("others_cpu_fraction", 0.0),
+                    search.value("saved", true) ? "" : " (its decisions were not saved)");
+      if (!b.step.empty())  // the whole-step decision (team or one thread), not a kernel
+        std::printf("%s step runs on: %s (%s)\n", bucket, b.step.value("chosen", "").c_str(),
+                    b.step.value("reason", "").c_str());
       std::printf("%s step: %zu kernels, %.1f us summed (%zu of the unfused attention form not run)\n",
-                  bucket, rows.size(), total, not_run.size());
+                  bucket, rows.size(), total, b.not_run);
       std::printf("  %6s %10s %10s %7s  %-22s %-24s %s\n", "share", "median_us", "floor_us", "roof%",
                   "chosen", "model op", "kernel");
       for (size_t i = 0; i < rows.size(); ++i) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 namespace prism::cli {
 namespace {
@@ -145,6 +146,26 @@ svg.roofline{background:#fff;border:1px solid #d8dce4;border-radius:6px;margin-t
 
 }  // namespace
 
+BucketReceipts ReceiptsOf(const json& receipts, const std::string& bucket) {
+  BucketReceipts b;
+  std::set<std::string> not_run;
+  for (const json& r : receipts)
+    if (r.value("bucket", "") == bucket && r.value("chosen", "").rfind("template-attention", 0) == 0)
+      for (const json& k : r.value("unfused_kernels", json::array())) not_run.insert(k.get<std::string>());
+  b.not_run = not_run.size();
+  for (const json& r : receipts) {
+    if (r.value("bucket", "") != bucket) continue;
+    const std::string scope = r.value("scope", "kernel");
+    if (scope == "step") b.step = r;
+    if (scope == "search") b.search = r;
+    if (scope == "kernel" && !not_run.count(r.value("kernel", ""))) b.rows.push_back(r);
+  }
+  std::sort(b.rows.begin(), b.rows.end(), [](const json& x, const json& y) {
+    return x.value("median_us", 0.0) > y.value("median_us", 0.0);
+  });
+  return b;
+}
+
 std::string ReportPage(const std::string& title, const json& manifest, const json& receipts) {
   std::string h = std::string("<!doctype html><html><head><meta charset='utf-8'><title>Prism report: ") +
                   Escape(title) + "</title>" + kStyle + "</head><body>";
@@ -155,28 +176,12 @@ std::string ReportPage(const std::string& title, const json& manifest, const jso
                      Escape(manifest.value("device", "cpu")), manifest.value("max_context", 0),
                      manifest.value("kernels", json::array()).size());
   h += "</div>";
-  for (const char* bucket : {"decode", "prefill", "prefill-long"}) {
-    std::vector<json> rows;
-    std::set<std::string> not_run;  // the unfused form of a chosen attention template does not run
-    for (const json& r : receipts)
-      if (r.value("bucket", "") == bucket && r.value("chosen", "").rfind("template-attention", 0) == 0)
-        for (const json& k : r.value("unfused_kernels", json::array())) not_run.insert(k.get<std::string>());
-    std::string step_choice;
-    double step_us = 0;
-    for (const json& r : receipts) {
-      if (r.value("bucket", "") != bucket) continue;
-      const std::string scope = r.value("scope", "kernel");
-      if (scope == "step") {
-        step_choice = r.value("chosen", "");
-        step_us = r.value("median_us", 0.0);
-      }
-      if (scope != "kernel" || not_run.count(r.value("kernel", ""))) continue;
-      rows.push_back(r);
-    }
+  for (const char* bucket : kReportBuckets) {
+    const BucketReceipts bucket_receipts = ReceiptsOf(receipts, bucket);
+    const std::vector<json>& rows = bucket_receipts.rows;
     if (rows.empty()) continue;
-    std::sort(rows.begin(), rows.end(), [](const json& a, const json& b) {
-      return a.value("median_us", 0.0) > b.value("median_us", 0.0);
-    });
+    const std::string step_choice = bucket_receipts.step.value("chosen", "");
+    const double step_us = bucket_receipts.step.value("median_us", 0.0);
     double total = 0, floor = 0;
     std::map<std::string, double> by_kind, by_layer, by_op;
     for (const json& r : rows) {

@@ -96,9 +96,7 @@ class GpuProgram : public Executable {
     std::vector<int64_t> shape;
   };
   GpuProgram(const Graph& g, std::shared_ptr<GpuDevice> device)
-      : graph_(g),
-        device_(std::move(device)),
-        device_name_(device_->dialect() == GpuDialect::Cuda ? "cuda" : "opencl") {}
+      : graph_(g), device_(std::move(device)), device_name_(GpuDialectName(device_->dialect())) {}
   void Place(size_t b, const std::vector<int64_t>& shape);  // (re)allocates zero-filled storage
   void Reuse(size_t b, const std::vector<int64_t>& shape);  // keeps storage that is big enough
   void Release(size_t b);

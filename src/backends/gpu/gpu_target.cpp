@@ -7,7 +7,7 @@
 
 namespace prism {
 
-std::string GpuTarget::name() const { return gpu_->dialect() == GpuDialect::Cuda ? "cuda" : "opencl"; }
+std::string GpuTarget::name() const { return std::string(GpuDialectName(gpu_->dialect())); }
 
 std::unique_ptr<Executable> GpuTarget::Compile(const Graph& g, const CompileRequest& req) {
   if (!req.artifact_dir.empty())
