@@ -8,6 +8,7 @@
 
 #include "frontend/nn.h"
 #include "graph_check.h"
+#include "search/schedule_search.h"
 #include "test_util.h"
 
 namespace prism {
@@ -187,7 +188,7 @@ TEST(AttentionTemplate, SearchChecksFusedAgainstUnfusedAndTheChoiceRuns) {
   SearchOptions opts;
   opts.buckets = {{"prefill", {{"seq", 128}, {"past", 0}}}};
   opts.budget_seconds = 30;
-  nlohmann::json receipts = prog->Search(opts);
+  nlohmann::json receipts = SearchSchedules(*prog, opts);
   bool seen = false;
   for (const auto& r : receipts) {
     if (r["kernel"].get<std::string>().find("_attention") == std::string::npos) continue;

@@ -11,6 +11,7 @@
 #include "frontend/nn.h"
 #include "graph_check.h"
 #include "ir/error.h"
+#include "search/schedule_search.h"
 #include "test_util.h"
 
 namespace prism {
@@ -312,7 +313,7 @@ TEST(Gemm, SearchOffersAmxForPromptsAndTheChoiceRuns) {
     }
     SearchOptions opts;
     opts.buckets = {{"prefill", b}};
-    nlohmann::json receipts = prog->Search(opts);
+    nlohmann::json receipts = SearchSchedules(*prog, opts);
     int amx = 0;
     for (const auto& r : receipts)
       for (const auto& c : r.value("candidates", nlohmann::json::array()))

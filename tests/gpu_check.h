@@ -7,6 +7,7 @@
 
 #include "backends/gpu/gpu_program.h"
 #include "graph_check.h"
+#include "search/schedule_search.h"
 
 namespace prism::testing {
 
@@ -15,6 +16,15 @@ struct GpuCheckStats {
   int cooperative = 0;
   int runs = 0;
 };
+
+// A search of one bucket at these sizes, named as a step at them picks its choices (BucketOf), with no
+// tuning database and budget enough for every kernel.
+inline SearchOptions OneBucketSearch(const SymbolBindings& sizes) {
+  SearchOptions o;
+  o.buckets = {{BucketOf(sizes, false), sizes}};
+  o.budget_seconds = 600;
+  return o;
+}
 
 // Compares every binding of a compiled program with the interpreter, using the same random
 // data as CheckGraph. stateful: bindings are successive steps of one program (state carries over).

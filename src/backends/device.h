@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -11,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/schedule_space.h"
 #include "ir/error.h"
 #include "ir/graph.h"
 #include "ir/host_tensor.h"
@@ -26,29 +26,17 @@ struct CompileRequest {
   bool graph_replay = true;  // cuda: each step's launches replay as one CUDA graph
 };
 
-// A schedule search over size buckets within a wall-clock budget, remembered in a tuning database.
-struct SearchOptions {
-  std::vector<std::pair<std::string, SymbolBindings>>
-      buckets;                 // e.g. {"decode", seq=1}, {"prefill", seq=128}
-  double budget_seconds = 30;  // over all buckets; 0: apply what the tuning database knows, time nothing
-  std::string db_path;         // tuning database (JSON); "" = none
-  std::string only_kernel;     // search this kernel only
-  bool replay = false;         // search again what the database already decided (and save the result)
-  double busy_limit = 0.2;     // decisions timed while others used more of the CPU are not saved
-  // A bucket named here is searched only for the kernels with a loop over a range involving
-  // `span_symbol` (attention over the KV cache, whose cost grows as the square of a prompt's length,
-  // so a choice made at a short prefill does not carry to a long one); its other kernels take the
-  // choices of bucket `from`, searched before it.
-  struct Inherit {
-    std::string from, span_symbol;
-  };
-  std::map<std::string, Inherit> inherit;
-  // Called as the search reaches each kernel of a bucket: kernels done of total, seconds of budget left.
-  std::function<void(const std::string& bucket, size_t done, size_t total, double seconds_left)> progress;
-};
-
 // Prompts at least this long run on the "prefill-long" bucket's choices when the search made them.
 constexpr int64_t kLongPrefillSeq = 256;
+
+// The bucket whose choices a step at these sizes runs with: "decode" (seq == 1), "prefill-long" (seq >=
+// kLongPrefillSeq, where `has_long`), "prefill" (other seq > 1), or "all" (no seq).
+inline std::string BucketOf(const SymbolBindings& b, bool has_long) {
+  auto it = b.find("seq");
+  if (it == b.end()) return "all";
+  if (it->second <= 1) return "decode";
+  return it->second >= kLongPrefillSeq && has_long ? "prefill-long" : "prefill";
+}
 
 // Every executable's check of a weight bound by name: its dtype must be the graph's.
 inline void CheckWeightDtype(const std::string& name, DType given, DType expected) {
@@ -70,9 +58,9 @@ class Executable {
   virtual std::vector<HostTensor> Run(const std::map<std::string, HostTensor>& inputs,
                                       const SymbolBindings& syms = {}) = 0;
   virtual void ResetState() = 0;
-  // Searches the schedules of its kernels (candidates checked against the reference before they are
-  // timed) and applies the fastest; returns one JSON receipt per decision.
-  virtual nlohmann::json Search(const SearchOptions& opts) = 0;
+  // Its kernels' schedule candidates and how to run and time them, for the one search
+  // (search/schedule_search.h), which applies its decisions through it; null: one schedule per kernel.
+  virtual std::unique_ptr<ScheduleSpace> OpenSearch() { return nullptr; }
   // Writes what loading this executable again needs into an artifact folder (CompileRequest::
   // artifact_dir) and adds its own entries to the artifact's manifest.
   virtual void SaveArtifact(const std::string& dir, nlohmann::json& manifest) {

@@ -33,8 +33,10 @@ HostTensor HostTensor::FromFloats(std::vector<int64_t> shape, const std::vector<
   if ((int64_t)values.size() != t.numel())
     throw Error("FromFloats: " + std::to_string(values.size()) + " values for shape " + t.ShapeString());
   if (IsQuantized(dtype)) {
-    if (dtype == DType::Q8_0) QuantizeQ8_0(values.data(), static_cast<BlockQ8_0*>(t.data), t.numel());
-    else QuantizeQ4_0(values.data(), static_cast<BlockQ4_0*>(t.data), t.numel());
+    if (dtype == DType::Q8_0)
+      QuantizeQ8_0(values.data(), static_cast<BlockQ8_0*>(t.data), t.numel());
+    else
+      QuantizeQ4_0(values.data(), static_cast<BlockQ4_0*>(t.data), t.numel());
   } else {
     for (int64_t i = 0; i < t.numel(); ++i) StoreFromDouble(t.data, dtype, i, values[i]);
   }
@@ -89,36 +91,54 @@ SymbolBindings BindSymbols(const Graph& g, const std::map<std::string, HostTenso
   return BindSymbols(InputNodes(g), g.Symbols(), inputs, explicit_bindings);
 }
 
-SymbolBindings BindSymbols(const std::vector<const Node*>& graph_inputs, const std::vector<std::string>& symbols,
-                           const std::map<std::string, HostTensor>& inputs, const SymbolBindings& explicit_bindings) {
+SymbolBindings BindSymbols(const std::vector<const Node*>& graph_inputs,
+                           const std::vector<std::string>& symbols,
+                           const std::map<std::string, HostTensor>& inputs,
+                           const SymbolBindings& explicit_bindings) {
   SymbolBindings b = explicit_bindings;
   for (const Node* n : graph_inputs) {
     auto it = inputs.find(n->name);
     if (it == inputs.end()) throw Error("missing input '" + n->name + "' of shape " + ShapeStr(n->shape));
     const HostTensor& t = it->second;
     if (t.shape.size() != n->shape.size())
-      throw Error("input '" + n->name + "': rank " + std::to_string(t.shape.size()) + " given, graph expects " +
-                  ShapeStr(n->shape));
+      throw Error("input '" + n->name + "': rank " + std::to_string(t.shape.size()) +
+                  " given, graph expects " + ShapeStr(n->shape));
     for (size_t i = 0; i < n->shape.size(); ++i)
-      if (n->shape[i].kind() == Expr::Kind::Sym && !b.count(n->shape[i].name())) b[n->shape[i].name()] = t.shape[i];
+      if (n->shape[i].kind() == Expr::Kind::Sym && !b.count(n->shape[i].name()))
+        b[n->shape[i].name()] = t.shape[i];
   }
   for (const std::string& s : symbols)
-    if (!b.count(s)) throw Error("unbound symbol '" + s + "': give it a value or an input whose shape binds it");
+    if (!b.count(s))
+      throw Error("unbound symbol '" + s + "': give it a value or an input whose shape binds it");
   for (const Node* n : graph_inputs) {
     const HostTensor& t = inputs.at(n->name);
     if (t.dtype != n->dtype)
-      throw Error("input '" + n->name + "': dtype " + std::string(DTypeName(t.dtype)) + " given, graph expects " +
-                  std::string(DTypeName(n->dtype)));
+      throw Error("input '" + n->name + "': dtype " + std::string(DTypeName(t.dtype)) +
+                  " given, graph expects " + std::string(DTypeName(n->dtype)));
     for (size_t i = 0; i < n->shape.size(); ++i) {
       int64_t want = n->shape[i].Eval(b);
       if (want != t.shape[i])
-        throw Error("input '" + n->name + "' axis " + std::to_string(i) + ": size " + std::to_string(t.shape[i]) +
-                    " given, graph expects " + n->shape[i].str() + " = " + std::to_string(want));
+        throw Error("input '" + n->name + "' axis " + std::to_string(i) + ": size " +
+                    std::to_string(t.shape[i]) + " given, graph expects " + n->shape[i].str() + " = " +
+                    std::to_string(want));
     }
   }
   for (const auto& [name, v] : b)
     if (v < 0) throw Error("symbol '" + name + "' bound to negative value " + std::to_string(v));
   return b;
+}
+
+void FillRandomNonZero(void* data, DType t, int64_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> mag(0.05f, 1.0f);
+  auto value = [&] { return rng() % 2 ? mag(rng) : -mag(rng); };
+  if (IsQuantized(t)) {
+    std::vector<float> f((size_t)n);
+    for (float& x : f) x = value();
+    HostTensor q = HostTensor::FromFloats({n}, f, t);
+    std::memcpy(data, q.data, (size_t)q.nbytes());
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) StoreFromDouble(data, t, i, IsFloat(t) ? value() : (double)(rng() % 4));
 }
 
 }  // namespace prism

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,8 @@ struct HostTensor {
   void* data = nullptr;
 
   static HostTensor Zeros(DType dtype, std::vector<int64_t> shape);
-  static HostTensor FromFloats(std::vector<int64_t> shape, const std::vector<float>& values, DType dtype = DType::F32);
+  static HostTensor FromFloats(std::vector<int64_t> shape, const std::vector<float>& values,
+                               DType dtype = DType::F32);
   static HostTensor FromInts(std::vector<int64_t> shape, const std::vector<int32_t>& values);
   // Points at memory owned elsewhere (e.g. a memory-mapped weight file) without copying.
   static HostTensor Borrow(DType dtype, std::vector<int64_t> shape, const void* data);
@@ -39,9 +41,16 @@ using SymbolBindings = std::map<std::string, int64_t>;
 SymbolBindings BindSymbols(const Graph& g, const std::map<std::string, HostTensor>& inputs,
                            const SymbolBindings& explicit_bindings);
 // The same with the graph's Input nodes and symbols listed once in advance (per-step hot path).
-SymbolBindings BindSymbols(const std::vector<const Node*>& graph_inputs, const std::vector<std::string>& symbols,
-                           const std::map<std::string, HostTensor>& inputs, const SymbolBindings& explicit_bindings);
+SymbolBindings BindSymbols(const std::vector<const Node*>& graph_inputs,
+                           const std::vector<std::string>& symbols,
+                           const std::map<std::string, HostTensor>& inputs,
+                           const SymbolBindings& explicit_bindings);
 std::vector<const Node*> InputNodes(const Graph& g);
+
+// Random values away from zero (a kernel that drops a term cannot hide behind a zero operand) for n
+// elements of type t: quantized blocks are real quantizations of such values; integers (token ids,
+// positions) are small, since gathers clamp them anyway.
+void FillRandomNonZero(void* data, DType t, int64_t n, std::mt19937& rng);
 
 std::vector<int64_t> EvalShape(const std::vector<Expr>& shape, const SymbolBindings& b);
 

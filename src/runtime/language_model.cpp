@@ -7,6 +7,7 @@
 
 #include "backends/cpu/jit.h"
 #include "ir/error.h"
+#include "search/schedule_search.h"
 
 namespace prism {
 namespace fs = std::filesystem;
@@ -52,7 +53,7 @@ nlohmann::json LanguageModel::Tune(
     so.buckets.push_back({"prefill-long", {{"seq", long_seq}, {"past", 0}}});
     so.inherit["prefill-long"] = {"prefill", "past"};
   }
-  return step_->Search(so);
+  return SearchSchedules(*step_, so);
 }
 
 bool LanguageModel::IsArtifact(const std::string& path) {

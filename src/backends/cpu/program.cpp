@@ -172,7 +172,7 @@ void Program::PlanLaunches(const SymbolBindings& b, bool prepare) {
   const int threads = pool_->size();
   std::vector<int> epoch(kp_.kernels.size(), -1);  // barrier interval in which a kernel ran
   int current = 0;
-  auto chosen = choices_.find(BucketOf(b));
+  auto chosen = choices_.find(BucketOf(b, choices_.count("prefill-long") > 0));
   auto choice = [&](size_t k) -> const KernelChoice* {
     return chosen != choices_.end() && k < chosen->second.size() ? &chosen->second[k] : nullptr;
   };
@@ -527,13 +527,6 @@ bool Program::PrepareForm(const GemmTemplate& gm, int form_index, bool pack) {
   PackedGemmWeight p = form.pack(storage_[gm.w_buffer].data, kb.dtype, gm.n, gm.k);
   if (p.form_data) packed_.emplace(std::make_pair(form_index, gm.w_buffer), std::move(p));
   return true;
-}
-
-std::string Program::BucketOf(const SymbolBindings& b) const {
-  auto it = b.find("seq");
-  if (it == b.end()) return "all";
-  if (it->second <= 1) return "decode";
-  return it->second >= kLongPrefillSeq && choices_.count("prefill-long") ? "prefill-long" : "prefill";
 }
 
 std::vector<void*> Program::PrepareBuffers(const std::map<std::string, HostTensor>& inputs,

@@ -86,19 +86,16 @@ class Program : public Executable {
   void EnableProfile(bool on) { profile_ = on; }
   // One persistent parallel walk over all kernels per step (default), or one dispatch per kernel.
   void SetMegakernel(bool on) { megakernel_ = on; }
-  // Schedule search (backends/cpu/schedule_search.cpp): times every candidate of every kernel per
-  // bucket on this machine after checking it against the kernel's reference evaluation; keeps the
-  // fastest. Returns receipts.
-  nlohmann::json Search(const SearchOptions& opts) override;
+  // The schedule space the one search (search/schedule_search.h) explores (backends/cpu/cpu_schedule_space.cpp):
+  // its decisions become choices() per size bucket.
+  std::unique_ptr<ScheduleSpace> OpenSearch() override;
   const KernelChoices& choices() const { return choices_; }
   void SetChoices(KernelChoices c) { choices_ = std::move(c); }
-  // The bucket a set of sizes falls in: "decode" (seq == 1), "prefill-long" (seq >= kLongPrefillSeq,
-  // where chosen), "prefill" (other seq > 1) or "all".
-  std::string BucketOf(const SymbolBindings& b) const;
   std::string ProfileTable() const;
   ~Program();
 
  private:
+  friend class CpuScheduleSpace;
   Program(const Graph& g, KernelProgram kp, std::string source, JitLibrary lib, int threads);
   // How one kernel runs this step: its size, and whether the team splits it or thread 0 runs it.
   struct KernelLaunch {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "backends/cuda/cublas_loader.h"
 #include "backends/gpu/gpu_device.h"
 
 namespace prism {
@@ -46,6 +47,10 @@ class CudaDevice : public GpuDevice {
   // output. Unavailable, with the reason, where libcublas is missing or its handle cannot be made.
   bool LibraryGemmAvailable(DType w_dtype, std::string* why) const override;
   void LibraryGemm(const GpuLibraryGemm& g) override;
+  double LibraryGemmErrorBound(DType w_dtype, const float* a_row, const void* w_row,
+                               int64_t k) const override {
+    return CublasGemmErrorBound(w_dtype, a_row, w_row, k);
+  }
 
   // Milliseconds the launches enqueued by `work` take on the GPU (CUDA events around them).
   double TimeMs(const std::function<void()>& work) override;

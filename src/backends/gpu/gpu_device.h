@@ -105,6 +105,12 @@ class GpuDevice {
   }
   // Enqueues g after the launches before it (and before those after it).
   virtual void LibraryGemm(const GpuLibraryGemm& /*g*/) { throw Error("no GEMM library on " + name()); }
+  // The most the library's rounding of a row of activations (w_row: the weight's row of one output) can
+  // move that output, for the search's check (0: it rounds nothing).
+  virtual double LibraryGemmErrorBound(DType /*w_dtype*/, const float* /*a_row*/, const void* /*w_row*/,
+                                       int64_t /*k*/) const {
+    return 0;
+  }
   // Records launches (in order, each after the previous) for replay, or returns null where the
   // device has no such facility (OpenCL): callers then launch one by one.
   virtual std::unique_ptr<GpuLaunchGraph> RecordGraph(GpuModule& /*module*/,

@@ -35,70 +35,22 @@ std::vector<std::unique_ptr<GpuProgram>> GpuProgram::CompileMany(const std::vect
     throw Error("gpu compile: " + std::to_string(opts.size()) + " option sets for " +
                 std::to_string(graphs.size()) + " graphs");
   auto t0 = Clock::now();
-  GpuRenderer renderer(device->dialect());
   std::vector<std::unique_ptr<GpuProgram>> progs;
-  std::string source = renderer.Prelude();
+  std::string source = GpuRenderer(device->dialect()).Prelude();
   std::vector<std::string> functions;
   for (size_t i = 0; i < graphs.size(); ++i) {
     const Graph& g = *graphs[i];
-    const GpuCompileOptions& o = opts.size() == 1 ? opts[0] : opts[i];
     if (g.outputs().empty()) throw Error("compile: the graph has no outputs");
     std::unique_ptr<GpuProgram> p(new GpuProgram(g, device));
-    p->kp_ = BuildKernelProgram(g, o.fusion);
-    std::vector<GpuSchedule> schedules =
-        o.per_kernel.empty() ? std::vector<GpuSchedule>(p->kp_.kernels.size(), o.schedule) : o.per_kernel;
-    for (GpuSchedule& s : schedules) s.threads = std::min(s.threads, device->max_threads_per_group());
+    p->opts_ = opts.size() == 1 ? opts[0] : opts[i];
+    p->kp_ = BuildKernelProgram(g, p->opts_.fusion);
     // Programs in one build need distinct function names.
-    p->src_ = renderer.Render(p->kp_, schedules, graphs.size() > 1 ? "p" + std::to_string(i) + "_" : "");
-    source += p->src_.functions_source;
-    for (const GpuKernelPlan& kp : p->src_.kernels) {
-      auto it = std::find(p->src_.functions.begin(), p->src_.functions.end(), kp.function);
-      p->function_of_.push_back((int)functions.size() + (int)(it - p->src_.functions.begin()));
-      p->stats_.cooperative += kp.cooperative;
-    }
-    functions.insert(functions.end(), p->src_.functions.begin(), p->src_.functions.end());
-    p->mma_function_.assign(p->kp_.kernels.size(), -1);
-    p->mma_min_rows_ = o.mma_min_rows;
-    if (!o.mma_gemm.empty() && o.mma_gemm.size() != p->kp_.kernels.size())
-      throw Error("gpu compile: " + std::to_string(o.mma_gemm.size()) + " tensor-core flags for " +
-                  std::to_string(p->kp_.kernels.size()) + " kernels");
-    std::vector<bool> mma = o.mma_gemm;
-    if (o.mma_where_applicable && device->dialect() == GpuDialect::Cuda && o.mma_min_rows > 0) {
-      mma.assign(p->kp_.kernels.size(), false);
-      for (size_t k = 0; k < mma.size(); ++k) mma[k] = CudaMmaGemmApplies(p->kp_, p->kp_.kernels[k]);
-    }
-    for (size_t k = 0; k < mma.size(); ++k) {
-      if (!mma[k]) continue;
-      const Kernel& kn = p->kp_.kernels[k];
-      if (device->dialect() != GpuDialect::Cuda || !CudaMmaGemmApplies(p->kp_, kn))
-        throw Error("gpu compile: kernel " + kn.name +
-                    " cannot use the tensor-core GEMM (CUDA only, f32 x bf16 template GEMMs only)");
-      std::string name = CudaMmaGemmName(kn.gemm->n, kn.gemm->k);
-      auto it = std::find(functions.begin(), functions.end(), name);
-      if (it == functions.end()) {  // one function per shape across the build
-        source += CudaMmaGemmSource(kn.gemm->n, kn.gemm->k);
-        it = functions.insert(functions.end(), name);
-      }
-      p->mma_function_[k] = (int)(it - functions.begin());
-    }
-    p->library_gemm_.assign(p->kp_.kernels.size(), false);
-    if (!o.library_gemm.empty() && o.library_gemm.size() != p->kp_.kernels.size())
-      throw Error("gpu compile: " + std::to_string(o.library_gemm.size()) + " library GEMM flags for " +
-                  std::to_string(p->kp_.kernels.size()) + " kernels");
-    for (size_t k = 0; k < o.library_gemm.size(); ++k) {
-      if (!o.library_gemm[k]) continue;
-      const Kernel& kn = p->kp_.kernels[k];
-      std::string why = "not an f32 template GEMM";
-      if (!LibraryGemmApplies(p->kp_, kn) ||
-          !device->LibraryGemmAvailable(p->kp_.buffers[kn.gemm->w_buffer].dtype, &why))
-        throw Error("gpu compile: kernel " + kn.name + " cannot use the library GEMM: " + why);
-      if (p->mma_function_[k] >= 0)
-        throw Error("gpu compile: kernel " + kn.name + " selects both the tensor-core and the library GEMM");
-      p->library_gemm_[k] = true;
-    }
+    const std::string prefix = graphs.size() > 1 ? "p" + std::to_string(i) + "_" : "";
+    const Plan& plan = p->plans_[""] = p->BuildPlan({}, prefix, source, functions);
+    for (const GpuKernelPlan& kp : plan.src.kernels) p->stats_.cooperative += kp.cooperative;
     p->stats_.graph_nodes = g.size();
     p->stats_.kernels = (int)p->kp_.kernels.size();
-    p->stats_.functions = (int)p->src_.functions.size();
+    p->stats_.functions = (int)plan.src.functions.size();
     p->slots_.resize(p->kp_.buffers.size());
     progs.push_back(std::move(p));
   }
@@ -112,6 +64,90 @@ std::vector<std::unique_ptr<GpuProgram>> GpuProgram::CompileMany(const std::vect
     p->stats_.compile_seconds = compile;
   }
   return progs;
+}
+
+GpuProgram::Plan GpuProgram::BuildPlan(const std::vector<GpuKernelChoice>& choices, const std::string& prefix,
+                                       std::string& source, std::vector<std::string>& functions) const {
+  const GpuCompileOptions& o = opts_;
+  const size_t nk = kp_.kernels.size();
+  auto check_size = [&](size_t given, const char* what) {
+    if (given != 0 && given != nk)
+      throw Error("gpu compile: " + std::to_string(given) + " " + what + " for " + std::to_string(nk) +
+                  " kernels");
+  };
+  check_size(o.per_kernel.size(), "schedules");
+  check_size(o.mma_gemm.size(), "tensor-core flags");
+  check_size(o.library_gemm.size(), "library GEMM flags");
+  check_size(choices.size(), "searched choices");
+  Plan plan;
+  std::vector<GpuSchedule> schedules =
+      o.per_kernel.empty() ? std::vector<GpuSchedule>(nk, o.schedule) : o.per_kernel;
+  std::vector<bool> mma = o.mma_gemm, library = o.library_gemm;
+  mma.resize(nk, false);
+  library.resize(nk, false);
+  plan.mma_min_rows.assign(nk, o.mma_min_rows);
+  if (o.mma_where_applicable && device_->dialect() == GpuDialect::Cuda && o.mma_min_rows > 0)
+    for (size_t k = 0; k < nk; ++k) mma[k] = CudaMmaGemmApplies(kp_, kp_.kernels[k]);
+  for (size_t k = 0; k < choices.size(); ++k) {  // a searched choice replaces what the options say
+    const GpuKernelChoice& c = choices[k];
+    if (c.tier == GpuKernelChoice::Tier::AsCompiled) continue;
+    mma[k] = c.tier == GpuKernelChoice::Tier::TensorCores;
+    library[k] = c.tier == GpuKernelChoice::Tier::Library;
+    plan.mma_min_rows[k] = 1;
+    if (c.tier == GpuKernelChoice::Tier::Rendered) schedules[k] = c.schedule;
+  }
+  for (GpuSchedule& s : schedules) s.threads = std::min(s.threads, device_->max_threads_per_group());
+  plan.src = GpuRenderer(device_->dialect()).Render(kp_, schedules, prefix);
+  source += plan.src.functions_source;
+  for (const GpuKernelPlan& kp : plan.src.kernels) {
+    auto it = std::find(plan.src.functions.begin(), plan.src.functions.end(), kp.function);
+    plan.function_of.push_back((int)functions.size() + (int)(it - plan.src.functions.begin()));
+  }
+  functions.insert(functions.end(), plan.src.functions.begin(), plan.src.functions.end());
+  plan.mma_function.assign(nk, -1);
+  for (size_t k = 0; k < nk; ++k) {
+    if (!mma[k]) continue;
+    const Kernel& kn = kp_.kernels[k];
+    if (device_->dialect() != GpuDialect::Cuda || !CudaMmaGemmApplies(kp_, kn))
+      throw Error("gpu compile: kernel " + kn.name +
+                  " cannot use the tensor-core GEMM (CUDA only, f32 x bf16 template GEMMs only)");
+    std::string name = CudaMmaGemmName(kn.gemm->n, kn.gemm->k);
+    auto it = std::find(functions.begin(), functions.end(), name);
+    if (it == functions.end()) {  // one function per shape across the build
+      source += CudaMmaGemmSource(kn.gemm->n, kn.gemm->k);
+      it = functions.insert(functions.end(), name);
+    }
+    plan.mma_function[k] = (int)(it - functions.begin());
+  }
+  plan.library_gemm.assign(nk, false);
+  for (size_t k = 0; k < nk; ++k) {
+    if (!library[k]) continue;
+    const Kernel& kn = kp_.kernels[k];
+    std::string why = "not an f32 template GEMM";
+    if (!LibraryGemmApplies(kp_, kn) ||
+        !device_->LibraryGemmAvailable(kp_.buffers[kn.gemm->w_buffer].dtype, &why))
+      throw Error("gpu compile: kernel " + kn.name + " cannot use the library GEMM: " + why);
+    if (plan.mma_function[k] >= 0)
+      throw Error("gpu compile: kernel " + kn.name + " selects both the tensor-core and the library GEMM");
+    plan.library_gemm[k] = true;
+  }
+  return plan;
+}
+
+void GpuProgram::Reschedule(const std::map<std::string, std::vector<GpuKernelChoice>>& per_bucket) {
+  std::string source = GpuRenderer(device_->dialect()).Prelude();
+  std::vector<std::string> functions;
+  std::map<std::string, Plan> plans;
+  plans[""] = BuildPlan({}, "", source, functions);
+  int i = 0;
+  for (const auto& [bucket, choices] : per_bucket)
+    plans[bucket] = BuildPlan(choices, "b" + std::to_string(i++) + "_", source, functions);
+  auto t0 = Clock::now();
+  std::shared_ptr<GpuModule> module = device_->Compile(source, functions);
+  stats_.compile_seconds = Seconds(t0);
+  launch_graph_.reset();  // its nodes' functions are the old module's
+  module_ = std::move(module);
+  plans_ = std::move(plans);
 }
 
 GpuProgram::~GpuProgram() {
@@ -236,14 +272,16 @@ std::vector<HostTensor> GpuProgram::Run(const std::map<std::string, HostTensor>&
       case BufferKind::Output: Reuse(i, shape); break;
     }
   }
+  auto chosen = plans_.find(BucketOf(b, plans_.count("prefill-long") > 0));
+  const Plan& pl = chosen != plans_.end() ? chosen->second : plans_.at("");
   std::vector<size_t> launched;
   std::vector<GpuLaunchParams> launches;
   std::vector<std::pair<size_t, GpuLibraryGemm>> library;  // each runs before launches[first]
   for (size_t k = 0; k < kp_.kernels.size(); ++k) {
-    const GpuKernelPlan& plan = src_.kernels[k];
+    const GpuKernelPlan& plan = pl.src.kernels[k];
     GpuLaunchDims dims = GpuLaunch(kp_.kernels[k], plan, b);
     if (dims.elements == 0) continue;
-    if (const Kernel& kn = kp_.kernels[k]; library_gemm_[k]) {
+    if (const Kernel& kn = kp_.kernels[k]; pl.library_gemm[k]) {
       const GemmTemplate& gm = *kn.gemm;
       GpuLibraryGemm lg;
       lg.out = slots_[kn.out_buffer].mem;
@@ -257,10 +295,11 @@ std::vector<HostTensor> GpuProgram::Run(const std::map<std::string, HostTensor>&
       continue;
     }
     GpuLaunchParams l;
-    if (const Kernel& kn = kp_.kernels[k]; mma_function_[k] >= 0 && kn.gemm->m.Eval(b) >= mma_min_rows_) {
+    if (const Kernel& kn = kp_.kernels[k];
+        pl.mma_function[k] >= 0 && kn.gemm->m.Eval(b) >= pl.mma_min_rows[k]) {
       const GemmTemplate& gm = *kn.gemm;
       int64_t m = gm.m.Eval(b);
-      l.function = mma_function_[k];
+      l.function = pl.mma_function[k];
       l.args = {GpuArg::Buffer(slots_[kn.out_buffer].mem), GpuArg::Buffer(slots_[gm.a_buffer].mem),
                 GpuArg::Buffer(slots_[gm.w_buffer].mem), GpuArg::Int(m)};
       l.groups = CudaMmaGemmBlocks(m, gm.n);
@@ -269,7 +308,7 @@ std::vector<HostTensor> GpuProgram::Run(const std::map<std::string, HostTensor>&
       launches.push_back(std::move(l));
       continue;
     }
-    l.function = function_of_[k];
+    l.function = pl.function_of[k];
     for (int buf : plan.buffers) l.args.push_back(GpuArg::Buffer(slots_[buf].mem));
     for (const std::string& s : kp_.symbols) l.args.push_back(GpuArg::Int(b.at(s)));
     l.groups = dims.groups;

@@ -1,12 +1,14 @@
 // A graph compiled for a GPU-style device: kernels rendered in its dialect, buffers on the device.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "backends/device.h"
+#include "backends/gpu/gpu_candidates.h"
 #include "backends/gpu/gpu_device.h"
 #include "compiler/kernel_ir.h"
 #include "ir/graph.h"
@@ -46,6 +48,18 @@ struct GpuCompileStats {
   double compile_seconds = 0;  // the device compiler (for CompileMany: the shared build)
 };
 
+// What the schedule search decided for one kernel in one size bucket.
+struct GpuKernelChoice {
+  enum class Tier : uint8_t {
+    AsCompiled,   // as GpuCompileOptions say
+    Rendered,     // `schedule`, through the renderer
+    TensorCores,  // the CUDA tensor-core GEMM template, at every size
+    Library,      // the device's GEMM library
+  };
+  Tier tier = Tier::AsCompiled;
+  GpuSchedule schedule;
+};
+
 // GEMMs with at least this many rows run on the tensor cores in a CUDA step (bf16 weights). On an
 // H100 (1B shape) the tensor-core template lost at 16 and 32 rows and won from 64.
 inline constexpr int64_t kStepMmaMinRows = 64;
@@ -71,9 +85,16 @@ class GpuProgram : public Executable {
   void ResetState() override;
   const std::string& device() const override { return device_name_; }
   size_t kernel_count() const override { return kp_.kernels.size(); }
-  // The GPU schedule search (runtime/gpu_tuner.h) is a library call, not yet behind this interface:
-  // with a budget this throws; without one there is nothing in a tuning database to apply.
-  nlohmann::json Search(const SearchOptions& opts) override;
+  // The schedule space the one search explores (backends/gpu/gpu_schedule_space.cpp): the renderer's
+  // schedules, the tensor-core and library GEMMs where they apply, and candidates `extra` adds (tests
+  // add deliberately wrong ones). Its decisions reach the program through Reschedule.
+  std::unique_ptr<ScheduleSpace> OpenSearch() override;
+  void AddSearchCandidates(std::function<std::vector<GpuCandidate>(const KernelProgram&, size_t k)> extra) {
+    extra_candidates_ = std::move(extra);
+  }
+  // Renders every bucket's choices (one per kernel) into one new build; a step then runs with the
+  // choices of its bucket (BucketOf), or as compiled where no bucket was searched.
+  void Reschedule(const std::map<std::string, std::vector<GpuKernelChoice>>& per_bucket);
   // Replays each step's launches as one recorded graph where the device can (CUDA graphs; no
   // effect on OpenCL): recorded on the first run, then updated with the step's arguments and
   // grids and replayed while the same kernels launch. Off by default. No effect either for a
@@ -84,16 +105,25 @@ class GpuProgram : public Executable {
 
   const Graph& graph() const override { return graph_; }
   const KernelProgram& kernels() const { return kp_; }
-  const GpuSource& source() const { return src_; }
+  const GpuSource& source() const { return plans_.at("").src; }  // as compiled
   const GpuCompileStats& stats() const { return stats_; }
   GpuDevice& gpu() const { return *device_; }
 
  private:
+  friend class GpuScheduleSpace;
   struct Slot {
     GpuMem mem = 0;
     bool allocated = false;
     size_t capacity = 0;  // bytes allocated (scratch is kept while big enough)
     std::vector<int64_t> shape;
+  };
+  // How each kernel runs in a bucket: its rendering's function, or a tensor-core or library GEMM.
+  struct Plan {
+    GpuSource src;
+    std::vector<int> function_of;       // kernel -> module function of its rendering
+    std::vector<int> mma_function;      // kernel -> module function of its tensor-core GEMM (-1: none)
+    std::vector<int64_t> mma_min_rows;  // ... used from this many rows on
+    std::vector<bool> library_gemm;     // kernel -> run through GpuDevice::LibraryGemm
   };
   GpuProgram(const Graph& g, std::shared_ptr<GpuDevice> device)
       : graph_(g), device_(std::move(device)), device_name_(GpuDialectName(device_->dialect())) {}
@@ -101,18 +131,19 @@ class GpuProgram : public Executable {
   void Reuse(size_t b, const std::vector<int64_t>& shape);  // keeps storage that is big enough
   void Release(size_t b);
   void Launch(const std::vector<size_t>& kernels, const std::vector<GpuLaunchParams>& launches);
+  // Renders the kernels under per-kernel choices (empty: as compiled) into a build's source and functions.
+  Plan BuildPlan(const std::vector<GpuKernelChoice>& choices, const std::string& prefix, std::string& source,
+                 std::vector<std::string>& functions) const;
 
   Graph graph_;
   std::shared_ptr<GpuDevice> device_;
   std::string device_name_;
   KernelProgram kp_;
-  GpuSource src_;
+  GpuCompileOptions opts_;
+  std::map<std::string, Plan> plans_;  // by bucket; "": as compiled
   std::shared_ptr<GpuModule> module_;  // shared by the programs of one CompileMany
-  std::vector<int> function_of_;       // kernel -> index into src_.functions
-  std::vector<int> mma_function_;      // kernel -> module function of its tensor-core GEMM (-1: none)
-  int64_t mma_min_rows_ = 1;           // ... used from this many rows on
-  std::vector<bool> library_gemm_;     // kernel -> run through GpuDevice::LibraryGemm
-  std::vector<Slot> slots_;            // per buffer
+  std::function<std::vector<GpuCandidate>(const KernelProgram&, size_t)> extra_candidates_;
+  std::vector<Slot> slots_;  // per buffer
   GpuCompileStats stats_;
   bool graph_replay_ = false;
   std::unique_ptr<GpuLaunchGraph> launch_graph_;

@@ -22,13 +22,4 @@ std::unique_ptr<Executable> GpuTarget::Compile(const Graph& g, const CompileRequ
   return p;
 }
 
-nlohmann::json GpuProgram::Search(const SearchOptions& opts) {
-  if (opts.budget_seconds > 0)
-    throw Error(
-        "schedule search on " + device() +
-        " is not behind the device interface yet (runtime/gpu_tuner.h SearchGpuSchedules is a library "
-        "call); compile without --search-budget");
-  return nlohmann::json::array();
-}
-
 }  // namespace prism

@@ -25,18 +25,6 @@ class InterpExecutable : public Executable {
     return interp_.Run(inputs, syms);
   }
   void ResetState() override { interp_.ResetState(); }
-  // Nothing to choose: each node has the one schedule the interpreter runs it with.
-  nlohmann::json Search(const SearchOptions& opts) override {
-    nlohmann::json receipts = nlohmann::json::array();
-    for (const auto& [bucket, sizes] : opts.buckets)
-      receipts.push_back({{"kernel", "(whole step)"},
-                          {"scope", "step"},
-                          {"bucket", bucket},
-                          {"kernels", graph_.size()},
-                          {"chosen", "reference"},
-                          {"reason", "one candidate per node"}});
-    return receipts;
-  }
   size_t kernel_count() const override { return graph_.size(); }
 
  private:

@@ -1,0 +1,267 @@
+// The CPU's schedule space for the one search: per kernel, tier (a GEMM form's template, the fused
+// attention template, generated code) x loop order x threading, and the team's split of the whole step.
+#include <algorithm>
+#include <set>
+
+#include "backends/cpu/gemm.h"
+#include "backends/cpu/machine_probe.h"
+#include "backends/cpu/program.h"
+#include "backends/timing.h"
+
+namespace prism {
+
+class CpuScheduleSpace : public ScheduleSpace {
+ public:
+  // Candidates run kernels alone and out of order: every intermediate gets its own bytes meanwhile.
+  explicit CpuScheduleSpace(Program& p) : p_(p), threads_(p.pool_->size()) { p_.share_scratch_ = false; }
+  ~CpuScheduleSpace() override { p_.share_scratch_ = true; }
+
+  const KernelProgram& kernels() const override { return p_.kp_; }
+  std::string identity() const override {
+    return "cpu|" + CpuModelName() + "|t" + std::to_string(threads_) + "|r" +
+           std::to_string(kTemplateRevision);
+  }
+  // A GEMM's products may run on any instruction this CPU has for its weight type (bf16 on AMX tiles,
+  // int8 dot products for quantized weights); everything else on f32 FMAs.
+  DeviceCeilings Ceilings(size_t k) const override {
+    const MachinePeaks& peaks = ProbeMachine(threads_);
+    const Kernel& kn = p_.kp_.kernels[k];
+    if (!kn.gemm) return {peaks.fp32_gflops, "fp32_fma", peaks.read_gbps};
+    const DType wt = p_.kp_.buffers[kn.gemm->w_buffer].dtype;
+    return {peaks.GemmPeak(wt), peaks.GemmPeakBasis(wt), peaks.read_gbps};
+  }
+
+  void StartBucket(const std::string& bucket, const std::string& from) override {
+    chosen_ = &p_.choices_[bucket];
+    if (from.empty())
+      chosen_->assign(p_.kp_.kernels.size(), KernelChoice{});
+    else
+      *chosen_ = p_.choices_.at(from);
+  }
+
+  SearchBuffers Prepare(const SymbolBindings& sizes, const std::vector<bool>& timed, bool whole_step,
+                        uint64_t seed) override {
+    std::mt19937 rng((uint32_t)seed);
+    inputs_.clear();
+    for (const Node* n : p_.input_nodes_) {
+      HostTensor t = HostTensor::Zeros(n->dtype, EvalShape(n->shape, sizes));
+      FillRandomNonZero(t.data, n->dtype, t.numel(), rng);
+      inputs_[n->name] = t;
+    }
+    b_ = BindSymbols(p_.input_nodes_, p_.kp_.symbols, inputs_, sizes);
+    syms_.clear();
+    for (const std::string& s : p_.kp_.symbols) syms_.push_back(b_.at(s));
+    ptrs_.clear();
+    defaults_.clear();
+    if (!whole_step && std::none_of(timed.begin(), timed.end(), [](bool t) { return t; })) return {b_, {}};
+    // Scratch and state the timed kernels touch get random values too, so that a kernel run alone reads
+    // realistic ones.
+    ptrs_ = p_.PrepareBuffers(inputs_, b_);
+    std::set<int> touched;
+    for (size_t k = 0; k < timed.size(); ++k)
+      if (timed[k]) {
+        for (int r : KernelReads(p_.kp_.kernels[k])) touched.insert(r);
+        touched.insert(p_.kp_.kernels[k].out_buffer);
+      }
+    for (int i : touched) {
+      const BufferKind kind = p_.kp_.buffers[i].kind;
+      if (kind != BufferKind::Intermediate && kind != BufferKind::Output && kind != BufferKind::State)
+        continue;
+      int64_t n = 1;
+      for (int64_t d : p_.shapes_[i]) n *= d;
+      FillRandomNonZero(ptrs_[i], p_.kp_.buffers[i].dtype, n, rng);
+    }
+    p_.PlanLaunches(b_);
+    defaults_ = p_.launches_;
+    return {b_, ptrs_};
+  }
+
+  // The space: the template in each GEMM form this CPU and weight type have (some pay off only over many
+  // activation rows) or the fused attention template, generated code in either loop order; each on
+  // thread 0 alone and split across the team.
+  std::vector<ScheduleCandidate> Candidates(size_t k, nlohmann::json& notes) override {
+    const Kernel& kn = p_.kp_.kernels[k];
+    const DType wt = kn.gemm ? p_.kp_.buffers[kn.gemm->w_buffer].dtype : DType::F32;
+    std::vector<ScheduleCandidate> out;
+    auto add = [&](const std::string& name, bool use_template, bool reduce_outer, int form) {
+      const GemmForm& f = GemmForms()[form];
+      const bool rounds = use_template && kn.gemm && f.rounds && f.rounds(wt);
+      for (Threading t : {Threading::OneThread, Threading::Team}) {
+        if (t == Threading::Team && threads_ < 2) continue;
+        KernelChoice c{use_template, t, reduce_outer, form};
+        out.push_back(
+            {name + (t == Threading::Team ? "/parallel" : "/serial"), ChoiceToJson(c), nullptr, rounds, ""});
+      }
+    };
+    if (kn.attention && AttentionTemplateSupported()) {
+      add("template-attention", true, false, 0);
+      // The unfused form's kernels: skipped when the template is chosen, timed with it when not.
+      notes["unfused_kernels"] = nlohmann::json::array();
+      for (size_t j : Covered(k)) notes["unfused_kernels"].push_back(p_.kp_.kernels[j].name);
+    }
+    for (size_t f = 0; f < GemmForms().size() && kn.gemm; ++f) {
+      const GemmForm& form = GemmForms()[f];
+      if (defaults_[k].m >= form.min_rows && form.offered(wt, kn.gemm->k))
+        add(form.label(wt), true, false, (int)f);
+    }
+    add("generated", false, false, 0);
+    if (p_.fns_ro_[k]) add("generated-reduce-outer", false, true, 0);
+    return out;
+  }
+
+  // The unfused form's kernels write what the attention kernel's value tree reads.
+  void BeforeReference(size_t k) override {
+    for (size_t j : Covered(k)) RunAlone(j);
+  }
+
+  std::vector<double> RunAndRead(size_t k, const ScheduleCandidate& c,
+                                 const std::vector<int64_t>& at) override {
+    const KernelChoice choice = Select(k, c);
+    RunOnce(k, choice);
+    const int out = p_.kp_.kernels[k].out_buffer;
+    std::vector<double> got;
+    for (int64_t i : at) got.push_back(LoadAsDouble(ptrs_[out], p_.kp_.buffers[out].dtype, i));
+    return got;
+  }
+
+  double ErrorBound(size_t k, const ScheduleCandidate& c, int64_t out_index) override {
+    const GemmTemplate& gm = *p_.kp_.kernels[k].gemm;
+    const DType wt = p_.kp_.buffers[gm.w_buffer].dtype;
+    const float* a_row = static_cast<const float*>(ptrs_[gm.a_buffer]) + out_index / gm.n * gm.k;
+    return GemmForms()[ChoiceFromJson(c.choice).form].error_bound(a_row, ptrs_[gm.w_buffer], wt, gm.k,
+                                                                  out_index % gm.n);
+  }
+
+  // A step reads each weight once, from memory: timing a GEMM with its weights left in cache by the
+  // previous run favoured compute-light single-thread forms that lose in the step.
+  double TimeUs(size_t k, const ScheduleCandidate& c) override {
+    const KernelChoice choice = Select(k, c);
+    if (const auto& gm = p_.kp_.kernels[k].gemm) p_.EvictWeights(*gm);
+    const auto t0 = Clock::now();
+    RunOnce(k, choice);
+    return Since(t0) * 1e6;
+  }
+
+  void Apply(const std::string& bucket, size_t k, const nlohmann::json& choice) override {
+    p_.choices_[bucket][k] = ChoiceFromJson(choice);
+    if (k < defaults_.size()) p_.launches_[k] = defaults_[k];
+  }
+
+  bool Runs(const std::string& bucket, size_t k) const override {
+    const int by = p_.kp_.kernels[k].covered_by;
+    return by < 0 || !p_.choices_.at(bucket)[by].use_template || !AttentionTemplateSupported();
+  }
+
+  // The whole step on the team (with its barriers) against thread 0 alone: for a small model the barriers
+  // can cost more than splitting gains. Splitting every GEMM is tried too: a GEMM timed alone wakes the
+  // team for each run, which favours keeping small ones on one thread.
+  std::vector<std::string> StepVariants(const std::string& bucket) override {
+    if (threads_ < 2) return {};
+    std::vector<std::string> names = {"team"};
+    if (Variant("team, every GEMM split", p_.choices_[bucket]) != p_.choices_[bucket])
+      names.push_back("team, every GEMM split");
+    names.push_back("one thread");
+    return names;
+  }
+  double TimeStepUs(const std::string& bucket, const std::string& variant) override {
+    std::vector<KernelChoice>& chosen = p_.choices_[bucket];
+    const std::vector<KernelChoice> own = chosen;
+    chosen = Variant(variant, own);
+    p_.PlanLaunches(b_);
+    const auto t0 = Clock::now();
+    p_.RunMegakernel(ptrs_.data(), syms_.data());
+    const double us = Since(t0) * 1e6;
+    chosen = own;
+    return us;
+  }
+  void ApplyStep(const std::string& bucket, const std::string& variant) override {
+    p_.choices_[bucket] = Variant(variant, p_.choices_[bucket]);
+  }
+
+  void Finish() override {
+    // Repacked weights that no chosen form reads were made for candidates only: free them.
+    std::set<std::pair<int, int>> used;
+    for (const auto& [bucket, cs] : p_.choices_)
+      for (size_t k = 0; k < cs.size() && k < p_.kp_.kernels.size(); ++k)
+        if (p_.kp_.kernels[k].gemm && cs[k].use_template)
+          used.insert({cs[k].form, p_.kp_.kernels[k].gemm->w_buffer});
+    std::erase_if(p_.packed_, [&](const auto& e) { return !used.count(e.first); });
+    p_.ResetState();  // the search ran kernels on random data
+  }
+
+ private:
+  // The kernels whose unfused form an attention kernel k covers (empty for other kernels).
+  std::vector<size_t> Covered(size_t k) const {
+    std::vector<size_t> out;
+    for (size_t j = 0; j < k && p_.kp_.kernels[k].attention; ++j)
+      if (p_.kp_.kernels[j].covered_by == (int)k) out.push_back(j);
+    return out;
+  }
+
+  // The step's choices under a whole-step variant: the kernels' own on the team; the same with every
+  // template GEMM split across the team; or every kernel on thread 0 alone.
+  std::vector<KernelChoice> Variant(const std::string& name, std::vector<KernelChoice> cs) const {
+    for (size_t k = 0; k < cs.size() && k < p_.kp_.kernels.size(); ++k) {
+      if (name == "one thread") cs[k].threading = Threading::OneThread;
+      if (name == "team, every GEMM split" && p_.kp_.kernels[k].gemm && cs[k].use_template)
+        cs[k].threading = Threading::Team;
+    }
+    return cs;
+  }
+
+  KernelChoice Select(size_t k, const ScheduleCandidate& c) {
+    const KernelChoice choice = ChoiceFromJson(c.choice);
+    Program::KernelLaunch& l = p_.launches_[k];
+    l = defaults_[k];
+    l.skip = false;  // a kernel an attention template covers is searched for its unfused form
+    l.use_template = choice.use_template;
+    l.parallel = choice.threading == Threading::Team;
+    l.reduce_outer = choice.reduce_outer;
+    l.form = choice.form;
+    l.team_slot = 0;
+    if (choice.use_template && p_.kp_.kernels[k].gemm) p_.PrepareForm(*p_.kp_.kernels[k].gemm, choice.form);
+    p_.FitTeamActivations();
+    return choice;
+  }
+
+  void RunOnce(size_t k, const KernelChoice& c) {
+    if (!c.use_template)
+      for (size_t j : Covered(k)) RunAlone(j);
+    Dispatch(k, c.threading == Threading::Team);
+  }
+
+  // Runs kernel j alone as the step would (its own choice if already made), even where a fused attention
+  // kernel covers it.
+  void RunAlone(size_t j) {
+    Program::KernelLaunch& l = p_.launches_[j];
+    const KernelChoice& c = (*chosen_)[j];
+    l = defaults_[j];
+    l.skip = false;
+    l.use_template = false;
+    if (c.threading != Threading::ByWorkSize) l.parallel = threads_ > 1 && c.threading == Threading::Team;
+    l.reduce_outer = c.reduce_outer && p_.fns_ro_[j];
+    Dispatch(j, l.parallel);
+    l = defaults_[j];
+  }
+
+  void Dispatch(size_t k, bool team) {
+    if (team)
+      p_.pool_->ParallelFor(threads_,
+                            [&](int t) { p_.RunChunk(k, t, threads_, ptrs_.data(), syms_.data()); });
+    else
+      p_.RunChunk(k, 0, threads_, ptrs_.data(), syms_.data());
+  }
+
+  Program& p_;
+  const int threads_;
+  std::vector<KernelChoice>* chosen_ = nullptr;  // the bucket's
+  std::map<std::string, HostTensor> inputs_;
+  SymbolBindings b_;
+  std::vector<int64_t> syms_;
+  std::vector<void*> ptrs_;
+  std::vector<Program::KernelLaunch> defaults_;  // the bucket's launches under its starting choices
+};
+
+std::unique_ptr<ScheduleSpace> Program::OpenSearch() { return std::make_unique<CpuScheduleSpace>(*this); }
+
+}  // namespace prism
