@@ -20,16 +20,6 @@ namespace {
 
 const std::string kStories = std::string(PRISM_SOURCE_DIR) + "/models/stories260K/stories260K.bin";
 
-// A tuning database and kernel cache of the test's own (PRISM_CACHE_DIR = dir / sub), taken out of the
-// environment when the test ends, however it ends.
-struct FreshCache {
-  std::filesystem::path dir;
-  explicit FreshCache(const std::string& tag, const char* sub = "") : dir(testing::MakeTempDir(tag)) {
-    setenv("PRISM_CACHE_DIR", (*sub ? dir / sub : dir).c_str(), 1);
-  }
-  ~FreshCache() { unsetenv("PRISM_CACHE_DIR"); }
-};
-
 }  // namespace
 
 // The tuning database's kernel key is structural: two layers' copies of a product share it (other names,
@@ -59,7 +49,7 @@ TEST(Search, KernelKeysAreStructural) {
 }
 
 TEST(Search, EveryCandidateIsCheckedAndTimedThenTheDatabaseIsReused) {
-  FreshCache cache("search");
+  testing::FreshCache cache("search");
   LoadOptions lo{"", 64, 2};
   lo.search_busy_limit = 1;  // ctest runs other tests beside this one: save whatever was timed
   auto lm = LanguageModel::Load(kStories, lo);
@@ -132,7 +122,7 @@ TEST(Search, EveryCandidateIsCheckedAndTimedThenTheDatabaseIsReused) {
 // the "prefill-long" bucket searches only the kernels whose loops span the KV cache and takes every
 // other choice from "prefill".
 TEST(Search, LongPromptsSearchOnlyTheKernelsSpanningTheContext) {
-  FreshCache cache("long");
+  testing::FreshCache cache("long");
   LoadOptions lo{"", 320, 2};
   lo.search_busy_limit = 1;
   auto lm = LanguageModel::Load(kStories, lo);
@@ -179,7 +169,7 @@ TEST(Search, LongPromptsSearchOnlyTheKernelsSpanningTheContext) {
 }
 
 TEST(Search, DecisionsTimedOnABusyMachineAreUsedButNotSaved) {
-  FreshCache cache("busy");
+  testing::FreshCache cache("busy");
   LoadOptions lo{"", 64, 2};
   lo.search_busy_limit = 0.05;
   auto lm = LanguageModel::Load(kStories, lo);
@@ -207,7 +197,7 @@ TEST(Search, DecisionsTimedOnABusyMachineAreUsedButNotSaved) {
 }
 
 TEST(Search, ArtifactRunsWithoutCompilingAndRejectsStaleKernels) {
-  FreshCache cache("artifact", "cache");
+  testing::FreshCache cache("artifact", "cache");
   const std::filesystem::path& dir = cache.dir;
   auto lm = LanguageModel::Load(kStories, {"", 64, 1});
   auto receipts = lm->Tune(10);

@@ -11,6 +11,7 @@
 #include "gpu_check.h"
 #include "ir/error.h"
 #include "stories_reference.h"
+#include "test_util.h"
 
 namespace prism {
 namespace {
@@ -58,6 +59,55 @@ TEST(Stories260KOpenCl, GreedyTextMatchesReference) {
   auto lm = LanguageModel::Load(kStoriesDir + "stories260K.bin", OnDevice("opencl"));
   ASSERT_NO_THROW(lm->step_as<GpuProgram>());
   testing::ExpectReferenceText(*lm, "stories260K.bin on OpenCL");
+}
+
+// The one search on OpenCL through the language model, as `prism compile --device opencl` runs it:
+// kernels searched per bucket and saved to the tuning database, the chosen schedules keeping the
+// published greedy text, an artifact holding them, a second load deciding everything from the
+// database, and a replay searching one kernel again.
+TEST(Stories260KOpenCl, SearchSavesToTheDatabaseAndArtifactAndReplays) {
+  PRISM_REQUIRE_DEVICE(OpenClDevice);
+  testing::FreshCache cache("opencl-search", "cache");
+  LoadOptions lo = OnDevice("opencl");
+  lo.max_context = 256;       // the reference text's length
+  lo.search_busy_limit = 1;  // ctest runs other tests beside this one: save whatever was timed
+  auto lm = LanguageModel::Load(kStoriesDir + "stories260K.bin", lo);
+  const nlohmann::json receipts = lm->Tune(120);
+  const std::string device = OpenClDevice::Open()->name();
+  int searched = 0;
+  for (const auto& r : receipts) {
+    if (r.value("scope", "") == "search") continue;
+    EXPECT_EQ(r["device"], device) << r.dump();
+    EXPECT_NE(r["chosen"], "") << r.dump();
+    searched += r.contains("candidates");
+  }
+  EXPECT_GT(searched, 40);
+  const auto& choices = lm->step_as<GpuProgram>().choices();
+  ASSERT_EQ(choices.size(), 3u);  // decode, prefill and (attention at 256 tokens) prefill-long
+  testing::ExpectReferenceText(*lm, "stories260K.bin on OpenCL, searched");
+  // The artifact keeps the choices; loaded (on OpenCL), it runs them.
+  const std::string dir = (cache.dir / "stories.prism").string();
+  lm->SaveArtifact(dir, receipts);
+  auto loaded = LanguageModel::Load(dir, lo);
+  const auto& loaded_choices = loaded->step_as<GpuProgram>().choices();
+  ASSERT_EQ(loaded_choices.size(), choices.size());
+  for (const auto& [bucket, cs] : choices) {
+    ASSERT_EQ(loaded_choices.at(bucket).size(), cs.size());
+    for (size_t k = 0; k < cs.size(); ++k)
+      EXPECT_EQ(GpuChoiceToJson(loaded_choices.at(bucket)[k]), GpuChoiceToJson(cs[k])) << bucket << " " << k;
+  }
+  testing::ExpectReferenceText(*loaded, "stories260K.prism on OpenCL");
+  // A second load finds every decision in the database; a replay searches its kernel again.
+  auto again = LanguageModel::Load(kStoriesDir + "stories260K.bin", lo);
+  for (const auto& r : again->Tune(120)) EXPECT_EQ(r["reason"], "tuning database") << r.dump();
+  const std::string replayed = receipts[0]["kernel"];
+  int replay_searched = 0;
+  for (const auto& r : again->Tune(120, replayed, /*replay=*/true)) {
+    if (r.value("scope", "") == "search" || r["kernel"] != replayed) continue;
+    EXPECT_TRUE(r.contains("candidates")) << r.dump();
+    replay_searched++;
+  }
+  EXPECT_EQ(replay_searched, 2);  // decode and prefill (prefill-long searches attention only)
 }
 
 TEST(Stories260KOpenCl, LogitsMatchTheCpu) {

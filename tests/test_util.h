@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -12,5 +13,15 @@ namespace prism::testing {
 std::vector<float> RandomFloats(int64_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f);
 // A fresh empty folder under the system temp dir, unique per call.
 std::filesystem::path MakeTempDir(const std::string& tag);
+
+// A tuning database and kernel cache of the test's own (PRISM_CACHE_DIR = dir / sub), taken out of the
+// environment when the test ends, however it ends.
+struct FreshCache {
+  std::filesystem::path dir;
+  explicit FreshCache(const std::string& tag, const char* sub = "") : dir(MakeTempDir(tag)) {
+    setenv("PRISM_CACHE_DIR", (*sub ? dir / sub : dir).c_str(), 1);
+  }
+  ~FreshCache() { unsetenv("PRISM_CACHE_DIR"); }
+};
 
 }  // namespace prism::testing

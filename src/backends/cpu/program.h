@@ -86,8 +86,8 @@ class Program : public Executable {
   void EnableProfile(bool on) { profile_ = on; }
   // One persistent parallel walk over all kernels per step (default), or one dispatch per kernel.
   void SetMegakernel(bool on) { megakernel_ = on; }
-  // The schedule space the one search (search/schedule_search.h) explores (backends/cpu/cpu_schedule_space.cpp):
-  // its decisions become choices() per size bucket.
+  // The schedule space the one search (search/schedule_search.h) explores
+  // (backends/cpu/cpu_schedule_space.cpp): its decisions become choices() per size bucket.
   std::unique_ptr<ScheduleSpace> OpenSearch() override;
   const KernelChoices& choices() const { return choices_; }
   void SetChoices(KernelChoices c) { choices_ = std::move(c); }

@@ -148,6 +148,50 @@ void GpuProgram::Reschedule(const std::map<std::string, std::vector<GpuKernelCho
   launch_graph_.reset();  // its nodes' functions are the old module's
   module_ = std::move(module);
   plans_ = std::move(plans);
+  choices_ = per_bucket;
+}
+
+namespace {
+
+const char* ReduceName(GpuSchedule::Reduce r) {
+  switch (r) {
+    case GpuSchedule::Reduce::Auto: return "auto";
+    case GpuSchedule::Reduce::Cooperative: return "cooperative";
+    case GpuSchedule::Reduce::PerThread: return "per-thread";
+  }
+  return "";
+}
+
+}  // namespace
+
+nlohmann::json GpuChoiceToJson(const GpuKernelChoice& c) {
+  switch (c.tier) {
+    case GpuKernelChoice::Tier::AsCompiled: return {{"tier", "as-compiled"}};
+    case GpuKernelChoice::Tier::Rendered:
+      return {
+          {"tier", "rendered"}, {"threads", c.schedule.threads}, {"reduce", ReduceName(c.schedule.reduce)}};
+    case GpuKernelChoice::Tier::TensorCores: return {{"tier", "mma-bf16"}};
+    case GpuKernelChoice::Tier::Library: return {{"tier", "library"}};
+  }
+  return nullptr;
+}
+
+GpuKernelChoice GpuChoiceFromJson(const nlohmann::json& j) {
+  GpuKernelChoice c;
+  const std::string tier = j.value("tier", "");
+  if (tier == "rendered") {
+    c.tier = GpuKernelChoice::Tier::Rendered;
+    c.schedule.threads = j.value("threads", c.schedule.threads);
+    const std::string reduce = j.value("reduce", "auto");
+    c.schedule.reduce = reduce == "cooperative"  ? GpuSchedule::Reduce::Cooperative
+                        : reduce == "per-thread" ? GpuSchedule::Reduce::PerThread
+                                                 : GpuSchedule::Reduce::Auto;
+  } else if (tier == "mma-bf16") {
+    c.tier = GpuKernelChoice::Tier::TensorCores;
+  } else if (tier == "library") {
+    c.tier = GpuKernelChoice::Tier::Library;
+  }
+  return c;
 }
 
 GpuProgram::~GpuProgram() {

@@ -60,6 +60,10 @@ struct GpuKernelChoice {
   GpuSchedule schedule;
 };
 
+// The form a choice takes in the tuning database and in an artifact's schedule.json.
+nlohmann::json GpuChoiceToJson(const GpuKernelChoice& c);
+GpuKernelChoice GpuChoiceFromJson(const nlohmann::json& j);  // an unknown tier: AsCompiled
+
 // GEMMs with at least this many rows run on the tensor cores in a CUDA step (bf16 weights). On an
 // H100 (1B shape) the tensor-core template lost at 16 and 32 rows and won from 64.
 inline constexpr int64_t kStepMmaMinRows = 64;
@@ -95,6 +99,10 @@ class GpuProgram : public Executable {
   // Renders every bucket's choices (one per kernel) into one new build; a step then runs with the
   // choices of its bucket (BucketOf), or as compiled where no bucket was searched.
   void Reschedule(const std::map<std::string, std::vector<GpuKernelChoice>>& per_bucket);
+  const std::map<std::string, std::vector<GpuKernelChoice>>& choices() const { return choices_; }
+  // Writes schedule.json (the choices per bucket; GpuTarget::Compile applies it to a program compiled
+  // from the model files again) and adds its kernels to the manifest.
+  void SaveArtifact(const std::string& dir, nlohmann::json& manifest) override;
   // Replays each step's launches as one recorded graph where the device can (CUDA graphs; no
   // effect on OpenCL): recorded on the first run, then updated with the step's arguments and
   // grids and replayed while the same kernels launch. Off by default. No effect either for a
@@ -140,8 +148,9 @@ class GpuProgram : public Executable {
   std::string device_name_;
   KernelProgram kp_;
   GpuCompileOptions opts_;
-  std::map<std::string, Plan> plans_;  // by bucket; "": as compiled
-  std::shared_ptr<GpuModule> module_;  // shared by the programs of one CompileMany
+  std::map<std::string, Plan> plans_;                            // by bucket; "": as compiled
+  std::map<std::string, std::vector<GpuKernelChoice>> choices_;  // what plans_ were built from
+  std::shared_ptr<GpuModule> module_;                            // shared by the programs of one CompileMany
   std::function<std::vector<GpuCandidate>(const KernelProgram&, size_t)> extra_candidates_;
   std::vector<Slot> slots_;  // per buffer
   GpuCompileStats stats_;

@@ -18,21 +18,6 @@ bool Reads(const KValuePtr& v, int buffer) {
   return false;
 }
 
-const char* ReduceName(GpuSchedule::Reduce r) {
-  switch (r) {
-    case GpuSchedule::Reduce::Auto: return "auto";
-    case GpuSchedule::Reduce::Cooperative: return "cooperative";
-    case GpuSchedule::Reduce::PerThread: return "per-thread";
-  }
-  return "";
-}
-
-GpuSchedule::Reduce ReduceNamed(const std::string& s) {
-  if (s == "cooperative") return GpuSchedule::Reduce::Cooperative;
-  if (s == "per-thread") return GpuSchedule::Reduce::PerThread;
-  return GpuSchedule::Reduce::Auto;
-}
-
 }  // namespace
 
 class GpuScheduleSpace : public ScheduleSpace {
@@ -99,16 +84,18 @@ class GpuScheduleSpace : public ScheduleSpace {
       c.bounded = (bool)x.c.error_bound;
       c.broken = x.module ? "" : "does not compile: " + x.compile_error;
       if (x.c.rendered) {
-        c.detail["schedule"] = {{"threads", x.plan.threads},
-                                {"reduce", x.plan.cooperative ? "cooperative" : "per-thread"},
-                                {"requested", ReduceName(x.c.schedule.reduce)},
-                                {"max_groups", x.plan.max_groups}};
-        c.choice = {{"tier", "rendered"},
-                    {"threads", x.c.schedule.threads},
-                    {"reduce", ReduceName(x.c.schedule.reduce)}};
+        c.detail["schedule"] = {
+            {"threads", x.plan.threads},
+            {"reduce", x.plan.cooperative ? "cooperative" : "per-thread"},
+            {"requested", GpuChoiceToJson({GpuKernelChoice::Tier::Rendered, x.c.schedule})["reduce"]},
+            {"max_groups", x.plan.max_groups}};
+        c.choice = GpuChoiceToJson({GpuKernelChoice::Tier::Rendered, x.c.schedule});
       } else {
         c.detail["schedule"] = "hand-written";
-        c.choice = {{"tier", x.c.name}};  // "mma-bf16", "cublas"; others are never applied
+        const GpuKernelChoice::Tier tier = x.c.name == "mma-bf16" ? GpuKernelChoice::Tier::TensorCores
+                                           : x.c.name == "cublas" ? GpuKernelChoice::Tier::Library
+                                                                  : GpuKernelChoice::Tier::AsCompiled;
+        c.choice = GpuChoiceToJson({tier, {}});  // other hand-written candidates are only ever checked
       }
       if (!x.same_code_as.empty()) c.detail["same_code_as"] = x.same_code_as;
       out.push_back(std::move(c));
@@ -146,18 +133,7 @@ class GpuScheduleSpace : public ScheduleSpace {
   }
 
   void Apply(const std::string& bucket, size_t k, const nlohmann::json& choice) override {
-    GpuKernelChoice c;
-    const std::string tier = choice.value("tier", "");
-    if (tier == "rendered") {
-      c.tier = GpuKernelChoice::Tier::Rendered;
-      c.schedule.threads = choice.value("threads", c.schedule.threads);
-      c.schedule.reduce = ReduceNamed(choice.value("reduce", "auto"));
-    } else if (tier == "mma-bf16") {
-      c.tier = GpuKernelChoice::Tier::TensorCores;
-    } else if (tier == "cublas") {
-      c.tier = GpuKernelChoice::Tier::Library;
-    }
-    choices_[bucket][k] = c;
+    choices_[bucket][k] = GpuChoiceFromJson(choice);
   }
 
   // Rebuilds the program with the choices made, unless every kernel stays as compiled.
