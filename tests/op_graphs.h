@@ -1,5 +1,5 @@
-// The op graphs of primitive_ops_test.cpp and nn_ops_test.cpp as a catalog, so that every
-// backend (OpenCL, CUDA) checks the same graphs against the reference interpreter.
+// The catalog of op graphs (every primitive, the high-level ops, the templates' shapes) that every
+// registered device runs against the reference interpreter (device_ops_test.cpp).
 #pragma once
 
 #include <cmath>
@@ -35,7 +35,7 @@ inline std::vector<OpGraphCase> OpGraphCases() {
   const std::vector<SymbolBindings> seqs = {{{"seq", 1}}, {{"seq", 3}}, {{"seq", 17}}};
   std::vector<OpGraphCase> cases;
 
-  // ---- primitives (primitive_ops_test.cpp)
+  // ---- primitives
   cases.push_back({"unary",
                    [=](Graph& g) {
                      NodeId x = g.Input("x", DType::F32, {N()});
@@ -153,7 +153,7 @@ inline std::vector<OpGraphCase> OpGraphCases() {
     cases.push_back(c);
   }
 
-  // ---- high-level ops (nn_ops_test.cpp)
+  // ---- high-level ops
   cases.push_back({"matmul",
                    [=](Graph& g) {
                      T a = in(g, "a", {Expr(2), Expr(1), S(), Expr(5)});
