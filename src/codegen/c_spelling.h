@@ -1,4 +1,4 @@
-// C spellings shared by the C++ and GPU renderers: types, float literals, elementwise ops.
+// C spellings every dialect of the C-style renderer shares: types, float literals, elementwise ops.
 #pragma once
 
 #include <string>

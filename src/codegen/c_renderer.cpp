@@ -1,0 +1,187 @@
+// Renders the kernel IR's values, loads, stores, symbols and prelude in any of the C-style dialects.
+#include "codegen/c_renderer.h"
+
+#include <sstream>
+
+namespace prism {
+namespace {
+
+// Integer index arithmetic (64-bit, flooring) and the NaN-propagating float max.
+constexpr const char* kIndexHelpers =
+    R"(${dev} int64_t prism_fdiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+${dev} int64_t prism_fmod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+${dev} int64_t prism_min(int64_t a, int64_t b) { return a < b ? a : b; }
+${dev} int64_t prism_max(int64_t a, int64_t b) { return a > b ? a : b; }
+${dev} int64_t prism_clampi(int64_t v, int64_t hi) { return v < 0 ? 0 : (v >= hi ? hi - 1 : v); }
+${dev} float prism_maxf(float a, float b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
+)";
+
+// Rounding through f16/bf16 (casts) and elements of GGUF Q8_0/Q4_0 blocks (32 per block, f16 scale).
+constexpr const char* kRoundingAndBlocks =
+    R"(${dev} float prism_rh(float f) { return prism_h2f(prism_f2h(f)); }
+${dev} float prism_rbf(float f) { return prism_bf2f(prism_f2bf(f)); }
+${dev} float prism_q8_0(${global}const uint8_t* b, int64_t i) {
+  ${global}const uint8_t* blk = b + (i >> 5) * 34;
+  return prism_h2f((uint16_t)(blk[0] | (blk[1] << 8))) * (float)(int8_t)blk[2 + (i & 31)];
+}
+${dev} float prism_q4_0(${global}const uint8_t* b, int64_t i) {
+  ${global}const uint8_t* blk = b + (i >> 5) * 18;
+  int j = (int)(i & 31);
+  int q = j < 16 ? (blk[2 + j] & 15) : (blk[2 + j - 16] >> 4);
+  return prism_h2f((uint16_t)(blk[0] | (blk[1] << 8))) * (float)(q - 8);
+}
+)";
+
+}  // namespace
+
+std::string FillPlaceholders(std::string text,
+                             const std::vector<std::pair<std::string, std::string>>& values) {
+  for (const auto& [key, value] : values)
+    for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + value.size()))
+      text.replace(at, key.size(), value);
+  return text;
+}
+
+std::string CPrelude(const CDialect& d) {
+  std::ostringstream os;
+  os << d.banner << "\n";
+  const char* names[] = {"int64_t", "int32_t", "int8_t", "uint8_t", "uint16_t", "uint32_t"};
+  for (int i = 0; i < 6; ++i) os << "typedef " << d.int_types[i] << " " << names[i] << ";\n";
+  os << d.defs << "#define PRISM_INF " << d.inf << "\n#define PRISM_NAN " << d.nan << "\n";
+  const std::vector<std::pair<std::string, std::string>> fill = {{"${dev}", d.dev},
+                                                                 {"${global}", d.global_helper}};
+  os << FillPlaceholders(kIndexHelpers, fill) << d.float_helpers
+     << FillPlaceholders(kRoundingAndBlocks, fill);
+  return os.str();
+}
+
+std::function<std::string(const std::string&)> CKernelRenderer::SymFn(
+    const std::vector<GatherBinding>* gathers, std::string* stmts, const std::string& ind) {
+  return [this, gathers, stmts, ind](const std::string& name) -> std::string {
+    if (gathers)
+      for (const GatherBinding& gb : *gathers)
+        if (gb.sym == name) {
+          std::string local;
+          std::string v = Value(gb.value, stmts ? stmts : &local, ind);
+          return "prism_clampi((int64_t)(" + v + "), " + gb.limit.Render(SymFn()) + ")";
+        }
+    for (const std::string& s : p_.symbols)
+      if (s == name) return "s_" + name;
+    return name;  // loop variable
+  };
+}
+
+std::string CKernelRenderer::Load(const KValue& v, std::string* stmts, const std::string& ind) {
+  const std::string buf = BufferName(v.buffer);
+  const std::string idx = v.index.Render(SymFn(&v.gathers, stmts, ind));
+  switch (p_.buffers[v.buffer].dtype) {
+    case DType::F16:
+      if (d_.vload_half) return "vload_half((size_t)(" + idx + "), " + buf + ")";
+      return "prism_h2f(" + buf + "[" + idx + "])";
+    case DType::BF16: return "prism_bf2f(" + buf + "[" + idx + "])";
+    case DType::Q8_0: return "prism_q8_0(" + buf + ", " + idx + ")";
+    case DType::Q4_0: return "prism_q4_0(" + buf + ", " + idx + ")";
+    case DType::I8:
+    case DType::U8:
+    case DType::Bool: return "((int32_t)" + buf + "[" + idx + "])";
+    default: return buf + "[" + idx + "]";
+  }
+}
+
+std::string CKernelRenderer::Store(int buffer, const std::string& idx, const std::string& value,
+                                   DType vt) const {
+  const std::string buf = BufferName(buffer), val = "(" + value + ")";
+  const DType t = p_.buffers[buffer].dtype;
+  switch (t) {
+    case DType::F32: return buf + "[" + idx + "] = (float)" + val + ";";
+    case DType::F16:
+      if (d_.vload_half) return "vstore_half_rte((float)" + val + ", (size_t)(" + idx + "), " + buf + ");";
+      return buf + "[" + idx + "] = prism_f2h((float)" + val + ");";
+    case DType::BF16: return buf + "[" + idx + "] = prism_f2bf((float)" + val + ");";
+    case DType::Bool: return buf + "[" + idx + "] = (uint8_t)(" + val + " != 0);";
+    default:
+      return buf + "[" + idx + "] = (" + StorageType(t) + ")" + (IsFloat(vt) ? "(int32_t)" : "") + val + ";";
+  }
+}
+
+std::string CKernelRenderer::Value(const KValuePtr& vp, std::string* stmts, const std::string& ind) {
+  const KValue& v = *vp;
+  switch (v.kind) {
+    case KValue::Kind::Load: return Load(v, stmts, ind);
+    case KValue::Kind::Const:
+      return IsFloat(v.dtype) ? FloatLiteral(v.constant)
+                              : "((int32_t)" + std::to_string((int64_t)v.constant) + ")";
+    case KValue::Kind::Index:
+      return std::string("((") + ComputeCType(v.dtype) + ")(" +
+             v.index.Render(SymFn(&v.gathers, stmts, ind)) + "))";
+    case KValue::Kind::Guard: {
+      std::string inner = Value(v.args[0], stmts, ind);
+      return "((" + v.index.Render(SymFn(&v.gathers, stmts, ind)) + ") ? (" + inner + ") : (" +
+             ComputeCType(v.dtype) + ")0)";
+    }
+    case KValue::Kind::Reduce: return Reduce(v, stmts, ind);
+    case KValue::Kind::Op: {
+      std::vector<std::string> a;
+      for (const KValuePtr& x : v.args) a.push_back(Value(x, stmts, ind));
+      return ScalarOpExpr(v.op, v.dtype, a, d_.math);
+    }
+  }
+  return "";
+}
+
+std::string CKernelRenderer::Body(const KValue& reduce, std::string* stmts, const std::string& ind) {
+  ++depth_;
+  std::string body = Value(reduce.args[0], stmts, ind);
+  --depth_;
+  return body;
+}
+
+std::string CKernelRenderer::OpenLoops(const std::vector<std::string>& vars, const std::vector<Expr>& extents,
+                                       std::string ind, std::ostream& os,
+                                       const std::string& innermost_prefix) {
+  for (size_t r = 0; r < vars.size(); ++r) {
+    if (r + 1 == vars.size()) os << innermost_prefix;
+    os << ind << "for (int64_t " << vars[r] << " = 0; " << vars[r] << " < " << extents[r].Render(SymFn())
+       << "; ++" << vars[r] << ") {\n";
+    ind += "  ";
+  }
+  return ind;
+}
+
+void CKernelRenderer::CloseLoops(size_t n, std::string ind, std::ostream& os) {
+  while (n-- > 0) {
+    ind.resize(ind.size() - 2);
+    os << ind << "}\n";
+  }
+}
+
+std::string CKernelRenderer::Init(const KValue& v) {
+  if (v.op == Op::SumReduce) return "0";
+  return IsFloat(v.dtype) ? "(-PRISM_INF)" : "(-2147483647 - 1)";
+}
+
+std::string CKernelRenderer::Combine(const KValue& v, const std::string& acc, const std::string& x) {
+  if (v.op == Op::SumReduce) return acc + " += " + x + ";";
+  if (IsFloat(v.dtype)) return acc + " = prism_maxf(" + acc + ", " + x + ");";
+  return "{ int32_t x_ = " + x + "; " + acc + " = x_ > " + acc + " ? x_ : " + acc + "; }";
+}
+
+// acc = identity; for (r0 ...) for (r1 ...) { body's statements; acc = acc (+ or max) body; }
+std::string CKernelRenderer::LoopReduce(const KValue& v, std::string* stmts, const std::string& ind) {
+  const std::string acc = "acc" + NewAcc();
+  const std::string in = ind + std::string(2 * v.rvars.size(), ' ');
+  std::string body_stmts;
+  const std::string body = Body(v, &body_stmts, in);
+  std::string pragma;  // the body is a plain expression: the innermost loop may vectorize
+  if (d_.sum_loop_pragma && v.op == Op::SumReduce && IsFloat(v.dtype) && body_stmts.empty())
+    pragma = FillPlaceholders(d_.sum_loop_pragma, {{"${acc}", acc}}) + "\n";
+  std::ostringstream os;
+  os << ind << ComputeCType(v.dtype) << " " << acc << " = " << Init(v) << ";\n";
+  OpenLoops(v.rvars, v.rextents, ind, os, pragma);
+  os << body_stmts << in << Combine(v, acc, body) << "\n";
+  CloseLoops(v.rvars.size(), in, os);
+  *stmts += os.str();
+  return acc;
+}
+
+}  // namespace prism
