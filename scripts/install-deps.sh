@@ -22,8 +22,8 @@ fi
 # Python packages are only needed by the parity tests and benchmarks (PRISM_PY_DEPS=0 skips them).
 if [ "${PRISM_PY_DEPS:-1}" = "1" ]; then
   PY=${PYTHON:-python3}
-  if ! $PY -c "import numpy, pytest, safetensors, gguf, torch, transformers, tokenizers, jinja2" 2>/dev/null; then
+  if ! $PY -c "import numpy, pytest, safetensors, gguf, torch, transformers, tokenizers, jinja2, openai" 2>/dev/null; then
     $PY -m pip install -q --disable-pip-version-check \
-      numpy pytest safetensors gguf "torch" transformers tokenizers jinja2
+      numpy pytest safetensors gguf "torch" transformers tokenizers jinja2 openai
   fi
 fi

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   add("bench", prism::cli::AddBenchCommand(app));
   add("compile", prism::cli::AddCompileCommand(app));
   add("report", prism::cli::AddReportCommand(app));
+  add("serve", prism::cli::AddServeCommand(app));
   // CLI11 answers an unknown first word with "A subcommand is required": name the word instead.
   if (argc > 1 && argv[1][0] != '-') {
     std::string names;

@@ -1,7 +1,9 @@
 // Text generation: prompt prefill, then sampled decode steps streamed as text until a stop.
 #include "runtime/generator.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "ir/error.h"
 #include "sampling/stop_strings.h"
@@ -9,6 +11,27 @@
 namespace prism {
 
 using Clock = std::chrono::steady_clock;
+
+namespace {
+
+TokenLogprob LogprobOf(const std::vector<float>& logits, int32_t id, int top) {
+  float max = -INFINITY;
+  for (float v : logits) max = std::max(max, v);
+  double sum = 0;
+  for (float v : logits) sum += std::exp((double)v - max);
+  const double log_z = max + std::log(sum);
+  TokenLogprob lp{id, (float)(logits[id] - log_z), {}};
+  std::vector<int32_t> ids(logits.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = (int32_t)i;
+  const size_t k = std::min<size_t>((size_t)std::max(top, 0), ids.size());
+  std::partial_sort(ids.begin(), ids.begin() + (ptrdiff_t)k, ids.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (size_t i = 0; i < k; ++i) lp.top.emplace_back(ids[i], (float)(logits[ids[i]] - log_z));
+  return lp;
+}
+
+}  // namespace
 
 double GenerateResult::GenerateTokensPerSecond() const {
   // The first generated token comes from the prefill's logits; decode steps produce the rest.
@@ -49,6 +72,10 @@ GenerateResult GenerateFromTokens(LanguageModel& lm, const std::vector<int32_t>&
   const int32_t vocab = (int32_t)lm.config().vocab_size;
   r.finish_reason = "length";
   for (int i = 0; i < opts.max_tokens; ++i) {
+    if (opts.cancel && opts.cancel->load()) {
+      r.finish_reason = "cancelled";
+      break;
+    }
     int32_t next = sampler.Sample(logits.data(), vocab, history);
     bool is_eos = false;
     for (int64_t e : eos) is_eos = is_eos || e == next;
@@ -58,6 +85,12 @@ GenerateResult GenerateFromTokens(LanguageModel& lm, const std::vector<int32_t>&
     }
     r.tokens.push_back(next);
     history.push_back(next);
+    if (opts.top_logprobs >= 0) {
+      r.logprobs.push_back(LogprobOf(logits, next, opts.top_logprobs));
+      if (opts.on_token) opts.on_token(r.logprobs.back());
+    } else if (opts.on_token) {
+      opts.on_token({next, 0, {}});
+    }
     auto res = stops.Push(decoder.Push(next));
     emit(res.emit);
     if (res.stopped) {
@@ -71,7 +104,7 @@ GenerateResult GenerateFromTokens(LanguageModel& lm, const std::vector<int32_t>&
     }
     logits = lm.Forward({next});
   }
-  if (!stops.stopped()) {
+  if (!stops.stopped() && r.finish_reason != "cancelled") {
     auto res = stops.Push(decoder.Flush());
     emit(res.emit);
     if (!res.stopped) emit(stops.Flush());

@@ -1,8 +1,10 @@
 // Text generation: prompt prefill, then sampled decode steps streamed as text until a stop.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/language_model.h"
@@ -10,12 +12,25 @@
 
 namespace prism {
 
+// A generated token's log-probability under the model (log-softmax of its logits, before the sampler's
+// temperature and filters), with the most likely tokens at that step.
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // (id, logprob), most likely first
+};
+
 struct GenerateOptions {
   int max_tokens = 256;
   SamplerConfig sampler;
   std::vector<std::string> stop;  // stop strings (never shown)
   bool add_special = true;        // BOS etc. as the tokenizer adds them
   bool stop_at_eos = true;
+  int top_logprobs = -1;  // >= 0: each token's logprob and this many alternatives (GenerateResult::logprobs)
+  // Read before every step: once set, generation ends with finish_reason "cancelled".
+  const std::atomic<bool>* cancel = nullptr;
+  // Called for each generated token before its text (which may come later, with a whole character).
+  std::function<void(const TokenLogprob&)> on_token;
 };
 
 struct GenerateResult {
@@ -23,7 +38,8 @@ struct GenerateResult {
   std::vector<int32_t> tokens;  // generated ids
   int prompt_tokens = 0;
   double prompt_seconds = 0, generate_seconds = 0;
-  std::string finish_reason;  // "stop" (EOS or stop string), "length", or "context"
+  std::vector<TokenLogprob> logprobs;  // per generated token, when GenerateOptions::top_logprobs >= 0
+  std::string finish_reason;           // "stop" (EOS or stop string), "length", "context" or "cancelled"
   double PromptTokensPerSecond() const { return prompt_seconds > 0 ? prompt_tokens / prompt_seconds : 0; }
   double GenerateTokensPerSecond() const;
 };

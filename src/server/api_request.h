@@ -1,0 +1,35 @@
+// The OpenAI API's generation requests (/v1/completions, /v1/chat/completions), parsed and checked field
+// by field into what the engine runs.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/chat/chat_template.h"
+
+namespace prism {
+
+struct ServeRequest {
+  bool chat = false;
+  std::string model;                  // "" = the server's only model
+  std::string prompt;                 // completions
+  std::vector<ChatMessage> messages;  // chat
+  std::optional<int> max_tokens;      // none: until a stop, EOS or the context's end
+  float temperature = 1.0f, top_p = 1.0f, min_p = 0.0f;
+  int top_k = 0;
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+  float presence_penalty = 0, frequency_penalty = 0;
+  int n = 1;          // choices
+  int logprobs = -1;  // alternatives per token (-1: no logprobs)
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+};
+
+// Parses a request body; throws ApiError (400) naming the field at fault, with OpenAI's message shape.
+ServeRequest ParseServeRequest(const std::string& body, bool chat);
+
+}  // namespace prism

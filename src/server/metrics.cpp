@@ -1,0 +1,73 @@
+// The server's counters and latency histograms in Prometheus' text format.
+#include "server/metrics.h"
+
+#include <cstdio>
+
+namespace prism {
+
+void Metrics::Histogram::Observe(double v) {
+  for (size_t i = 0; i < bounds.size(); ++i)
+    if (v <= bounds[i]) counts[i]++;
+  sum += v;
+  count++;
+}
+
+void Metrics::Histogram::Render(const std::string& name, const std::string& help, std::string& out) const {
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  char line[160];
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    std::snprintf(line, sizeof line, "%s_bucket{le=\"%g\"} %lld\n", name.c_str(), bounds[i],
+                  (long long)counts[i]);
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "%s_bucket{le=\"+Inf\"} %lld\n%s_sum %.6f\n%s_count %lld\n", name.c_str(),
+                (long long)count, name.c_str(), sum, name.c_str(), (long long)count);
+  out += line;
+}
+
+void Metrics::Request(int status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  requests_[status]++;
+}
+
+void Metrics::FirstToken(double s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ttft_.Observe(s);
+}
+
+void Metrics::InterToken(double s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  itl_.Observe(s);
+}
+
+void Metrics::Tokens(int64_t prompt, int64_t generated) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prompt_tokens_ += prompt;
+  generated_tokens_ += generated;
+}
+
+std::string Metrics::Render(const Gauges& g) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string out =
+      "# HELP prism_requests_total Requests answered, by HTTP status.\n# TYPE prism_requests_total counter\n";
+  for (const auto& [status, n] : requests_)
+    out += "prism_requests_total{status=\"" + std::to_string(status) + "\"} " + std::to_string(n) + "\n";
+  ttft_.Render("prism_time_to_first_token_seconds", "Time from a request's arrival to its first token.", out);
+  itl_.Render("prism_inter_token_latency_seconds", "Time between consecutive tokens of one response.", out);
+  out +=
+      "# HELP prism_prompt_tokens_total Prompt tokens processed.\n# TYPE prism_prompt_tokens_total counter\n";
+  out += "prism_prompt_tokens_total " + std::to_string(prompt_tokens_) + "\n";
+  out +=
+      "# HELP prism_generated_tokens_total Tokens generated.\n# TYPE prism_generated_tokens_total counter\n";
+  out += "prism_generated_tokens_total " + std::to_string(generated_tokens_) + "\n";
+  out +=
+      "# HELP prism_requests_queued Requests waiting for the engine.\n# TYPE prism_requests_queued gauge\n";
+  out += "prism_requests_queued " + std::to_string(g.queued) + "\n";
+  out +=
+      "# HELP prism_requests_running Requests the engine is generating.\n# TYPE prism_requests_running "
+      "gauge\n";
+  out += "prism_requests_running " + std::to_string(g.running) + "\n";
+  return out;
+}
+
+}  // namespace prism

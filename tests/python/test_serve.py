@@ -1,0 +1,285 @@
+# `prism serve` against the official openai client: completions and chat, streamed and whole, n, logprobs,
+# stop strings, errors in OpenAI's shape, a malformed-request corpus, concurrent clients, a full queue
+# and a drain on SIGTERM. Every server listens on the loopback address and is stopped by its fixture.
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+
+import pytest
+
+openai = pytest.importorskip("openai")
+
+PROMPT = "Once upon a time"
+
+
+class Server:
+    def __init__(self, binary, *args):
+        env = dict(os.environ, PRISM_THREADS="2")
+        self.proc = subprocess.Popen([binary, "serve", "--port", "0", *map(str, args)], stderr=subprocess.PIPE,
+                                     text=True, env=env)
+        line = self.proc.stderr.readline()
+        m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+        assert m, f"prism serve did not say where it listens: {line!r}"
+        self.port = int(m.group(1))
+        self.base = f"http://127.0.0.1:{self.port}"
+        threading.Thread(target=self.proc.stderr.read, daemon=True).start()  # keep the pipe drained
+        deadline = time.time() + 120
+        while self.health()[0] != 200:
+            assert self.proc.poll() is None, "prism serve exited while loading"
+            assert time.time() < deadline, "the model did not load in 120 s"
+            time.sleep(0.1)
+
+    def health(self):
+        return self.raw("GET", "/health")
+
+    def raw(self, method, path, body=None, headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        conn.request(method, path, body=body, headers=headers or {})
+        r = conn.getresponse()
+        data = r.read()
+        conn.close()
+        return r.status, data
+
+    def client(self, key="none"):
+        return openai.OpenAI(base_url=self.base + "/v1", api_key=key, max_retries=0, timeout=120)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def stories(prism_bin):
+    s = Server(prism_bin, "--name", "stories", "--ctx", "256")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def chat_server(prism_bin, zoo):
+    pytest.importorskip("transformers")
+    _, folder, _ = zoo.get("qwen2")
+    s = Server(prism_bin, folder, "--name", "qwen")
+    yield s
+    s.stop()
+
+
+def greedy(client, prompt=PROMPT, max_tokens=40, **kw):
+    return client.completions.create(model="stories", prompt=prompt, max_tokens=max_tokens, temperature=0, **kw)
+
+
+def test_health_models_and_metrics(stories):
+    assert stories.health()[0] == 200
+    assert [m.id for m in stories.client().models.list().data] == ["stories"]
+    status, body = stories.raw("GET", "/metrics")
+    assert status == 200 and b"prism_time_to_first_token_seconds_bucket" in body
+
+
+def test_greedy_completion_is_prism_run_text(stories, prism):
+    r = greedy(stories.client())
+    assert r.object == "text_completion" and r.model == "stories"
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 40 and r.usage.prompt_tokens > 0
+    assert r.usage.total_tokens == r.usage.prompt_tokens + 40
+    run = prism.run("run", "-p", PROMPT, "--temp", "0", "-n", "40", "--ctx", "256").stdout
+    assert run.startswith(PROMPT + r.choices[0].text), (run, r.choices[0].text)
+
+
+def test_stream_equals_whole_and_reports_usage(stories):
+    client = stories.client()
+    whole = greedy(client).choices[0].text
+    chunks = list(greedy(client, stream=True, stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == whole
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == ["length"]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 40
+
+
+def test_n_choices_with_logprobs(stories):
+    r = stories.client().completions.create(model="stories", prompt=PROMPT, max_tokens=12, temperature=1.0,
+                                            seed=5, n=3, logprobs=2)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    assert len({c.text for c in r.choices}) > 1  # three draws, not one answer thrice
+    for c in r.choices:
+        lp = c.logprobs
+        assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 12
+        for value, top in zip(lp.token_logprobs, lp.top_logprobs):
+            assert value <= 0 and len(top) == 2
+            assert value <= max(top.values()) + 1e-6
+    assert r.usage.completion_tokens == 36
+
+
+def test_stop_string_ends_the_text(stories):
+    client = stories.client()
+    whole = greedy(client).choices[0].text
+    word = whole.split()[4]
+    r = greedy(client, stop=[word])
+    assert r.choices[0].finish_reason == "stop"
+    assert r.choices[0].text == whole[: whole.index(word)]
+
+
+def test_chat_whole_stream_and_logprobs(chat_server):
+    client = chat_server.client()
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}]
+    r = client.chat.completions.create(model="qwen", messages=msgs, max_tokens=12, temperature=0, logprobs=True,
+                                       top_logprobs=3)
+    c = r.choices[0]
+    assert r.object == "chat.completion" and c.message.role == "assistant"
+    assert c.finish_reason in ("stop", "length") and len(c.logprobs.content) == r.usage.completion_tokens
+    assert all(len(t.top_logprobs) == 3 for t in c.logprobs.content)
+    chunks = list(client.chat.completions.create(model="qwen", messages=msgs, max_tokens=12, temperature=0,
+                                                 stream=True))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(ch.choices[0].delta.content or "" for ch in chunks) == c.message.content
+
+
+def test_errors_in_openais_shape(stories):
+    client = stories.client()
+    with pytest.raises(openai.NotFoundError) as e:
+        client.completions.create(model="gpt-9", prompt="x", max_tokens=1)
+    assert e.value.body["param"] == "model"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="stories", prompt="x", temperature=5)
+    assert e.value.body["param"] == "temperature" and e.value.body["type"] == "invalid_request_error"
+    with pytest.raises(openai.BadRequestError) as e:  # stories260K has no chat template
+        client.chat.completions.create(model="stories", messages=[{"role": "user", "content": "hi"}])
+    assert "chat template" in e.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as e:  # longer than the 256-token context
+        client.completions.create(model="stories", prompt="the cat " * 300, max_tokens=1)
+    assert "context" in e.value.body["message"]
+
+
+MALFORMED = [
+    ("not json", b"{\"prompt\": ", 400),
+    ("an array", b"[1, 2]", 400),
+    ("missing prompt", b"{\"model\": \"stories\"}", 400),
+    ("prompt a number", b"{\"prompt\": 7}", 400),
+    ("max_tokens negative", b"{\"prompt\": \"a\", \"max_tokens\": -3}", 400),
+    ("max_tokens huge", b"{\"prompt\": \"a\", \"max_tokens\": 99999999999999999999}", 400),
+    ("max_tokens a string", b"{\"prompt\": \"a\", \"max_tokens\": \"5\"}", 400),
+    ("n too large", b"{\"prompt\": \"a\", \"n\": 1000}", 400),
+    ("top_p NaN", b"{\"prompt\": \"a\", \"top_p\": NaN}", 400),
+    ("stop of numbers", b"{\"prompt\": \"a\", \"stop\": [1, 2]}", 400),
+    ("five stops", b"{\"prompt\": \"a\", \"stop\": [\"a\",\"b\",\"c\",\"d\",\"e\"]}", 400),
+    ("logprobs 50", b"{\"prompt\": \"a\", \"logprobs\": 50}", 400),
+    ("stream a string", b"{\"prompt\": \"a\", \"stream\": \"yes\"}", 400),
+    ("stream_options without stream", b"{\"prompt\": \"a\", \"stream_options\": {}}", 400),
+    ("unknown model", b"{\"prompt\": \"a\", \"model\": \"nope\"}", 404),
+    ("oversize body", b"{\"prompt\": \"" + b"a" * (2 << 20) + b"\"}", 413),
+]
+
+
+@pytest.mark.parametrize("what,body,status", MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_malformed_requests_get_json_errors(stories, what, body, status):
+    got, data = stories.raw("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    assert got == status, (what, data[:200])
+    err = json.loads(data)["error"]
+    assert err["message"] and err["type"], what
+    assert stories.health()[0] == 200
+
+
+def test_chat_messages_malformed(stories):
+    for body in [b"{\"messages\": []}", b"{\"messages\": [{\"content\": \"x\"}]}", b"{\"messages\": \"hi\"}",
+                 b"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}"]:
+        got, data = stories.raw("POST", "/v1/chat/completions", body)
+        assert got == 400 and json.loads(data)["error"]["param"].startswith("messages"), body
+
+
+def test_cut_short_and_abandoned_requests_leave_the_server_serving(stories):
+    # A body cut short: the connection closes before Content-Length bytes arrive.
+    s = socket.create_connection(("127.0.0.1", stories.port))
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\"")
+    s.close()
+    # A streaming client that stops reading after its first chunk: its request is cancelled.
+    conn = http.client.HTTPConnection("127.0.0.1", stories.port, timeout=30)
+    conn.request("POST", "/v1/completions", json.dumps({"prompt": PROMPT, "max_tokens": 200, "stream": True}))
+    r = conn.getresponse()
+    assert r.status == 200 and r.readline().startswith(b"data: ")
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+    assert stories.health()[0] == 200
+    assert greedy(stories.client(), max_tokens=5).usage.completion_tokens == 5
+
+
+def test_concurrent_clients_get_the_answers_they_get_alone(stories):
+    client = stories.client()
+    prompts = [(p, n) for p in ["Once upon a time", "Lily saw a", "The dog", "Tom and Sue"] for n in (8, 30)]
+    alone = {(p, n): greedy(client, p, n).choices[0].text for p, n in prompts}
+    results, errors = [], []
+
+    def worker(i):
+        try:
+            for k in range(3):
+                p, n = prompts[(i + k) % len(prompts)]
+                results.append(((p, n), greedy(stories.client(), p, n).choices[0].text))
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(results) == 48
+    for key, text in results:
+        assert text == alone[key], key
+
+
+def test_a_full_queue_answers_429(prism_bin):
+    s = Server(prism_bin, "--max-queue", "1", "--ctx", "256")
+    try:
+        statuses = []
+
+        def one():
+            st, _ = s.raw("POST", "/v1/completions", json.dumps({"prompt": PROMPT, "max_tokens": 200}))
+            statuses.append(st)
+
+        threads = [threading.Thread(target=one) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert statuses.count(200) >= 2 and statuses.count(429) >= 1, statuses
+        assert set(statuses) <= {200, 429}
+    finally:
+        s.stop()
+
+
+def test_api_key_and_cors(prism_bin):
+    s = Server(prism_bin, "--api-key", "sesame", "--ctx", "256")
+    try:
+        with pytest.raises(openai.AuthenticationError):
+            s.client("wrong").models.list()
+        assert s.client("sesame").models.list().data
+        status, _ = s.raw("OPTIONS", "/v1/completions", headers={"Origin": "http://x", "Access-Control-Request-Method": "POST"})
+        assert status == 204
+        req = urllib.request.Request(s.base + "/health")
+        with urllib.request.urlopen(req) as r:
+            assert r.headers["Access-Control-Allow-Origin"] == "*"
+    finally:
+        s.stop()
+
+
+def test_sigterm_lets_the_accepted_request_finish(prism_bin):
+    s = Server(prism_bin, "--ctx", "256")
+    stream = s.client().completions.create(model="stories260K.bin", prompt=PROMPT, max_tokens=120,
+                                           temperature=0, stream=True)
+    first = next(iter(stream))
+    s.proc.send_signal(signal.SIGTERM)
+    rest = list(stream)
+    assert first.choices[0].text is not None
+    assert rest[-1].choices[0].finish_reason == "length"
+    assert s.proc.wait(30) == 0
