@@ -21,13 +21,26 @@ Runner AddServeCommand(CLI::App& app) {
       "serve", "Serve a model over OpenAI's HTTP API (/v1/completions, /v1/chat/completions)");
   struct Opts {
     std::string model, name, tokenizer, device = "cpu", host = "127.0.0.1", api_key;
+    std::vector<std::string> models;  // NAME=PATH
     int port = 8080, threads = 0;
     int64_t ctx = 0;
     size_t max_queue = 64, max_body = 1 << 20;
+    double idle_unload = 0, memory_budget_mb = 0;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("model", o->model, "model path or compiled artifact (default: the shipped stories260K)");
   cmd->add_option("--name", o->name, "the model's name in the API (default: the file or folder name)");
+  cmd->add_option("--model", o->models, "another model, as NAME=PATH (repeatable; loaded on first use)");
+  cmd->add_option(
+         "--idle-unload", o->idle_unload,
+         "seconds a model may stay idle before its memory is freed (0: never); the next request loads "
+         "it again")
+      ->capture_default_str();
+  cmd->add_option(
+         "--memory-budget", o->memory_budget_mb,
+         "MiB of model files kept loaded at once; the least recently used idle model makes room (0: no "
+         "budget)")
+      ->capture_default_str();
   cmd->add_option("--host", o->host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", o->port, "port (0: any free one, printed)")->capture_default_str();
   cmd->add_option("--api-key", o->api_key,
@@ -42,22 +55,37 @@ Runner AddServeCommand(CLI::App& app) {
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file (llama2.c checkpoints)");
   AddDeviceOption(cmd, o->device);
   return [o]() {
-    const std::string path = o->model.empty() ? DefaultModelPath() : o->model;
+    std::vector<ModelSpec> models;
+    if (!o->model.empty() || o->models.empty()) {
+      const std::string path = o->model.empty() ? DefaultModelPath() : o->model;
+      models.push_back({o->name.empty() ? std::filesystem::path(path).filename().string() : o->name, path});
+    }
+    for (const std::string& m : o->models) {
+      const size_t eq = m.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == m.size())
+        throw Error("--model " + m + ": expected NAME=PATH");
+      models.push_back({m.substr(0, eq), m.substr(eq + 1)});
+    }
+    for (size_t i = 0; i < models.size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        if (models[i].name == models[j].name) throw Error("two models are named '" + models[i].name + "'");
     ServeOptions so;
-    so.model_name = o->name.empty() ? std::filesystem::path(path).filename().string() : o->name;
     so.host = o->host;
     so.port = o->port;
     so.api_key = o->api_key;
     so.max_body_bytes = o->max_body;
-    HttpServer server(so, [o, path, name = so.model_name](Metrics* metrics) {
+    PoolOptions po{o->idle_unload, (int64_t)(o->memory_budget_mb * 1024 * 1024)};
+    HttpServer server(so, models, po, [o](const ModelSpec& m, Metrics* metrics) {
       LoadOptions lo{o->tokenizer, o->ctx, o->threads};
       lo.device = o->device;
-      return std::make_unique<Engine>(name, LanguageModel::Load(path, lo), EngineOptions{o->max_queue},
+      return std::make_unique<Engine>(m.name, LanguageModel::Load(m.path, lo), EngineOptions{o->max_queue},
                                       metrics);
     });
     server.OnListening([&](int port) {
+      std::string names;
+      for (const ModelSpec& m : models) names += (names.empty() ? "" : ", ") + m.name;
       std::fprintf(stderr, "prism serve: %s on http://%s:%d (loading; /health says when ready)\n",
-                   so.model_name.c_str(), so.host.c_str(), port);
+                   names.c_str(), so.host.c_str(), port);
     });
     std::signal(SIGINT, OnSignal);
     std::signal(SIGTERM, OnSignal);

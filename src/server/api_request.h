@@ -2,6 +2,7 @@
 // by field into what the engine runs.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -27,6 +28,8 @@ struct ServeRequest {
   int logprobs = -1;  // alternatives per token (-1: no logprobs)
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // When the request arrived (time to first token counts from here, a model's load included).
+  std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
 };
 
 // Parses a request body; throws ApiError (400) naming the field at fault, with OpenAI's message shape.

@@ -94,6 +94,7 @@ std::shared_ptr<Job> Engine::Submit(const ServeRequest& r) {
   go.top_logprobs = r.logprobs;
   go.cancel = &job->cancel_;
   job->n_ = r.n;
+  job->arrived_ = r.arrived;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (draining_ || stopping_) throw ApiError(503, "server_error", "the server is shutting down");

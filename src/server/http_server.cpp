@@ -75,6 +75,7 @@ json Usage(const Job& job) {
 // What one response is building: its identity and, per choice, what has been said.
 struct Response {
   ServeRequest request;
+  std::shared_ptr<Engine> engine;
   std::shared_ptr<Job> job;
   std::string id, model;
   int64_t created = 0;
@@ -138,8 +139,12 @@ json Whole(const Response& st, const Tokenizer& tok) {
 
 }  // namespace
 
-HttpServer::HttpServer(ServeOptions opts, std::function<std::unique_ptr<Engine>(Metrics*)> load)
-    : opts_(std::move(opts)), http_(std::make_unique<httplib::Server>()), load_(std::move(load)) {
+HttpServer::HttpServer(ServeOptions opts, std::vector<ModelSpec> models, PoolOptions pool,
+                       std::function<std::unique_ptr<Engine>(const ModelSpec&, Metrics*)> load)
+    : opts_(std::move(opts)),
+      http_(std::make_unique<httplib::Server>()),
+      pool_(std::move(models), pool,
+            [this, load = std::move(load)](const ModelSpec& m) { return load(m, &metrics_); }) {
   Routes();
 }
 
@@ -157,7 +162,7 @@ bool HttpServer::Listen(std::string* why) {
   }
   loader_ = std::thread([this] {
     try {
-      engine_ = load_(&metrics_);
+      pool_.Get("");
       ready_ = true;
     } catch (const std::exception& e) {
       std::lock_guard<std::mutex> lock(load_mu_);
@@ -171,7 +176,7 @@ bool HttpServer::Listen(std::string* why) {
 
 void HttpServer::Drain() {
   draining_ = true;
-  if (ready_) engine_->Drain();
+  pool_.Drain();
   http_->stop();
 }
 
@@ -220,19 +225,17 @@ void HttpServer::Routes() {
                                                   : "the model failed to load: " + load_error_));
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    Metrics::Gauges g;
-    if (ready_) {
-      g.queued = (int64_t)engine_->queued();
-      g.running = (int64_t)engine_->running();
-    }
+    const ModelPool::Stats ps = pool_.stats();
+    Metrics::Gauges g{ps.queued, ps.running, ps.loaded, ps.loads, ps.unloads, ps.load_seconds};
     res.set_content(metrics_.Render(g), "text/plain; version=0.0.4");
   });
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     json data = json::array();
-    data.push_back({{"id", opts_.model_name},
-                    {"object", "model"},
-                    {"created", (int64_t)std::time(nullptr)},
-                    {"owned_by", "prism"}});
+    for (const std::string& name : pool_.names())
+      data.push_back({{"id", name},
+                      {"object", "model"},
+                      {"created", (int64_t)std::time(nullptr)},
+                      {"owned_by", "prism"}});
     res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
   });
   for (bool chat : {false, true})
@@ -241,18 +244,17 @@ void HttpServer::Routes() {
 }
 
 void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+  const auto arrived = std::chrono::steady_clock::now();
   try {
     if (draining_) throw ApiError(503, "server_error", "the server is shutting down");
     if (!ready_) throw ApiError(503, "server_error", "the model is loading");
     auto st = std::make_shared<Response>();
     st->request = ParseServeRequest(req.body, chat);
-    if (!st->request.model.empty() && st->request.model != opts_.model_name)
-      throw ApiError(
-          404, "not_found_error",
-          "model '" + st->request.model + "' does not exist; /v1/models lists what this server has", "model");
-    st->job = engine_->Submit(st->request);
+    st->request.arrived = arrived;
+    st->engine = pool_.Get(st->request.model);  // held until the response is sent: never unloaded meanwhile
+    st->job = st->engine->Submit(st->request);
     st->id = NewId(chat ? "chatcmpl-" : "cmpl-");
-    st->model = opts_.model_name;
+    st->model = st->engine->name();
     st->created = (int64_t)std::time(nullptr);
     const int n = st->request.n;
     st->text.assign(n, "");
@@ -260,7 +262,7 @@ void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, b
     st->logprobs.assign(n, {});
     st->offsets.assign(n, 0);
     st->role_sent.assign(n, false);
-    const Tokenizer& tok = engine_->model().tokenizer();
+    const Tokenizer& tok = st->engine->model().tokenizer();
     if (!st->request.stream) {
       ChoiceEvent ev;
       while (!st->job->done()) {

@@ -11,6 +11,7 @@
 
 #include "server/engine.h"
 #include "server/metrics.h"
+#include "server/model_pool.h"
 
 namespace httplib {
 class Server;
@@ -21,7 +22,6 @@ struct Response;
 namespace prism {
 
 struct ServeOptions {
-  std::string model_name;  // what clients name the model (/v1/models)
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string api_key;              // "": no key needed
@@ -31,8 +31,10 @@ struct ServeOptions {
 
 class HttpServer {
  public:
-  // `load` makes the engine; it runs in the background while /health answers 503.
-  HttpServer(ServeOptions opts, std::function<std::unique_ptr<Engine>(Metrics*)> load);
+  // `load` makes a model's engine. The pool's first model loads in the background while /health answers
+  // 503; the others load when first asked for.
+  HttpServer(ServeOptions opts, std::vector<ModelSpec> models, PoolOptions pool,
+             std::function<std::unique_ptr<Engine>(const ModelSpec&, Metrics*)> load);
   ~HttpServer();
   // Listens until Stop; returns false (with *why) when the address cannot be bound or the model not loaded.
   bool Listen(std::string* why);
@@ -48,8 +50,7 @@ class HttpServer {
   ServeOptions opts_;
   Metrics metrics_;
   std::unique_ptr<httplib::Server> http_;
-  std::function<std::unique_ptr<Engine>(Metrics*)> load_;
-  std::unique_ptr<Engine> engine_;
+  ModelPool pool_;
   std::atomic<bool> ready_{false}, draining_{false};
   std::thread loader_;
   std::mutex load_mu_;

@@ -67,6 +67,19 @@ std::string Metrics::Render(const Gauges& g) const {
       "# HELP prism_requests_running Requests the engine is generating.\n# TYPE prism_requests_running "
       "gauge\n";
   out += "prism_requests_running " + std::to_string(g.running) + "\n";
+  out += "# HELP prism_models_loaded Models in memory.\n# TYPE prism_models_loaded gauge\n";
+  out += "prism_models_loaded " + std::to_string(g.models_loaded) + "\n";
+  out += "# HELP prism_model_loads_total Models loaded (first use, or again after an unload).\n";
+  out += "# TYPE prism_model_loads_total counter\nprism_model_loads_total " + std::to_string(g.loads) + "\n";
+  out +=
+      "# HELP prism_model_unloads_total Models unloaded (idle, or for another within the memory budget).\n";
+  out += "# TYPE prism_model_unloads_total counter\nprism_model_unloads_total " + std::to_string(g.unloads) +
+         "\n";
+  char line[96];
+  std::snprintf(line, sizeof line, "%.6f", g.load_seconds);
+  out += "# HELP prism_model_load_seconds_total Time spent loading models.\n";
+  out += "# TYPE prism_model_load_seconds_total counter\nprism_model_load_seconds_total " +
+         std::string(line) + "\n";
   return out;
 }
 

@@ -18,7 +18,9 @@ class Metrics {
   void Tokens(int64_t prompt, int64_t generated);
   // Gauges, sampled as /metrics is read.
   struct Gauges {
-    int64_t queued = 0, running = 0;
+    int64_t queued = 0, running = 0;  // over every loaded model
+    int64_t models_loaded = 0, loads = 0, unloads = 0;
+    double load_seconds = 0;
   };
   std::string Render(const Gauges& g) const;
 

@@ -283,3 +283,50 @@ def test_sigterm_lets_the_accepted_request_finish(prism_bin):
     assert first.choices[0].text is not None
     assert rest[-1].choices[0].finish_reason == "length"
     assert s.proc.wait(30) == 0
+
+
+def metric(server, name):
+    _, body = server.raw("GET", "/metrics")
+    m = re.search(rf"^{name} ([0-9.]+)$", body.decode(), re.M)
+    assert m, name
+    return float(m.group(1))
+
+
+def test_models_by_name_load_on_first_use_and_scale_to_zero(prism_bin, prism, tmp_path):
+    stories = os.path.join(os.path.dirname(prism_bin), "..", "models", "stories260K", "stories260K.bin")
+    art = str(tmp_path / "stories.prism")
+    prism.run("compile", stories, "-o", art, "--search-budget", "0", "--ctx", "256")
+    s = Server(prism_bin, "--model", f"a={stories}", "--model", f"b={art}", "--ctx", "256", "--idle-unload", "1")
+    try:
+        client = s.client()
+        assert [m.id for m in client.models.list().data] == ["a", "b"]
+        assert metric(s, "prism_models_loaded") == 1  # the first model, loaded at start; b waits for a request
+        text_a = client.completions.create(model="a", prompt=PROMPT, max_tokens=20, temperature=0).choices[0].text
+        text_b = client.completions.create(model="b", prompt=PROMPT, max_tokens=20, temperature=0).choices[0].text
+        assert text_a == text_b  # the same model, from its checkpoint and from its compiled artifact
+        assert metric(s, "prism_model_loads_total") == 2
+        deadline = time.time() + 10
+        while metric(s, "prism_models_loaded") > 0:  # idle for a second: both unloaded
+            assert time.time() < deadline
+            time.sleep(0.2)
+        assert metric(s, "prism_model_unloads_total") == 2
+        t0 = time.time()
+        again = client.completions.create(model="b", prompt=PROMPT, max_tokens=20, temperature=0).choices[0].text
+        print(f"\ntime to a whole 20-token answer from the unloaded state (artifact): {time.time() - t0:.3f} s")
+        assert again == text_b and metric(s, "prism_model_loads_total") == 3
+    finally:
+        s.stop()
+
+
+def test_memory_budget_unloads_the_least_recently_used(prism_bin):
+    stories = os.path.join(os.path.dirname(prism_bin), "..", "models", "stories260K", "stories260K.bin")
+    # stories260K's file is about 1 MiB: a budget of 1.5 MiB holds one copy, not two.
+    s = Server(prism_bin, "--model", f"a={stories}", "--model", f"b={stories}", "--ctx", "256", "--memory-budget", "1.5")
+    try:
+        client = s.client()
+        for name in ["a", "b", "a"]:
+            assert client.completions.create(model=name, prompt=PROMPT, max_tokens=4).usage.completion_tokens == 4
+            assert metric(s, "prism_models_loaded") == 1
+        assert metric(s, "prism_model_loads_total") == 3 and metric(s, "prism_model_unloads_total") == 2
+    finally:
+        s.stop()
