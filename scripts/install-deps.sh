@@ -7,6 +7,7 @@ APT_PACKAGES=(
   nlohmann-json3-dev libfmt-dev libcli11-dev libcpp-httplib-dev libpcre2-dev libicu-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
+  chromium chromium-driver
 )
 
 missing=()
@@ -22,8 +23,8 @@ fi
 # Python packages are only needed by the parity tests and benchmarks (PRISM_PY_DEPS=0 skips them).
 if [ "${PRISM_PY_DEPS:-1}" = "1" ]; then
   PY=${PYTHON:-python3}
-  if ! $PY -c "import numpy, pytest, safetensors, gguf, torch, transformers, tokenizers, jinja2, openai" 2>/dev/null; then
+  if ! $PY -c "import numpy, pytest, safetensors, gguf, torch, transformers, tokenizers, jinja2, openai, selenium" 2>/dev/null; then
     $PY -m pip install -q --disable-pip-version-check \
-      numpy pytest safetensors gguf "torch" transformers tokenizers jinja2 openai
+      numpy pytest safetensors gguf "torch" transformers tokenizers jinja2 openai selenium
   fi
 fi

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "server/api_error.h"
+#include "server/chat_page.h"
 
 namespace prism {
 namespace {
@@ -212,6 +213,9 @@ void HttpServer::Routes() {
       SendError(res, ApiError(res.status, res.status < 500 ? "invalid_request_error" : "server_error",
                               "the request could not be read (HTTP " + std::to_string(res.status) + ")"));
     metrics_.Request(res.status);
+  });
+  s.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(ChatPageHtml(), "text/html; charset=utf-8");
   });
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (ready_ && !draining_) {
