@@ -7,18 +7,6 @@
 #include "backends/timing.h"
 
 namespace prism {
-namespace {
-
-bool Reads(const KValuePtr& v, int buffer) {
-  if (v->kind == KValue::Kind::Load && v->buffer == buffer) return true;
-  for (const GatherBinding& gb : v->gathers)
-    if (Reads(gb.value, buffer)) return true;
-  for (const KValuePtr& a : v->args)
-    if (Reads(a, buffer)) return true;
-  return false;
-}
-
-}  // namespace
 
 class GpuScheduleSpace : public ScheduleSpace {
  public:
@@ -47,7 +35,6 @@ class GpuScheduleSpace : public ScheduleSpace {
     if (std::none_of(timed.begin(), timed.end(), [](bool t) { return t; })) return {b, {}};
     // Host and device copies of every buffer: bound weights as they are, everything else random.
     std::mt19937 rng((uint32_t)seed);
-    std::vector<void*> ptrs;
     for (size_t i = 0; i < kp_.buffers.size(); ++i) {
       const KBuffer& kb = kp_.buffers[i];
       HostTensor t = HostTensor::Zeros(kb.dtype, EvalShape(kb.shape, b));
@@ -66,11 +53,11 @@ class GpuScheduleSpace : public ScheduleSpace {
         owned_.push_back(true);
         dev_.Upload(mems_.back(), t.data, (size_t)t.nbytes());
       }
-      ptrs.push_back(t.data);
+      host_ptrs_.push_back(t.data);
       host_.push_back(std::move(t));
     }
     Build(timed);
-    return {b, ptrs};
+    return {b, host_ptrs_};
   }
 
   std::vector<ScheduleCandidate> Candidates(size_t k, nlohmann::json& notes) override {
@@ -118,14 +105,13 @@ class GpuScheduleSpace : public ScheduleSpace {
   }
 
   double ErrorBound(size_t k, const ScheduleCandidate& c, int64_t out_index) override {
-    std::vector<void*> ptrs;
-    for (HostTensor& t : host_) ptrs.push_back(t.data);
-    return Find(k, c).c.error_bound(ptrs, out_index);
+    return Find(k, c).c.error_bound(host_ptrs_, out_index);
   }
 
   double TimeUs(size_t k, const ScheduleCandidate& c) override {
     const Kernel& kn = kp_.kernels[k];
-    if (Reads(kn.value, kn.out_buffer)) Restore(kn.out_buffer);  // in place: each run from the same contents
+    if (KernelReads(kn).count(kn.out_buffer))
+      Restore(kn.out_buffer);  // in place: each run from the same contents
     Cand& x = Find(k, c);
     const double us = dev_.TimeMs([&] { Launch(k, x); }) * 1e3;
     Restore(kn.out_buffer);  // as the next kernels' references assume
@@ -253,6 +239,7 @@ class GpuScheduleSpace : public ScheduleSpace {
     mems_.clear();
     owned_.clear();
     host_.clear();
+    host_ptrs_.clear();
   }
 
   GpuProgram& p_;
@@ -260,6 +247,7 @@ class GpuScheduleSpace : public ScheduleSpace {
   const KernelProgram& kp_;
   SymbolBindings b_;
   std::vector<HostTensor> host_;  // per buffer, the contents references are taken from
+  std::vector<void*> host_ptrs_;  // ... and their data
   std::vector<GpuMem> mems_;      // ... and on the device (bound weights are the program's own)
   std::vector<bool> owned_;
   std::vector<std::vector<Cand>> cands_;

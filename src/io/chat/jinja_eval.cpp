@@ -5,6 +5,7 @@
 #include <cmath>
 #include <unordered_map>
 
+#include "io/chat/jinja_builtins.h"
 #include "ir/error.h"
 
 namespace prism::jinja {
@@ -179,20 +180,13 @@ class Evaluator {
     for (size_t i = 0; i < targets.size(); ++i) frames_.back().vars[targets[i]] = v.as_list().items[i];
   }
 
+  // What a for loop walks: as ToList (jinja_builtins.h), with the error naming the loop's position.
   std::vector<Value> Iterate(const Value& v, Pos pos) const {
     switch (v.kind()) {
-      case Value::Kind::kUndefined: return {};  // jinja2's Undefined iterates as empty
-      case Value::Kind::kList: return v.as_list().items;
-      case Value::Kind::kDict: {
-        std::vector<Value> keys;
-        for (const auto& [k, e] : v.as_dict().entries) keys.emplace_back(k);
-        return keys;
-      }
-      case Value::Kind::kString: {
-        std::vector<Value> chars;
-        for (auto& c : CodePoints(v.as_string())) chars.emplace_back(std::move(c));
-        return chars;
-      }
+      case Value::Kind::kUndefined:  // jinja2's Undefined iterates as empty
+      case Value::Kind::kList:
+      case Value::Kind::kDict:
+      case Value::Kind::kString: return ToList(v, "for");
       default: throw Error(Where(pos) + "'" + TypeName(v) + "' object is not iterable");
     }
   }
