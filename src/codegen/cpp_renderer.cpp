@@ -24,11 +24,12 @@ class CppKernelRenderer : public CKernelRenderer {
     OuterLoop(k, os);
     std::string stmts;
     std::string value = Value(k.value, &stmts, "      ");
+    const std::string at = k.out_index.Render(SymFn(&k.out_gathers, &stmts, "      "));
     // A plain expression per element vectorizes: -O2 alone does not for a loop of unknown trip count.
     if (stmts.empty()) os << "#pragma omp simd\n";
     os << "    for (int64_t " << inner << " = lo; " << inner << " < hi; ++" << inner << ") {\n";
     os << stmts;
-    os << "      " << Store(k.out_buffer, k.out_index.Render(SymFn()), value, k.value->dtype) << "\n";
+    os << "      " << Store(k.out_buffer, at, value, k.value->dtype) << "\n";
     os << "    }\n  }\n}\n";
     return os.str();
   }
@@ -39,8 +40,9 @@ class CppKernelRenderer : public CKernelRenderer {
   // Returns "" when the kernel does not qualify.
   std::string RenderReduceOuter(const Kernel& k) {
     const KValue& v = *k.value;
-    if (v.kind != KValue::Kind::Reduce || k.vars.empty() || !k.extents.back().IsConst() ||
-        k.extents.back().value() > 256 || k.extents.back().value() < 2 || !IsFloat(v.dtype))
+    if (v.kind != KValue::Kind::Reduce || k.vars.empty() || !k.out_gathers.empty() ||
+        !k.extents.back().IsConst() || k.extents.back().value() > 256 || k.extents.back().value() < 2 ||
+        !IsFloat(v.dtype))
       return "";
     Reset();
     std::string body_stmts;
@@ -76,6 +78,7 @@ class CppKernelRenderer : public CKernelRenderer {
          << ";\n";
     std::set<int> used;
     CollectLoads(k.value, &used);
+    for (const GatherBinding& gb : k.out_gathers) CollectLoads(gb.value, &used);
     used.insert(k.out_buffer);
     // A kernel that maps elements may get its output in the bytes of an input (the arena writes in place),
     // so its pointers may alias: no __restrict there (its loop is vectorized by `omp simd` anyway).

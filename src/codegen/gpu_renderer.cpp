@@ -99,6 +99,11 @@ class GpuKernelRenderer : public CKernelRenderer {
     CollectSymbols(k.value, &used_);
     plan->buffers = {k.out_buffer};
     CollectBuffers(k.value, &plan->buffers);
+    for (const GatherBinding& gb : k.out_gathers) {
+      gb.limit.CollectSymbols(&used_);
+      CollectSymbols(gb.value, &used_);
+      CollectBuffers(gb.value, &plan->buffers);
+    }
     arg_.clear();
     for (size_t a = 0; a < plan->buffers.size(); ++a) arg_[plan->buffers[a]] = "a" + std::to_string(a);
 
@@ -127,8 +132,9 @@ class GpuKernelRenderer : public CKernelRenderer {
     Unravel("e", k.vars, k.extents, ind, body);
     std::string stmts;
     std::string value = Value(k.value, &stmts, ind);
+    const std::string at = k.out_index.Render(SymFn(&k.out_gathers, &stmts, ind));
     body << stmts;
-    std::string store = Store(k.out_buffer, k.out_index.Render(SymFn()), value, k.value->dtype);
+    std::string store = Store(k.out_buffer, at, value, k.value->dtype);
     body << ind << (coop_ ? "if (prism_lid == 0) " : "") << store << "\n";
     body << "  }\n}\n";
 

@@ -138,7 +138,7 @@ std::vector<bool> ChooseRealized(const Graph& g, const FusionOptions& opts, cons
   std::vector<bool> needed(n, false);
   for (NodeId i = n; i-- > 0;) {
     const Op op = g.node(i).op;
-    needed[i] = needed[i] || is_output[i] || op == Op::StateWrite || IsLeafBuffer(op);
+    needed[i] = needed[i] || is_output[i] || WritesState(op) || IsLeafBuffer(op);
     if (needed[i])
       for (NodeId x : g.node(i).inputs) needed[x] = true;
   }
@@ -152,8 +152,7 @@ std::vector<bool> ChooseRealized(const Graph& g, const FusionOptions& opts, cons
     for (NodeId x : nd.inputs)
       if (!realized[x]) c += cost[x];
     bool r = false;
-    if (IsLeafBuffer(nd.op) || nd.op == Op::StateWrite || is_output[i] || forced.count(i) ||
-        template_side[i]) {
+    if (IsLeafBuffer(nd.op) || WritesState(nd.op) || is_output[i] || forced.count(i) || template_side[i]) {
       r = true;
     } else if (nd.op == Op::Constant || nd.op == Op::Iota || IsMovement(nd.op)) {
       r = false;

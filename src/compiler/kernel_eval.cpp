@@ -33,7 +33,6 @@ class Evaluator {
 
   SymbolBindings& env() { return env_; }
 
- private:
   void BindGathers(const std::vector<GatherBinding>& gathers) {
     for (const GatherBinding& gb : gathers) {
       int64_t limit = gb.limit.Eval(env_);
@@ -41,6 +40,7 @@ class Evaluator {
     }
   }
 
+ private:
   double Reduce(const KValue& v, size_t axis) {
     if (axis == v.rvars.size()) return Value(v.args[0]);
     bool is_sum = v.op == Op::SumReduce;
@@ -91,6 +91,7 @@ KernelElement EvalKernelElement(const KernelProgram& p, const Kernel& k, int64_t
     flat = ext[a] ? flat / ext[a] : 0;
   }
   KernelElement out;
+  ev.BindGathers(k.out_gathers);
   out.out_index = k.out_index.Eval(ev.env());
   out.value = ev.Value(k.value);
   if (k.gemm && k.gemm->epilogue && k.value->op == Op::Mul)

@@ -65,11 +65,7 @@ class Hasher {
     Mix((uint64_t)v->kind);
     Mix((uint64_t)v->dtype);
     Mix((uint64_t)v->gathers.size());
-    for (const GatherBinding& gb : v->gathers) {
-      gathers_.emplace(gb.sym, (int)gathers_.size());
-      Value(gb.value);
-      Expression(gb.limit);
-    }
+    for (const GatherBinding& gb : v->gathers) Bind(gb);
     switch (v->kind) {
       case KValue::Kind::Load:
         Buffer(v->buffer);
@@ -88,6 +84,12 @@ class Hasher {
     }
     Mix((uint64_t)v->args.size());
     for (const KValuePtr& a : v->args) Value(a);
+  }
+
+  void Bind(const GatherBinding& gb) {
+    gathers_.emplace(gb.sym, (int)gathers_.size());
+    Value(gb.value);
+    Expression(gb.limit);
   }
 
   std::string Hex() const {
@@ -114,6 +116,10 @@ std::string KernelStructuralHash(const KernelProgram& p, const Kernel& k) {
     h.Expression(k.extents[i]);
   }
   h.Value(k.value);
+  if (!k.out_gathers.empty()) {  // a scatter (absent elsewhere, so other kernels' keys are unchanged)
+    h.Mix((uint64_t)k.out_gathers.size());
+    for (const GatherBinding& gb : k.out_gathers) h.Bind(gb);
+  }
   h.Expression(k.out_index);  // after the value: its gather symbols are bound
   h.Expression(k.reduce_size);
   h.Mix((uint64_t)k.gemm.has_value());

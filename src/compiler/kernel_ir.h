@@ -79,7 +79,8 @@ struct Kernel {
   int out_buffer;
   std::vector<std::string> vars;  // output loop variables, outermost first
   std::vector<Expr> extents;
-  Expr out_index;  // where the value is stored (linear element index)
+  Expr out_index;                          // where the value is stored (linear element index)
+  std::vector<GatherBinding> out_gathers;  // data-dependent symbols out_index uses (a StateScatter's rows)
   KValuePtr value;
   NodeId root;                // the graph node this kernel realizes
   std::vector<NodeId> fused;  // graph nodes computed inside this kernel (for reports)
@@ -130,6 +131,7 @@ inline void CollectLoads(const KValuePtr& v, std::set<int>* out) {
 inline std::set<int> KernelReads(const Kernel& k) {
   std::set<int> reads;
   CollectLoads(k.value, &reads);
+  for (const GatherBinding& gb : k.out_gathers) CollectLoads(gb.value, &reads);
   if (k.gemm) reads.insert({k.gemm->a_buffer, k.gemm->w_buffer});
   if (k.attention) reads.insert({k.attention->q_buffer, k.attention->k_buffer, k.attention->v_buffer});
   return reads;

@@ -41,7 +41,7 @@ class KernelLowerer {
     active_.clear();
     rcount_ = 0;
     gcount_ = 0;
-    const bool state_write = rn.op == Op::StateWrite;
+    const bool state_write = WritesState(rn.op);
     const std::vector<Expr>& loop_shape = state_write ? g_.node(rn.inputs[1]).shape : rn.shape;
     std::vector<Expr> idx;
     for (size_t a = 0; a < loop_shape.size(); ++a) {
@@ -53,7 +53,16 @@ class KernelLowerer {
     }
     for (size_t a = 0; a < loop_shape.size(); ++a)
       if (!loop_shape[a].IsConst(1)) active_.push_back(k.vars[a]);
-    if (state_write) {
+    if (rn.op == Op::StateScatter) {
+      // Row i0 goes to row index[i0]: a data-dependent store index, bound like a Gather's.
+      const std::string sym = "g" + std::to_string(gcount_++);
+      AddRange(sym, rn.shape[0]);
+      std::vector<Expr> dst = idx;
+      dst[0] = Expr::Sym(sym);
+      k.out_gathers.push_back({sym, Lower(rn.inputs[2], {idx[0]}), rn.shape[0]});
+      k.out_index = Simplify(LinearIndex(rn.shape, dst), ranges_);
+      k.value = Lower(rn.inputs[1], idx);
+    } else if (state_write) {
       std::vector<Expr> dst = idx;
       dst[rn.axes[0]] = dst[rn.axes[0]] + rn.args[0];
       k.out_index = Simplify(LinearIndex(rn.shape, dst), ranges_);
@@ -209,7 +218,8 @@ class KernelLowerer {
         active_.resize(saved);
         return Make(std::move(v));
       }
-      case Op::StateWrite: throw Error("internal: StateWrite " + g_.Describe(n) + " must be realized");
+      case Op::StateWrite:
+      case Op::StateScatter: throw Error("internal: state write " + g_.Describe(n) + " must be realized");
       case Op::Input:
       case Op::Weight:
       case Op::State: return LoadBuffer(n, idx);
@@ -299,7 +309,7 @@ KernelProgram BuildKernelProgram(const Graph& g, const FusionOptions& opts) {
       const Node& nd = g.node(i);
       if (!realized[i]) continue;
       p.realized.push_back(i);
-      if (nd.op == Op::StateWrite) {
+      if (WritesState(nd.op)) {
         buffer_of[i] = buffer_of[nd.inputs[0]];
         continue;
       }

@@ -197,4 +197,41 @@ Tensor CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const 
   return out.permute({2, 0, 1, 3}).reshape({seq, hq * d}).cast(q.dtype());
 }
 
+Tensor PagedAttention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_pool,
+                      const Tensor& v_pool, const Tensor& slots, const Tensor& table, const Tensor& positions,
+                      int64_t block, double scale) {
+  Graph* g = q.graph();
+  Expr seq = q.dim(0), hq = q.dim(1), d = q.dim(2), hkv = k.dim(1), nblocks = table.dim(1);
+  if (!hq.IsConst() || !hkv.IsConst() || hq.value() % hkv.value())
+    throw Error("attention: query heads " + hq.str() + " must be a multiple of key/value heads " + hkv.str());
+  if (block < 1 || table.rank() != 2 || positions.rank() != 1)
+    throw Error("paged attention: table " + g->Describe(table.id()) +
+                " must be [tokens, blocks], positions " + g->Describe(positions.id()) +
+                " [tokens], block size " + std::to_string(block) + " >= 1");
+  const int64_t group = hq.value() / hkv.value();
+  Tensor kp{g, g->StateScatter(k_pool.id(), k.cast(k_pool.dtype()).id(), slots.id())};
+  Tensor vp{g, g->StateScatter(v_pool.id(), v.cast(v_pool.dtype()).id(), slots.id())};
+  // Pool row of key j for token i: table[i, j / block] * block + j % block, over j < nblocks * block.
+  const Expr ctx = nblocks * Expr(block);
+  std::vector<Expr> rshape = {seq, nblocks, Expr(block)};
+  Tensor base =
+      table.reshape({seq, nblocks, Expr(1)}).expand(rshape) * Full(g, (double)block, rshape, DType::I32);
+  Tensor rows = (base + Tensor{g, g->Iota(rshape, 2, DType::I32)}).reshape({seq, ctx});
+  auto gathered = [&](const Tensor& pool) {  // [T, ctx, Hkv, D] in f32
+    Tensor flat = pool.reshape({pool.dim(0), hkv * d});
+    return Embedding(flat, rows).reshape({seq, ctx, hkv, d}).cast(DType::F32);
+  };
+  Tensor keys = gathered(kp), vals = gathered(vp);
+  Tensor qg = q.cast(DType::F32).reshape({seq, hkv, Expr(group), d});  // [T, Hkv, G, D]
+  Tensor scores = Matmul(qg, keys.permute({0, 2, 3, 1})) * scale;      // [T, Hkv, G, ctx]
+  std::vector<Expr> sshape = {seq, hkv, Expr(group), ctx};
+  Tensor j{g, g->Iota(sshape, 3, DType::I32)};
+  Tensor limit =
+      positions.reshape({seq, Expr(1), Expr(1), Expr(1)}).expand(sshape) + Full(g, 1, sshape, DType::I32);
+  Tensor masked = Where(Less(j, limit), scores, Full(g, -INFINITY, sshape));
+  Tensor p = Softmax(masked, -1);
+  Tensor out = Matmul(p, vals.permute({0, 2, 1, 3}));  // [T, Hkv, G, D]
+  return out.reshape({seq, hq * d}).cast(q.dtype());
+}
+
 }  // namespace prism

@@ -43,4 +43,14 @@ Tensor RopeInvFreq(Graph* g, int64_t head_dim, double theta, const RopeScaling& 
 Tensor CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
                        const Tensor& v_cache, const Expr& past, double scale);
 
+// Attention of a ragged batch through a paged KV cache: the tokens of many sequences in one step, each
+// with its own position. q [T, Hq, D]; k, v [T, Hkv, D]; k_pool, v_pool are State tensors
+// [blocks * block, Hkv, D]. Token i writes its key and value at pool row slots[i] and attends to keys
+// 0 ..= positions[i] of its sequence, key j living at row table[i, j / block] * block + j % block
+// (table [T, nblocks] i32: the block table of token i's sequence, padded with any valid block).
+// Returns [T, Hq * D].
+Tensor PagedAttention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_pool,
+                      const Tensor& v_pool, const Tensor& slots, const Tensor& table, const Tensor& positions,
+                      int64_t block, double scale);
+
 }  // namespace prism

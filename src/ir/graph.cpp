@@ -14,7 +14,7 @@ std::string_view OpName(Op op) {
   static const char* names[] = {"Input", "Weight", "Constant", "Iota", "State", "Exp2", "Log2", "Sin",
                                 "Sqrt", "Recip", "Cast", "Add", "Mul", "Mod", "LessThan", "Max", "Where",
                                 "SumReduce", "MaxReduce", "Gather", "Reshape", "Permute", "Expand",
-                                "Slice", "Pad", "StateWrite"};
+                                "Slice", "Pad", "StateWrite", "StateScatter"};
   return names[(int)op];
 }
 
@@ -23,6 +23,7 @@ bool IsBinary(Op op) { return op >= Op::Add && op <= Op::Max; }
 bool IsReduce(Op op) { return op == Op::SumReduce || op == Op::MaxReduce; }
 bool IsMovement(Op op) { return op >= Op::Reshape && op <= Op::Pad; }
 bool IsElementwise(Op op) { return IsUnary(op) || IsBinary(op) || op == Op::Where; }
+bool WritesState(Op op) { return op == Op::StateWrite || op == Op::StateScatter; }
 
 DType PromoteTypes(DType a, DType b) {
   if (a == b) return a;
@@ -321,7 +322,7 @@ NodeId Graph::StateWrite(NodeId state, NodeId value, int64_t axis, Expr offset) 
   Check(state, "StateWrite");
   Check(value, "StateWrite");
   const Node &s = nodes_[state], &v = nodes_[value];
-  if (s.op != Op::State && s.op != Op::StateWrite)
+  if (s.op != Op::State && !WritesState(s.op))
     throw Error("StateWrite: target " + Describe(state) + " is not a state buffer");
   if (s.shape.size() != v.shape.size() || axis < 0 || axis >= (int64_t)s.shape.size())
     throw Error("StateWrite: value " + Describe(value) + " does not fit state " + Describe(state));
@@ -330,6 +331,22 @@ NodeId Graph::StateWrite(NodeId state, NodeId value, int64_t axis, Expr offset) 
       throw Error("StateWrite: value " + Describe(value) + " differs from state " + Describe(state) +
                   " on axis " + std::to_string(i));
   return Add(Node{Op::StateWrite, s.dtype, s.shape, {state, value}, s.name, 0, {axis}, {offset}});
+}
+
+NodeId Graph::StateScatter(NodeId state, NodeId value, NodeId index) {
+  Check(state, "StateScatter");
+  Check(value, "StateScatter");
+  Check(index, "StateScatter");
+  const Node &s = nodes_[state], &v = nodes_[value], &ix = nodes_[index];
+  if (s.op != Op::State && !WritesState(s.op))
+    throw Error("StateScatter: target " + Describe(state) + " is not a state buffer");
+  if (!IsInteger(ix.dtype) || ix.shape.size() != 1 || v.shape.empty() || ix.shape[0] != v.shape[0])
+    throw Error("StateScatter: index " + Describe(index) + " must be an integer vector of value " +
+                Describe(value) + "'s rows");
+  if (s.shape.size() != v.shape.size() || !std::equal(s.shape.begin() + 1, s.shape.end(), v.shape.begin() + 1))
+    throw Error("StateScatter: rows of value " + Describe(value) + " differ from rows of state " +
+                Describe(state));
+  return Add(Node{Op::StateScatter, s.dtype, s.shape, {state, value, index}, s.name, 0, {0}, {}});
 }
 
 void Graph::MarkOutput(NodeId id, const std::string& name) {

@@ -33,6 +33,8 @@ enum class Op : uint8_t {
   Reshape, Permute, Expand, Slice, Pad,
   // Writes a value into a state buffer in place at a symbolic offset along one axis
   StateWrite,
+  // Writes row i of a value to row index[i] of a state buffer (axis 0): a paged KV cache's slots
+  StateScatter,
 };
 
 std::string_view OpName(Op op);
@@ -41,6 +43,7 @@ bool IsBinary(Op op);
 bool IsReduce(Op op);
 bool IsMovement(Op op);
 bool IsElementwise(Op op);  // unary, binary, where, cast
+bool WritesState(Op op);    // StateWrite, StateScatter: the node is its state buffer after the write
 
 using NodeId = int32_t;
 
@@ -84,6 +87,9 @@ class Graph {
   NodeId Slice(NodeId x, std::vector<Expr> starts, std::vector<Expr> sizes, std::vector<Expr> steps = {});
   NodeId Pad(NodeId x, std::vector<Expr> before, std::vector<Expr> after);  // zero padding
   NodeId StateWrite(NodeId state, NodeId value, int64_t axis, Expr offset);
+  // state[index[i], ...] = value[i, ...] for every row i of value; index is an integer [rows of value].
+  // Indices outside the state clamp to its first or last row (as Gather's do): callers validate them.
+  NodeId StateScatter(NodeId state, NodeId value, NodeId index);
   void MarkOutput(NodeId id, const std::string& name);
 
   const Node& node(NodeId id) const { return nodes_.at(id); }

@@ -195,6 +195,17 @@ std::vector<HostTensor> Interpreter::Run(const std::map<std::string, HostTensor>
         state_[nd.name] = out;
         break;
       }
+      case Op::StateScatter: {
+        out = in(0);
+        const Shape& vs = in_shape(1);
+        const int64_t row = Numel(vs) / std::max<int64_t>(vs[0], 1);
+        for (int64_t i = 0; i < vs[0]; ++i) {
+          const int64_t dst = std::clamp((int64_t)in(2)[i], int64_t{0}, shape[0] - 1);
+          for (int64_t e = 0; e < row; ++e) out[dst * row + e] = RoundToDType(in(1)[i * row + e], nd.dtype);
+        }
+        state_[nd.name] = out;
+        break;
+      }
     }
     if (nd.op != Op::Weight && nd.op != Op::Input)
       for (double& v : out) v = RoundToDType(v, nd.dtype);

@@ -76,8 +76,7 @@ Tensor Gpt2Layer(LmBuilder& b, const std::string& prefix, int64_t l, Tensor h) {
   Tensor q = qkv.slice(1, 0, Expr(d)).reshape({seq, Expr(nh), Expr(hd)});
   Tensor k = qkv.slice(1, Expr(d), Expr(d)).reshape({seq, Expr(nh), Expr(hd)});
   Tensor v = qkv.slice(1, Expr(2 * d), Expr(d)).reshape({seq, Expr(nh), Expr(hd)});
-  Tensor a = CausalAttention(q, k, v, b.KvCache("k_cache", l, nh), b.KvCache("v_cache", l, nh), b.past(),
-                             1.0 / std::sqrt((double)hd));
+  Tensor a = b.Attention(q, k, v, l, 1.0 / std::sqrt((double)hd));
   h = h + Conv1D(b, a, p + "attn.c_proj", d, d);
   x = LayerNorm(h, b.W(p + "ln_2.weight", {d}), b.W(p + "ln_2.bias", {d}), cfg.norm_eps);
   const int64_t f = cfg.intermediate_size;

@@ -84,8 +84,7 @@ Tensor LlamaLayer(LmBuilder& b, int64_t l, Tensor h, const Tensor& inv_freq) {
   RopeStyle style = cfg.rope_interleaved ? RopeStyle::Interleaved : RopeStyle::HalfSplit;
   q = Rope(q, b.positions(), inv_freq, style);
   k = Rope(k, b.positions(), inv_freq, style);
-  Tensor a = CausalAttention(q, k, v, b.KvCache("k_cache", l, nkv), b.KvCache("v_cache", l, nkv), b.past(),
-                             1.0 / std::sqrt((double)hd));
+  Tensor a = b.Attention(q, k, v, l, 1.0 / std::sqrt((double)hd));
   h = h + b.Proj(a, p + "self_attn.o_proj", d, nh * hd, false);
   x = RmsNorm(h, b.W(p + "post_attention_layernorm.weight", {d}), cfg.norm_eps);
   const int64_t f = cfg.intermediate_size;

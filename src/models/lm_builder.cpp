@@ -18,7 +18,15 @@ LmBuilder::LmBuilder(Graph* g, const ModelConfig& cfg, const WeightLookup& w, co
     : g_(g), cfg_(cfg), lookup_(w), opts_(o), past_(Expr::Sym("past")) {
   const Expr seq = Expr::Sym("seq");
   tokens_ = Tensor{g_, g_->Input("tokens", DType::I32, {seq})};
-  pos_ = Arange(g_, seq) + BroadcastTo(ExprValue(g_, past_), {seq});
+  if (!paged()) {
+    pos_ = Arange(g_, seq) + BroadcastTo(ExprValue(g_, past_), {seq});
+    return;
+  }
+  if (opts_.kv_blocks < 1) throw Error("batched step: the KV pool needs at least one block");
+  pos_ = Tensor{g_, g_->Input("positions", DType::I32, {seq})};
+  slots_ = Tensor{g_, g_->Input("slots", DType::I32, {seq})};
+  table_ = Tensor{g_, g_->Input("block_table", DType::I32, {seq, Expr::Sym("blocks")})};
+  logit_rows_ = Tensor{g_, g_->Input("logit_rows", DType::I32, {Expr::Sym("rows")})};
 }
 
 Tensor LmBuilder::W(const std::string& name, std::vector<int64_t> shape) {
@@ -47,11 +55,20 @@ Tensor LmBuilder::Activation(const Tensor& x) {
 }
 
 Tensor LmBuilder::KvCache(const std::string& kind, int64_t l, int64_t heads) {
+  const int64_t rows = paged() ? opts_.kv_blocks * opts_.kv_block : opts_.max_context;
   return {g_, g_->State(kind + "." + std::to_string(l), DType::F32,
-                        {Expr(opts_.max_context), Expr(heads), Expr(cfg_.head_dim)})};
+                        {Expr(rows), Expr(heads), Expr(cfg_.head_dim)})};
+}
+
+Tensor LmBuilder::Attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t l, double scale) {
+  const int64_t nkv = k.dim(1).value();
+  Tensor kc = KvCache("k_cache", l, nkv), vc = KvCache("v_cache", l, nkv);
+  if (paged()) return PagedAttention(q, k, v, kc, vc, slots_, table_, pos_, opts_.kv_block, scale);
+  return CausalAttention(q, k, v, kc, vc, past_, scale);
 }
 
 Tensor LmBuilder::LastOrAll(const Tensor& h) {
+  if (paged()) return Embedding(h, logit_rows_);
   if (opts_.all_logits) return h;
   return h.slice(0, h.dim(0) - Expr(1), Expr(1));
 }

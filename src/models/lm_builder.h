@@ -1,5 +1,9 @@
 // What every family's graph is built with: its weights by name (shape-checked against the config), the
-// step's inputs ("tokens", positions from "past"), the KV cache, and the logits output.
+// step's inputs ("tokens", positions from "past"), the KV cache, attention, and the logits output.
+//
+// A batched step (LmGraphOptions::kv_block > 0) runs the tokens of many sequences: inputs "tokens",
+// "positions", "slots" (each token's KV pool row) [seq] i32, "block_table" [seq, blocks] i32 (each token's
+// sequence's blocks) and "logit_rows" [rows] i32 (the tokens whose logits come out, [rows, vocab]).
 #pragma once
 
 #include <string>
@@ -17,8 +21,8 @@ class LmBuilder {
   const ModelConfig& cfg() const { return cfg_; }
   const LmGraphOptions& opts() const { return opts_; }
   const Tensor& tokens() const { return tokens_; }  // [seq] i32
-  const Tensor& positions() const { return pos_; }  // past + [0, seq)
-  const Expr& past() const { return past_; }
+  const Tensor& positions() const { return pos_; }  // past + [0, seq), or the "positions" input
+  bool paged() const { return opts_.kv_block > 0; }
 
   // A required weight with the expected shape (a one-line error naming it and both shapes otherwise).
   Tensor W(const std::string& name, std::vector<int64_t> shape);
@@ -28,6 +32,8 @@ class LmBuilder {
   Tensor Activation(const Tensor& x);  // cfg().hidden_act
   // Layer l's cache of `kind` ("k_cache", "v_cache"): state [max_context, heads, head_dim].
   Tensor KvCache(const std::string& kind, int64_t l, int64_t heads);
+  // Layer l's causal attention (q [seq, Hq, D], k and v [seq, Hkv, D]) over its KV cache: [seq, Hq * D].
+  Tensor Attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t l, double scale);
   Tensor LastOrAll(const Tensor& h);  // the last position only, unless every position's logits are wanted
   void Logits(const Tensor& logits);  // marks the graph's output "logits" (f32)
 
@@ -36,7 +42,7 @@ class LmBuilder {
   const ModelConfig& cfg_;
   const WeightLookup& lookup_;
   const LmGraphOptions& opts_;
-  Tensor tokens_, pos_;
+  Tensor tokens_, pos_, slots_, table_, logit_rows_;
   Expr past_;
 };
 

@@ -24,6 +24,9 @@ struct LmGraphOptions {
   bool all_logits = false;     // logits for every position (perplexity) or only the last (generation)
   // GPT-2 Conv1D weights are [in, out] in Hugging Face files and [out, in] in GGUF files.
   bool conv1d_transposed = false;
+  // > 0: a batched step over a paged KV cache of kv_blocks blocks of kv_block tokens (LmBuilder says
+  // what it takes); 0: one sequence with its cache of max_context tokens.
+  int64_t kv_block = 0, kv_blocks = 0;
 };
 
 // The graph of one step: input "tokens" [seq] (i32), symbol "past" = tokens already in the

@@ -28,6 +28,7 @@ std::unique_ptr<LanguageModel> LanguageModel::Load(const std::string& path, cons
   lm->threads_ = opts.threads;
   lm->search_busy_limit_ = opts.search_busy_limit;
   lm->graph_replay_ = opts.gpu_graphs;
+  lm->SetBatching(opts);
   lm->step_ = lm->CompileStep(false);
   // Schedules from the tuning database (and a search within the budget, if one was given).
   lm->Tune(std::max(0.0, opts.search_budget));
@@ -46,6 +47,13 @@ nlohmann::json LanguageModel::Tune(
   so.busy_limit = search_busy_limit_;
   so.progress = progress;
   int64_t prefill = std::min<int64_t>(128, std::max<int64_t>(2, max_context_ / 2));
+  if (kv_block_ > 0) {  // batched: the same buckets, the context as blocks, one row of logits
+    auto blocks = [&](int64_t n) { return std::min<int64_t>((n + kv_block_ - 1) / kv_block_, kv_blocks_); };
+    so.buckets = {
+        {"decode", {{"seq", 1}, {"blocks", blocks(std::min<int64_t>(max_context_, 65))}, {"rows", 1}}},
+        {"prefill", {{"seq", prefill}, {"blocks", blocks(prefill)}, {"rows", 1}}}};
+    return SearchSchedules(*step_, so);
+  }
   so.buckets = {{"decode", {{"seq", 1}, {"past", std::min<int64_t>(max_context_ - 1, 64)}}},
                 {"prefill", {{"seq", prefill}, {"past", 0}}}};
   // Long prompts: attention searched again at 512 (or the context), the rest as in "prefill".
@@ -95,7 +103,13 @@ std::unique_ptr<LanguageModel> LanguageModel::LoadArtifact(const std::string& di
   lm->threads_ = opts.threads;
   lm->search_busy_limit_ = opts.search_busy_limit;
   lm->graph_replay_ = opts.gpu_graphs;
-  lm->step_ = lm->CompileStep(false, dir);
+  lm->SetBatching(opts);
+  if (lm->kv_block_ > 0) {  // the artifact holds the one-sequence step: compile the batched one
+    lm->step_ = lm->CompileStep(false);
+    lm->Tune(0);
+  } else {
+    lm->step_ = lm->CompileStep(false, dir);
+  }
   lm->compile_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return lm;
 }
@@ -105,6 +119,8 @@ Graph LanguageModel::StepGraph(bool all_logits) const {
   go.max_context = max_context_;
   go.all_logits = all_logits;
   go.conv1d_transposed = files_.conv1d_transposed;
+  go.kv_block = kv_block_;
+  go.kv_blocks = kv_blocks_;
   return BuildCausalLM(files_.config, files_.Lookup(), go);
 }
 
@@ -125,7 +141,7 @@ std::unique_ptr<Executable> LanguageModel::CompileStep(bool all_logits,
   return exe;
 }
 
-void LanguageModel::CheckTokens(const std::vector<int32_t>& tokens, int64_t past) const {
+void LanguageModel::CheckTokens(std::span<const int32_t> tokens, int64_t past) const {
   if (tokens.empty()) throw Error("forward: no tokens");
   for (int32_t t : tokens)
     if (t < 0 || t >= files_.config.vocab_size)
@@ -136,7 +152,64 @@ void LanguageModel::CheckTokens(const std::vector<int32_t>& tokens, int64_t past
                 " tokens exceed " + std::to_string(max_context_) + " (raise --ctx)");
 }
 
+void LanguageModel::SetBatching(const LoadOptions& opts) {
+  if (opts.kv_block <= 0) return;
+  if (opts.kv_blocks < 1)
+    throw Error("batched model: the KV pool needs at least one block of " + std::to_string(opts.kv_block) +
+                " tokens");
+  kv_block_ = opts.kv_block;
+  kv_blocks_ = opts.kv_blocks;
+}
+
+std::vector<std::vector<float>> LanguageModel::StepBatch(const std::vector<BatchPiece>& pieces) {
+  if (kv_block_ <= 0)
+    throw Error("StepBatch: the model was loaded for one sequence (set LoadOptions::kv_block)");
+  if (pieces.empty()) throw Error("StepBatch: no pieces");
+  const int64_t b = kv_block_;
+  int64_t n = 0, width = 1;
+  for (const BatchPiece& p : pieces) {
+    CheckTokens(p.tokens, p.position);
+    const int64_t need = (p.position + (int64_t)p.tokens.size() + b - 1) / b;
+    if ((int64_t)p.blocks.size() < need)
+      throw Error("StepBatch: positions up to " + std::to_string(p.position + p.tokens.size()) + " need " +
+                  std::to_string(need) + " blocks, the piece has " + std::to_string(p.blocks.size()));
+    for (int32_t blk : p.blocks)
+      if (blk < 0 || blk >= kv_blocks_)
+        throw Error("StepBatch: block " + std::to_string(blk) + " outside the pool [0, " +
+                    std::to_string(kv_blocks_) + ")");
+    n += (int64_t)p.tokens.size();
+    width = std::max(width, need);
+  }
+  std::vector<int32_t> tokens, positions, slots, table, rows;
+  tokens.reserve(n), positions.reserve(n), slots.reserve(n), table.reserve(n * width);
+  for (const BatchPiece& p : pieces) {
+    for (size_t i = 0; i < p.tokens.size(); ++i) {
+      const int64_t pos = p.position + (int64_t)i;
+      tokens.push_back(p.tokens[i]);
+      positions.push_back((int32_t)pos);
+      slots.push_back((int32_t)(p.blocks[pos / b] * b + pos % b));
+      // The sequence's blocks, padded with its first (masked: past this token's position).
+      for (int64_t j = 0; j < width; ++j)
+        table.push_back(j < (int64_t)p.blocks.size() ? p.blocks[j] : p.blocks[0]);
+    }
+    if (p.logits) rows.push_back((int32_t)tokens.size() - 1);
+  }
+  const size_t wanted = rows.size();
+  if (rows.empty()) rows.push_back(0);  // the graph computes at least one row; dropped below
+  std::map<std::string, HostTensor> in{{"tokens", HostTensor::FromInts({n}, tokens)},
+                                       {"positions", HostTensor::FromInts({n}, positions)},
+                                       {"slots", HostTensor::FromInts({n}, slots)},
+                                       {"block_table", HostTensor::FromInts({n, width}, table)},
+                                       {"logit_rows", HostTensor::FromInts({(int64_t)rows.size()}, rows)}};
+  std::vector<float> all = step_->Run(in)[0].ToFloats();
+  const size_t vocab = (size_t)files_.config.vocab_size;
+  std::vector<std::vector<float>> out(wanted);
+  for (size_t r = 0; r < wanted; ++r) out[r].assign(all.begin() + r * vocab, all.begin() + (r + 1) * vocab);
+  return out;
+}
+
 std::vector<float> LanguageModel::Forward(const std::vector<int32_t>& tokens) {
+  if (kv_block_ > 0) throw Error("forward: a batched model steps sequences with StepBatch");
   CheckTokens(tokens, past_);
   std::map<std::string, HostTensor> in{{"tokens", HostTensor::FromInts({(int64_t)tokens.size()}, tokens)}};
   std::vector<float> logits = step_->Run(in, {{"past", past_}})[0].ToFloats();
@@ -150,6 +223,7 @@ void LanguageModel::Reset() {
 }
 
 std::vector<float> LanguageModel::ForwardAll(const std::vector<int32_t>& tokens) {
+  if (kv_block_ > 0) throw Error("forward: a batched model steps sequences with StepBatch");
   CheckTokens(tokens, 0);
   if (!all_) all_ = CompileStep(true);
   all_->ResetState();

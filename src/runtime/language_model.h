@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,19 @@ struct LoadOptions {
   // Search decisions timed while other processes used more than this fraction of the CPU time are
   // used for this compile but not saved to the tuning database.
   double search_busy_limit = 0.2;
+  // > 0: the model steps many sequences at once (StepBatch) over a paged KV cache of kv_blocks blocks
+  // of kv_block tokens each; Forward and ForwardAll are then unavailable.
+  int64_t kv_block = 0, kv_blocks = 0;
+};
+
+// A run of one sequence's tokens in a batched step: tokens[i] sits at position `position + i`; the
+// sequence's KV lives in `blocks` (position p at row blocks[p / kv_block] * kv_block + p % kv_block),
+// which must cover every position up to the last token's.
+struct BatchPiece {
+  std::span<const int32_t> tokens;
+  int64_t position = 0;
+  std::span<const int32_t> blocks;
+  bool logits = false;  // the last token's logits are wanted
 };
 
 // The tuning database shared by every compile on this machine: KernelCacheDir()/tuning.json.
@@ -57,6 +71,12 @@ class LanguageModel {
                 ", which compiles it to another kind of program");
   }
 
+  int64_t kv_block() const { return kv_block_; }  // > 0: a batched model (LoadOptions::kv_block)
+  int64_t kv_blocks() const { return kv_blocks_; }
+  // One batched step over the pieces of many sequences (a batched model only): writes their keys and
+  // values into the pool and returns the logits ([vocab] each) of the pieces that want them, in order.
+  std::vector<std::vector<float>> StepBatch(const std::vector<BatchPiece>& pieces);
+
   // Appends tokens to the KV cache; returns the logits of the last one ([vocab]).
   std::vector<float> Forward(const std::vector<int32_t>& tokens);
   void Reset();
@@ -80,7 +100,8 @@ class LanguageModel {
   Graph StepGraph(bool all_logits) const;
   // Compiles the step graph (or the all-logits one) on the device and binds its weights.
   std::unique_ptr<Executable> CompileStep(bool all_logits, const std::string& artifact_dir = "") const;
-  void CheckTokens(const std::vector<int32_t>& tokens, int64_t past) const;
+  void CheckTokens(std::span<const int32_t> tokens, int64_t past) const;
+  void SetBatching(const LoadOptions& opts);
 
   std::string path_, tokenizer_path_;
   double compile_seconds_ = 0;
@@ -92,6 +113,7 @@ class LanguageModel {
   std::shared_ptr<Device> device_;
   std::unique_ptr<Executable> step_, all_;  // the step program, and the all-logits one (made on first use)
   int64_t past_ = 0;
+  int64_t kv_block_ = 0, kv_blocks_ = 0;
 };
 
 }  // namespace prism
