@@ -25,6 +25,9 @@ Runner AddServeCommand(CLI::App& app) {
     int port = 8080, threads = 0;
     int64_t ctx = 0;
     size_t max_queue = 64, max_body = 1 << 20;
+    int parallel = 32;
+    int64_t step_tokens = 256, kv_block = 16;
+    double kv_memory_mb = 1024;
     double idle_unload = 0, memory_budget_mb = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -51,6 +54,20 @@ Runner AddServeCommand(CLI::App& app) {
   cmd->add_option("--max-body", o->max_body, "largest request body in bytes; larger get 413")
       ->capture_default_str();
   cmd->add_option("--ctx", o->ctx, "context size in tokens");
+  cmd->add_option("--parallel", o->parallel, "sequences decoded together in one step, at most")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--step-tokens", o->step_tokens,
+                  "tokens in one step, at most (prompts longer than this are prefilled in chunks)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-memory", o->kv_memory_mb,
+                  "MiB of KV cache per model (at most what --parallel full contexts need)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-block", o->kv_block, "tokens per KV cache block")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file (llama2.c checkpoints)");
   AddDeviceOption(cmd, o->device);
@@ -78,8 +95,11 @@ Runner AddServeCommand(CLI::App& app) {
     HttpServer server(so, models, po, [o](const ModelSpec& m, Metrics* metrics) {
       LoadOptions lo{o->tokenizer, o->ctx, o->threads};
       lo.device = o->device;
-      return std::make_unique<Engine>(m.name, LanguageModel::Load(m.path, lo), EngineOptions{o->max_queue},
-                                      metrics);
+      lo.kv_block = o->kv_block;
+      lo.kv_memory_bytes = (int64_t)(o->kv_memory_mb * 1024 * 1024);
+      lo.kv_sequences = o->parallel;
+      EngineOptions eo{o->max_queue, {o->step_tokens, o->parallel}};
+      return std::make_unique<Engine>(m.name, LanguageModel::Load(m.path, lo), eo, metrics);
     });
     server.OnListening([&](int port) {
       std::string names;

@@ -6,7 +6,6 @@
 #include <cmath>
 
 #include "ir/error.h"
-#include "sampling/stop_strings.h"
 
 namespace prism {
 
@@ -14,7 +13,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-TokenLogprob LogprobOf(const std::vector<float>& logits, int32_t id, int top) {
+TokenLogprob LogprobOf(std::span<const float> logits, int32_t id, int top) {
   float max = -INFINITY;
   for (float v : logits) max = std::max(max, v);
   double sum = 0;
@@ -47,70 +46,80 @@ GenerateResult Generate(LanguageModel& lm, const std::string& prompt, const Gene
   return GenerateFromTokens(lm, ids, opts, on_text);
 }
 
+SequenceDecoder::SequenceDecoder(const LanguageModel& lm, const std::vector<int32_t>& input,
+                                 const GenerateOptions& opts, std::function<void(const std::string&)> on_text)
+    : opts_(opts),
+      on_text_(std::move(on_text)),
+      vocab_((int32_t)lm.config().vocab_size),
+      eos_(lm.config().eos_token_ids),
+      sampler_(opts.sampler),
+      stops_(opts.stop),
+      decoder_(lm.tokenizer()),
+      history_(input) {
+  r_.prompt_tokens = (int)input.size();
+  r_.finish_reason = "length";
+  decoder_.Prime(input);
+  if (lm.tokenizer().EosId() >= 0) eos_.push_back(lm.tokenizer().EosId());
+}
+
+void SequenceDecoder::Emit(const std::string& piece) {
+  if (piece.empty()) return;
+  r_.text += piece;
+  if (on_text_) on_text_(piece);
+}
+
+void SequenceDecoder::End(const std::string& reason) {
+  if (done_) return;
+  done_ = true;
+  r_.finish_reason = reason;
+  if (!stops_.stopped() && reason != "cancelled") {
+    auto res = stops_.Push(decoder_.Flush());
+    Emit(res.emit);
+    if (!res.stopped) Emit(stops_.Flush());
+  }
+}
+
+int32_t SequenceDecoder::Next(const float* logits) {
+  if (done_) return -1;
+  if (opts_.cancel && opts_.cancel->load()) return End("cancelled"), -1;
+  if ((int64_t)r_.tokens.size() >= opts_.max_tokens) return End("length"), -1;
+  const int32_t next = sampler_.Sample(logits, vocab_, history_);
+  const bool is_eos = std::find(eos_.begin(), eos_.end(), (int64_t)next) != eos_.end();
+  if (opts_.stop_at_eos && is_eos) return End("stop"), -1;
+  r_.tokens.push_back(next);
+  history_.push_back(next);
+  if (opts_.top_logprobs >= 0) {
+    r_.logprobs.push_back(
+        LogprobOf(std::span<const float>(logits, (size_t)vocab_), next, opts_.top_logprobs));
+    if (opts_.on_token) opts_.on_token(r_.logprobs.back());
+  } else if (opts_.on_token) {
+    opts_.on_token({next, 0, {}});
+  }
+  auto res = stops_.Push(decoder_.Push(next));
+  Emit(res.emit);
+  if (res.stopped) return End("stop"), -1;
+  if ((int64_t)r_.tokens.size() >= opts_.max_tokens) return End("length"), -1;
+  return next;
+}
+
 GenerateResult GenerateFromTokens(LanguageModel& lm, const std::vector<int32_t>& input,
                                   const GenerateOptions& opts,
                                   const std::function<void(const std::string&)>& on_text) {
-  GenerateResult r;
-  r.prompt_tokens = (int)input.size();
-  Sampler sampler(opts.sampler);
-  StopStringMatcher stops(opts.stop);
-  StreamDecoder decoder(lm.tokenizer());
-  decoder.Prime(input);
-  std::vector<int32_t> history = input;
-  std::vector<int64_t> eos = lm.config().eos_token_ids;
-  if (lm.tokenizer().EosId() >= 0) eos.push_back(lm.tokenizer().EosId());
-  auto emit = [&](const std::string& piece) {
-    if (piece.empty()) return;
-    r.text += piece;
-    if (on_text) on_text(piece);
-  };
-
+  SequenceDecoder d(lm, input, opts, on_text);
   auto t0 = Clock::now();
   std::vector<float> logits = lm.Forward(input);
   auto t1 = Clock::now();
-  r.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
-  const int32_t vocab = (int32_t)lm.config().vocab_size;
-  r.finish_reason = "length";
-  for (int i = 0; i < opts.max_tokens; ++i) {
-    if (opts.cancel && opts.cancel->load()) {
-      r.finish_reason = "cancelled";
-      break;
-    }
-    int32_t next = sampler.Sample(logits.data(), vocab, history);
-    bool is_eos = false;
-    for (int64_t e : eos) is_eos = is_eos || e == next;
-    if (opts.stop_at_eos && is_eos) {
-      r.finish_reason = "stop";
-      break;
-    }
-    r.tokens.push_back(next);
-    history.push_back(next);
-    if (opts.top_logprobs >= 0) {
-      r.logprobs.push_back(LogprobOf(logits, next, opts.top_logprobs));
-      if (opts.on_token) opts.on_token(r.logprobs.back());
-    } else if (opts.on_token) {
-      opts.on_token({next, 0, {}});
-    }
-    auto res = stops.Push(decoder.Push(next));
-    emit(res.emit);
-    if (res.stopped) {
-      r.finish_reason = "stop";
-      break;
-    }
-    if (i + 1 == opts.max_tokens) break;
+  for (int32_t next; (next = d.Next(logits.data())) >= 0;) {
     if (lm.position() + 1 > lm.max_context()) {
-      r.finish_reason = "context";
+      d.End("context");
       break;
     }
     logits = lm.Forward({next});
   }
-  if (!stops.stopped() && r.finish_reason != "cancelled") {
-    auto res = stops.Push(decoder.Flush());
-    emit(res.emit);
-    if (!res.stopped) emit(stops.Flush());
-  }
+  GenerateResult& r = d.result();
+  r.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
   r.generate_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
-  return r;
+  return std::move(r);
 }
 
 }  // namespace prism

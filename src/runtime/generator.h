@@ -9,6 +9,7 @@
 
 #include "runtime/language_model.h"
 #include "sampling/sampler.h"
+#include "sampling/stop_strings.h"
 
 namespace prism {
 
@@ -42,6 +43,34 @@ struct GenerateResult {
   std::string finish_reason;           // "stop" (EOS or stop string), "length", "context" or "cancelled"
   double PromptTokensPerSecond() const { return prompt_seconds > 0 ? prompt_tokens / prompt_seconds : 0; }
   double GenerateTokensPerSecond() const;
+};
+
+// One sequence's generation after its prompt: sampler, logprobs, stop strings and streamed text, fed the
+// model's logits one step at a time (by GenerateFromTokens' loop, or by a batching server's).
+class SequenceDecoder {
+ public:
+  SequenceDecoder(const LanguageModel& lm, const std::vector<int32_t>& input, const GenerateOptions& opts,
+                  std::function<void(const std::string&)> on_text = nullptr);
+  // Takes the logits ([vocab]) after the last token fed; returns the next token to feed, or -1 when
+  // generation has ended (result().finish_reason says why: "stop", "length" or "cancelled").
+  int32_t Next(const float* logits);
+  // Ends generation early (e.g. "context" when the next token does not fit); flushes held-back text.
+  void End(const std::string& reason);
+  bool done() const { return done_; }
+  GenerateResult& result() { return r_; }
+
+ private:
+  void Emit(const std::string& piece);
+  const GenerateOptions& opts_;
+  std::function<void(const std::string&)> on_text_;
+  int32_t vocab_;
+  std::vector<int64_t> eos_;
+  Sampler sampler_;
+  StopStringMatcher stops_;
+  StreamDecoder decoder_;
+  std::vector<int32_t> history_;
+  GenerateResult r_;
+  bool done_ = false;
 };
 
 // Starts from an empty KV cache. on_text receives each newly completed piece of text.

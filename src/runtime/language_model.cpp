@@ -154,11 +154,20 @@ void LanguageModel::CheckTokens(std::span<const int32_t> tokens, int64_t past) c
 
 void LanguageModel::SetBatching(const LoadOptions& opts) {
   if (opts.kv_block <= 0) return;
-  if (opts.kv_blocks < 1)
-    throw Error("batched model: the KV pool needs at least one block of " + std::to_string(opts.kv_block) +
-                " tokens");
+  int64_t blocks = opts.kv_blocks;
+  if (blocks == 0) {
+    const ModelConfig& c = files_.config;
+    const int64_t token_bytes = 2 * c.num_layers * c.num_kv_heads * c.head_dim * (int64_t)sizeof(float);
+    const int64_t need =
+        (std::max<int64_t>(opts.kv_sequences, 1) * max_context_ + opts.kv_block - 1) / opts.kv_block;
+    blocks = std::min(need, opts.kv_memory_bytes / std::max<int64_t>(token_bytes * opts.kv_block, 1));
+  }
+  if (blocks < 1 || blocks * opts.kv_block > INT32_MAX)
+    throw Error("batched model: a KV pool of " + std::to_string(blocks) + " blocks of " +
+                std::to_string(opts.kv_block) +
+                " tokens (give it at least one block, fewer than 2^31 tokens)");
   kv_block_ = opts.kv_block;
-  kv_blocks_ = opts.kv_blocks;
+  kv_blocks_ = blocks;
 }
 
 std::vector<std::vector<float>> LanguageModel::StepBatch(const std::vector<BatchPiece>& pieces) {

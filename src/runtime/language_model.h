@@ -30,8 +30,9 @@ struct LoadOptions {
   // used for this compile but not saved to the tuning database.
   double search_busy_limit = 0.2;
   // > 0: the model steps many sequences at once (StepBatch) over a paged KV cache of kv_blocks blocks
-  // of kv_block tokens each; Forward and ForwardAll are then unavailable.
-  int64_t kv_block = 0, kv_blocks = 0;
+  // of kv_block tokens each; Forward and ForwardAll are then unavailable. kv_blocks 0: as many as
+  // kv_memory_bytes hold, but no more than kv_sequences full contexts need.
+  int64_t kv_block = 0, kv_blocks = 0, kv_memory_bytes = 0, kv_sequences = 1;
 };
 
 // A run of one sequence's tokens in a batched step: tokens[i] sits at position `position + i`; the

@@ -1,4 +1,4 @@
-// The engine: one model, its bounded queue of requests and the worker that generates them.
+// The engine: one model, its bounded queue of requests and the worker that steps them together.
 #include "server/engine.h"
 
 #include "ir/error.h"
@@ -45,9 +45,16 @@ void Job::Finish(const std::string& error) {
 }
 
 Engine::Engine(std::string name, std::unique_ptr<LanguageModel> lm, EngineOptions opts, Metrics* metrics)
-    : name_(std::move(name)), lm_(std::move(lm)), opts_(opts), metrics_(metrics), worker_([this] {
-        Loop();
-      }) {}
+    : name_(std::move(name)),
+      lm_(std::move(lm)),
+      opts_(opts),
+      metrics_(metrics),
+      pool_((int32_t)lm_->kv_blocks(), (int32_t)std::max<int64_t>(lm_->kv_block(), 1)),
+      scheduler_(&pool_, opts.batch) {
+  if (lm_->kv_block() <= 0) throw Error("engine: the model must be loaded for batched steps");
+  Publish();
+  worker_ = std::thread([this] { Loop(); });
+}
 
 Engine::~Engine() {
   {
@@ -74,10 +81,11 @@ std::shared_ptr<Job> Engine::Submit(const ServeRequest& r) {
   // A chat template writes its own BOS; a plain prompt gets what the tokenizer adds.
   job->ids_ = lm_->tokenizer().Encode(prompt, !r.chat);
   if (job->ids_.empty()) throw BadRequest("the prompt encodes to no tokens", r.chat ? "messages" : "prompt");
-  const int64_t room = lm_->max_context() - (int64_t)job->ids_.size();
+  const int64_t context = std::min(lm_->max_context(), lm_->kv_blocks() * lm_->kv_block());
+  const int64_t room = context - (int64_t)job->ids_.size();
   if (room < 1)
     throw BadRequest("the prompt is " + std::to_string(job->ids_.size()) + " tokens; the context holds " +
-                         std::to_string(lm_->max_context()),
+                         std::to_string(context),
                      r.chat ? "messages" : "prompt");
   job->prompt_tokens = (int)job->ids_.size();
   GenerateOptions& go = job->options_;
@@ -98,7 +106,7 @@ std::shared_ptr<Job> Engine::Submit(const ServeRequest& r) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (draining_ || stopping_) throw ApiError(503, "server_error", "the server is shutting down");
-    if (queue_.size() >= opts_.max_queue)
+    if (queue_.size() + waiting_ >= opts_.max_queue)
       throw ApiError(
           429, "rate_limit_error",
           "the queue is full (" + std::to_string(opts_.max_queue) + " requests waiting); retry later");
@@ -116,60 +124,144 @@ void Engine::Drain() {
 
 size_t Engine::queued() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return queue_.size();
+  return queue_.size() + waiting_;
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
+void Engine::Publish() {
+  waiting_ = scheduler_.waiting();
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_ = {pool_.used_blocks(),
+            pool_.num_blocks(),
+            pool_.prefix_hit_tokens(),
+            pool_.prefix_query_tokens(),
+            preemptions_,
+            steps_,
+            step_sequences_};
 }
 
 void Engine::Loop() {
   for (;;) {
-    std::shared_ptr<Job> job;
+    std::deque<std::shared_ptr<Job>> incoming;
+    bool stopping;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping
-      job = std::move(queue_.front());
-      queue_.pop_front();
-      running_ = 1;
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !choices_.empty(); });
+      stopping = stopping_;
+      if (stopping && queue_.empty() && choices_.empty()) return;
+      incoming.swap(queue_);
+      running_ += incoming.size();
     }
-    Run(*job);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      running_ = 0;
+    for (const auto& job : incoming) Admit(job);
+    // Cancelled requests (and every request when the engine stops) leave the batch now, their blocks freed.
+    for (auto it = choices_.begin(); it != choices_.end();) {
+      Choice& c = *it++;
+      if (stopping) c.job->Cancel();
+      if (c.job->cancel_) Close(&c);
     }
-    idle_cv_.notify_all();
+    if (!choices_.empty()) Step();
+    Publish();
   }
 }
 
-void Engine::Run(Job& job) {
-  try {
-    bool first = true;
-    Clock::time_point last = Clock::now();
-    for (int i = 0; i < job.n_ && !job.cancel_; ++i) {
-      GenerateOptions go = job.options_;
-      go.sampler.seed += (uint64_t)i;     // n choices: n draws
-      std::vector<TokenLogprob> pending;  // logprobs of tokens whose text has not come out yet
-      go.on_token = [&](const TokenLogprob& lp) {
-        const Clock::time_point now = Clock::now();
-        if (first)
-          metrics_->FirstToken(std::chrono::duration<double>(now - job.arrived_).count());
-        else
-          metrics_->InterToken(std::chrono::duration<double>(now - last).count());
-        first = false;
-        last = now;
-        job.completion_tokens++;
-        if (go.top_logprobs >= 0) pending.push_back(lp);
-      };
-      lm_->Reset();
-      GenerateResult res = GenerateFromTokens(*lm_, job.ids_, go, [&](const std::string& text) {
-        job.Push({i, text, std::move(pending), ""});
-        pending.clear();
-      });
-      metrics_->Tokens(job.prompt_tokens, (int64_t)res.tokens.size());
-      if (res.finish_reason == "cancelled") break;
-      job.Push({i, "", std::move(pending), res.finish_reason == "stop" ? "stop" : "length"});
+void Engine::Admit(const std::shared_ptr<Job>& job) {
+  job->open_choices_ = job->n_;
+  for (int i = 0; i < job->n_; ++i) {
+    Choice& c = choices_.emplace_back();
+    c.job = job;
+    c.index = i;
+    c.options = job->options_;
+    c.options.sampler.seed += (uint64_t)i;  // n choices: n draws
+    c.options.on_token = [this, &c](const TokenLogprob& lp) {
+      const Clock::time_point now = Clock::now();
+      Job& j = *c.job;
+      if (j.first_token_)
+        metrics_->FirstToken(std::chrono::duration<double>(now - j.arrived_).count());
+      else if (c.last != Clock::time_point())
+        metrics_->InterToken(std::chrono::duration<double>(now - c.last).count());
+      j.first_token_ = false;
+      c.last = now;
+      j.completion_tokens++;
+      if (c.options.top_logprobs >= 0) c.pending.push_back(lp);
+    };
+    c.decoder = std::make_unique<SequenceDecoder>(*lm_, job->ids_, c.options, [&c](const std::string& text) {
+      c.job->Push({c.index, text, std::move(c.pending), ""});
+      c.pending.clear();
+    });
+    c.seq.id = next_seq_id_++;
+    c.seq.tokens = job->ids_;
+    by_seq_[&c.seq] = &c;
+    try {
+      scheduler_.Add(&c.seq);
+    } catch (const Error& e) {
+      Close(&c, e.what());
     }
-    job.Finish();
-  } catch (const std::exception& e) {
-    job.Finish(e.what());
+  }
+}
+
+void Engine::Step() {
+  StepPlan plan = scheduler_.Next();
+  preemptions_ += (int64_t)plan.preempted.size();
+  for (SchedSeq* s : plan.rejected) {  // grew past the whole pool
+    Choice* c = by_seq_.at(s);
+    c->decoder->End("length");
+    Close(c);
+  }
+  if (plan.pieces.empty()) return;
+  std::vector<BatchPiece> pieces;
+  for (const StepPiece& p : plan.pieces)
+    pieces.push_back({std::span<const int32_t>(p.seq->tokens).subspan(p.start, p.count), p.start,
+                      p.seq->kv.blocks, p.logits});
+  std::vector<std::vector<float>> logits;
+  try {
+    logits = lm_->StepBatch(pieces);
+  } catch (const std::exception& e) {  // the step failed: every choice in it fails with its message
+    for (const StepPiece& p : plan.pieces)
+      if (by_seq_.count(p.seq)) Close(by_seq_.at(p.seq), e.what());
+    return;
+  }
+  scheduler_.Done(plan);
+  steps_++;
+  step_sequences_ += (int64_t)plan.pieces.size();
+  size_t r = 0;
+  for (const StepPiece& p : plan.pieces) {
+    if (!p.logits) continue;
+    Choice* c = by_seq_.at(p.seq);
+    const int32_t next = c->decoder->Next(logits[r++].data());
+    if (next >= 0 && (int64_t)c->seq.tokens.size() + 1 > lm_->max_context()) c->decoder->End("context");
+    if (c->decoder->done()) {
+      Close(c);
+    } else {
+      c->seq.tokens.push_back(next);
+    }
+  }
+}
+
+void Engine::Close(Choice* c, const std::string& error) {
+  scheduler_.Remove(&c->seq);
+  by_seq_.erase(&c->seq);
+  Job& job = *c->job;
+  if (!error.empty()) {
+    job.Cancel();  // the request fails as a whole: its other choices stop too
+    job.error_once_ = error;
+  } else if (c->decoder->done() && c->decoder->result().finish_reason != "cancelled") {
+    job.Push({c->index, "", std::move(c->pending),
+              c->decoder->result().finish_reason == "stop" ? "stop" : "length"});
+  }
+  metrics_->Tokens(c->index == 0 ? job.prompt_tokens : 0, (int64_t)c->decoder->result().tokens.size());
+  std::shared_ptr<Job> keep = c->job;
+  choices_.remove_if([c](const Choice& x) { return &x == c; });
+  if (--keep->open_choices_ == 0) {
+    keep->Finish(keep->error_once_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      running_--;
+    }
+    idle_cv_.notify_all();
   }
 }
 

@@ -1,20 +1,21 @@
-// The engine: one model, its bounded queue of requests and the worker that generates them, streaming each
-// choice's text to the request's job as it is made.
-//
-// Requests run one at a time today (a LanguageModel holds one sequence's KV cache); the queue, the
-// cancellation and the event stream are the contract a batching scheduler keeps.
+// The engine: one model, its bounded queue of requests and the worker that runs them, many at once: each
+// step carries the tokens of every running choice (continuous batching over the model's paged KV cache,
+// runtime/batch_scheduler.h), streaming each choice's text to its request's job as it is made.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
+#include "runtime/batch_scheduler.h"
 #include "runtime/generator.h"
 #include "server/api_request.h"
 #include "server/metrics.h"
@@ -55,10 +56,20 @@ class Job {
   GenerateOptions options_;
   int n_ = 1;
   std::chrono::steady_clock::time_point arrived_ = std::chrono::steady_clock::now();
+  int open_choices_ = 0;     // worker only: choices not finished
+  bool first_token_ = true;  // worker only: the next token is the response's first
+  std::string error_once_;   // worker only: the first choice's failure, the job's error
 };
 
 struct EngineOptions {
-  size_t max_queue = 64;  // requests waiting beyond the running one; more get 429
+  size_t max_queue = 64;   // sequences waiting for a place in the batch; more get 429
+  SchedulerOptions batch;  // tokens per step, sequences running at once
+};
+
+// The engine's KV pool and batching, for /metrics.
+struct EngineStats {
+  int64_t kv_blocks_used = 0, kv_blocks = 0, prefix_hit_tokens = 0, prefix_query_tokens = 0, preemptions = 0;
+  int64_t steps = 0, step_sequences = 0;  // batched steps run, and the sequences they carried
 };
 
 class Engine {
@@ -67,6 +78,7 @@ class Engine {
   ~Engine();
   const std::string& name() const { return name_; }
   const LanguageModel& model() const { return *lm_; }
+  // `lm` must be a batched model (LoadOptions::kv_block > 0).
   // Prepares the request (chat template, tokens, limits) and queues it. Throws ApiError: 400 for a
   // prompt that does not fit the context or a chat without a template, 429 when the queue is full,
   // 503 while draining.
@@ -74,11 +86,26 @@ class Engine {
   // Stops taking requests and waits until every accepted one has finished.
   void Drain();
   size_t queued() const;
-  size_t running() const { return running_; }
+  size_t running() const { return running_; }  // requests taken from the queue and not finished
+  EngineStats stats() const;
 
  private:
+  // One of a request's n choices: its sequence in the batch and its decoding.
+  struct Choice {
+    std::shared_ptr<Job> job;
+    int index = 0;
+    GenerateOptions options;  // the job's, with this choice's seed
+    SchedSeq seq;
+    std::unique_ptr<SequenceDecoder> decoder;
+    std::vector<TokenLogprob> pending;  // logprobs of tokens whose text has not come out yet
+    std::chrono::steady_clock::time_point last;
+  };
   void Loop();
-  void Run(Job& job);
+  void Admit(const std::shared_ptr<Job>& job);
+  void Step();
+  // Sends the choice's end (unless cancelled), counts it, and finishes its job after its last choice.
+  void Close(Choice* c, const std::string& error = "");
+  void Publish();  // the atomics other threads read
 
   std::string name_;
   std::unique_ptr<LanguageModel> lm_;
@@ -87,8 +114,16 @@ class Engine {
   mutable std::mutex mu_;
   std::condition_variable cv_, idle_cv_;
   std::deque<std::shared_ptr<Job>> queue_;
-  std::atomic<size_t> running_{0};
+  std::atomic<size_t> running_{0}, waiting_{0};
   bool stopping_ = false, draining_ = false;
+  // Worker only.
+  KvBlockPool pool_;
+  BatchScheduler scheduler_;
+  std::list<Choice> choices_;
+  std::unordered_map<const SchedSeq*, Choice*> by_seq_;
+  int64_t next_seq_id_ = 0, preemptions_ = 0, steps_ = 0, step_sequences_ = 0;
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
   std::thread worker_;
 };
 

@@ -178,6 +178,8 @@ bool HttpServer::Listen(std::string* why) {
 void HttpServer::Drain() {
   draining_ = true;
   pool_.Drain();
+  // Streams still writing their last events would be cut by stop(): let them end (bounded).
+  for (int i = 0; i < 600 && streams_ > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   http_->stop();
 }
 
@@ -230,7 +232,19 @@ void HttpServer::Routes() {
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     const ModelPool::Stats ps = pool_.stats();
-    Metrics::Gauges g{ps.queued, ps.running, ps.loaded, ps.loads, ps.unloads, ps.load_seconds};
+    Metrics::Gauges g{ps.queued,
+                      ps.running,
+                      ps.loaded,
+                      ps.loads,
+                      ps.unloads,
+                      ps.load_seconds,
+                      ps.kv.kv_blocks_used,
+                      ps.kv.kv_blocks,
+                      ps.kv.prefix_hit_tokens,
+                      ps.kv.prefix_query_tokens,
+                      ps.kv.preemptions,
+                      ps.kv.steps,
+                      ps.kv.step_sequences};
     res.set_content(metrics_.Render(g), "text/plain; version=0.0.4");
   });
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
@@ -283,6 +297,7 @@ void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, b
     // Server-sent events: a chunk per piece of text, the usage if asked for, then [DONE]. A client that
     // goes away cancels its request at once.
     res.set_header("Cache-Control", "no-cache");
+    streams_++;
     res.set_chunked_content_provider(
         "text/event-stream",
         [this, st, &tok](size_t, httplib::DataSink& sink) {
@@ -316,8 +331,9 @@ void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, b
           metrics_.Request(200);
           return true;
         },
-        [st](bool success) {
+        [this, st](bool success) {
           if (!success) st->job->Cancel();
+          streams_--;
         });
   } catch (const ApiError& e) {
     SendError(res, e);

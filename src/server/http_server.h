@@ -52,6 +52,7 @@ class HttpServer {
   std::unique_ptr<httplib::Server> http_;
   ModelPool pool_;
   std::atomic<bool> ready_{false}, draining_{false};
+  std::atomic<int> streams_{0};  // event streams not yet fully written (Drain waits for them)
   std::thread loader_;
   std::mutex load_mu_;
   std::string load_error_;

@@ -75,7 +75,29 @@ std::string Metrics::Render(const Gauges& g) const {
       "# HELP prism_model_unloads_total Models unloaded (idle, or for another within the memory budget).\n";
   out += "# TYPE prism_model_unloads_total counter\nprism_model_unloads_total " + std::to_string(g.unloads) +
          "\n";
+  auto gauge = [&](const char* name, const char* type, const char* help, int64_t v) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
+           std::to_string(v) + "\n";
+  };
+  gauge("prism_kv_blocks_used", "gauge", "KV cache blocks held by sequences.", g.kv_blocks_used);
+  gauge("prism_kv_blocks", "gauge", "KV cache blocks in the pools.", g.kv_blocks);
+  gauge("prism_prefix_cache_hit_tokens", "gauge",
+        "Prompt tokens whose KV came from the prefix cache (loaded models).", g.prefix_hit_tokens);
+  gauge("prism_prefix_cache_query_tokens", "gauge",
+        "Prompt tokens looked up in the prefix cache (loaded models).", g.prefix_query_tokens);
+  gauge("prism_preemptions", "gauge", "Sequences preempted for KV blocks and recomputed (loaded models).",
+        g.preemptions);
+  gauge("prism_batch_steps", "gauge", "Batched steps run (loaded models).", g.steps);
+  gauge("prism_batch_step_sequences", "gauge", "Sequences those steps carried, summed (loaded models).",
+        g.step_sequences);
   char line[96];
+  std::snprintf(line, sizeof line, "%.6f", g.load_seconds);
+  if (g.prefix_query_tokens > 0) {
+    std::snprintf(line, sizeof line, "%.6f", (double)g.prefix_hit_tokens / (double)g.prefix_query_tokens);
+    out += "# HELP prism_prefix_cache_hit_rate Share of looked-up prompt tokens found in the prefix cache.\n";
+    out +=
+        "# TYPE prism_prefix_cache_hit_rate gauge\nprism_prefix_cache_hit_rate " + std::string(line) + "\n";
+  }
   std::snprintf(line, sizeof line, "%.6f", g.load_seconds);
   out += "# HELP prism_model_load_seconds_total Time spent loading models.\n";
   out += "# TYPE prism_model_load_seconds_total counter\nprism_model_load_seconds_total " +

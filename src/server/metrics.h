@@ -21,6 +21,10 @@ class Metrics {
     int64_t queued = 0, running = 0;  // over every loaded model
     int64_t models_loaded = 0, loads = 0, unloads = 0;
     double load_seconds = 0;
+    // KV pools and batching, over every loaded model.
+    int64_t kv_blocks_used = 0, kv_blocks = 0, prefix_hit_tokens = 0, prefix_query_tokens = 0,
+            preemptions = 0;
+    int64_t steps = 0, step_sequences = 0;
   };
   std::string Render(const Gauges& g) const;
 

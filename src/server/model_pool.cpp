@@ -119,6 +119,14 @@ ModelPool::Stats ModelPool::stats() const {
       s.loaded++;
       s.queued += (int64_t)e.engine->queued();
       s.running += (int64_t)e.engine->running();
+      const EngineStats k = e.engine->stats();
+      s.kv.kv_blocks_used += k.kv_blocks_used;
+      s.kv.kv_blocks += k.kv_blocks;
+      s.kv.prefix_hit_tokens += k.prefix_hit_tokens;
+      s.kv.prefix_query_tokens += k.prefix_query_tokens;
+      s.kv.preemptions += k.preemptions;
+      s.kv.steps += k.steps;
+      s.kv.step_sequences += k.step_sequences;
     }
   return s;
 }

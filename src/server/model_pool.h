@@ -41,6 +41,7 @@ class ModelPool {
   struct Stats {
     int64_t loaded = 0, loads = 0, unloads = 0, queued = 0, running = 0;
     double load_seconds = 0;  // summed over loads
+    EngineStats kv;           // summed over loaded models
   };
   Stats stats() const;
   // Every loaded model finishes what it accepted; new requests are the server's to refuse.

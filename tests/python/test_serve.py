@@ -29,6 +29,7 @@ class Server:
         assert m, f"prism serve did not say where it listens: {line!r}"
         self.port = int(m.group(1))
         self.base = f"http://127.0.0.1:{self.port}"
+        self.model = args[args.index("--name") + 1] if "--name" in args else None
         threading.Thread(target=self.proc.stderr.read, daemon=True).start()  # keep the pipe drained
         deadline = time.time() + 120
         while self.health()[0] != 200:
@@ -213,29 +214,81 @@ def test_cut_short_and_abandoned_requests_leave_the_server_serving(stories):
     assert greedy(stories.client(), max_tokens=5).usage.completion_tokens == 5
 
 
-def test_concurrent_clients_get_the_answers_they_get_alone(stories):
-    client = stories.client()
-    prompts = [(p, n) for p in ["Once upon a time", "Lily saw a", "The dog", "Tom and Sue"] for n in (8, 30)]
-    alone = {(p, n): greedy(client, p, n).choices[0].text for p, n in prompts}
+PROMPTS = ["Once upon a time", "Lily saw a", "The dog", "Tom and Sue went to the park to play with a red ball"]
+
+
+def flood(server, clients, per_client, requests):
+    """clients threads, each sending per_client of `requests` (prompt, max_tokens, stream) in turn."""
     results, errors = [], []
 
     def worker(i):
+        client = server.client()
         try:
-            for k in range(3):
-                p, n = prompts[(i + k) % len(prompts)]
-                results.append(((p, n), greedy(stories.client(), p, n).choices[0].text))
+            for k in range(per_client):
+                p, n, stream = requests[(i * 7 + k) % len(requests)]
+                if stream:
+                    chunks = list(client.completions.create(model=server.model, prompt=p, max_tokens=n,
+                                                            temperature=0, stream=True))
+                    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+                    text = "".join(c.choices[0].text for c in chunks if c.choices)
+                else:
+                    r = client.completions.create(model=server.model, prompt=p, max_tokens=n, temperature=0)
+                    assert r.choices[0].finish_reason in ("stop", "length")
+                    text = r.choices[0].text
+                results.append(((p, n), text))
         except Exception as e:  # noqa: BLE001 (reported below)
             errors.append(repr(e))
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(16)]
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert not errors
-    assert len(results) == 48
-    for key, text in results:
+    assert not errors, errors[:3]
+    assert len(results) == clients * per_client
+    return results
+
+
+def test_32_concurrent_clients_are_batched_and_get_the_answers_they_get_alone(stories):
+    client = stories.client()
+    requests = [(p, n, stream) for p in PROMPTS for n in (4, 17, 60) for stream in (False, True)]
+    alone = {(p, n): greedy(client, p, n).choices[0].text for p, n, _ in requests}
+    steps0, seqs0 = metric(stories, "prism_batch_steps"), metric(stories, "prism_batch_step_sequences")
+    for key, text in flood(stories, 32, 10, requests):
         assert text == alone[key], key
+    mean_batch = (metric(stories, "prism_batch_step_sequences") - seqs0) / (metric(stories, "prism_batch_steps") - steps0)
+    print(f"\nsequences per step under 32 clients: {mean_batch:.1f}")
+    assert mean_batch > 4  # the requests really ran together
+    assert metric(stories, "prism_kv_blocks_used") == 0  # no block leaked
+    assert metric(stories, "prism_requests_running") == 0
+
+
+def test_a_shared_prompt_prefix_is_computed_once(stories):
+    system = " ".join(["Lily and Tom played in the park with the big red ball every day."] * 8)
+    client = stories.client()
+    hits0 = metric(stories, "prism_prefix_cache_hit_tokens")
+    first = greedy(client, system + " Then Lily said", 20)
+    second = greedy(client, system + " Then Tom said", 20)
+    assert first.usage.prompt_tokens > 100
+    assert metric(stories, "prism_prefix_cache_hit_tokens") - hits0 >= 96  # at least 6 blocks of 16 shared
+    again = greedy(client, system + " Then Lily said", 20)  # from the cache: the same answer
+    assert again.choices[0].text == first.choices[0].text
+    assert second.choices[0].text
+
+
+def test_a_small_kv_pool_preempts_and_loses_nothing(prism_bin):
+    # 12 blocks of 16 tokens: two or three of these sequences at once; the rest wait or are preempted.
+    s = Server(prism_bin, "--name", "stories", "--ctx", "256", "--kv-memory", str(12 * 16 * 1280 / 2**20))
+    try:
+        requests = [(p, 70, stream) for p in PROMPTS for stream in (False, True)]
+        alone = {(p, n): greedy(s.client(), p, n).choices[0].text for p, n, _ in requests}
+        for key, text in flood(s, 12, 3, requests):
+            assert text == alone[key], key
+        assert metric(s, "prism_preemptions") > 0
+        assert metric(s, "prism_kv_blocks_used") == 0
+        assert metric(s, "prism_kv_blocks") == 12
+    finally:
+        s.stop()
 
 
 def test_a_full_queue_answers_429(prism_bin):
