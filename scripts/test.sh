@@ -14,7 +14,21 @@ ctest --output-on-failure -j2 --timeout 1500 "$@"
 cd ..
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPRISM_SANITIZE=ON > /dev/null
 ninja -C build-asan -j"$(nproc)" expr_test errors_test thread_pool_test gemm_test primitive_ops_test nn_ops_test stories_test \
-  fuzz_test attention_test memory_plan_test graph_rewrites_test device_ops_test
+  fuzz_test attention_test memory_plan_test graph_rewrites_test device_ops_test kv_pool_test batch_scheduler_test \
+  batching_test prism
 cd build-asan
 PRISM_FUZZ_COUNT=100 UBSAN_OPTIONS=halt_on_error=1 \
-  ctest --output-on-failure -j2 --timeout 1500 -R '^((Expr|Errors|ThreadPool|Gemm|PrimitiveOps|NnOps|Stories260K|Fuzz|Attention.*|MemoryPlan|GraphRewrites)\.|All/DeviceOps\.MatchInterpreter/cpu_)'
+  ctest --output-on-failure -j2 --timeout 1500 -R '^((Expr|Errors|ThreadPool|Gemm|PrimitiveOps|NnOps|Stories260K|Fuzz|Attention.*|MemoryPlan|GraphRewrites|KvBlockPool|BatchScheduler|Batching)\.|All/DeviceOps\.MatchInterpreter/cpu_)'
+# The server under many concurrent clients, instrumented: a memory error aborts it and fails the test.
+cd ..
+PRISM_BIN=build-asan/prism ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1 \
+  python3 -m pytest -q tests/python/test_serve.py -k "concurrent or preempts"
+
+# The request parser under libFuzzer (clang, with ASan and UBSan): a CI-sized run from the seed corpus.
+cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
+  -DPRISM_FUZZ=ON > /dev/null
+ninja -C build-fuzz request_parser_fuzz
+corpus=$(mktemp -d)
+build-fuzz/tests/request_parser_fuzz "$corpus" tests/fuzz/request_corpus -max_total_time="${PRISM_FUZZ_SECONDS:-60}" \
+  -max_len=4096 -print_final_stats=1 2>&1 | tail -4
+rm -rf "$corpus"
