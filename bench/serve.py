@@ -94,7 +94,7 @@ async def one(client, model, prompt, max_tokens):
 async def load(base, model, concurrency, per_client, max_tokens):
     import openai
     client = openai.AsyncOpenAI(base_url=base + "/v1", api_key="none", max_retries=0, timeout=600)
-    await one(client, model, PROMPTS[0], 8)  # warm-up
+    await one(client, model, PROMPTS[3], 8)  # warm-up (a prompt long enough to prepare the prefill forms)
     results, errors = [], []
 
     async def worker(i):
@@ -120,7 +120,8 @@ def engines(args, model_path, ctx):
     name = os.path.basename(model_path)
     yield "prism", lambda: Engine("prism", [args.prism, "serve", model_path, "--port", "0", "--name", name,
                                             "--threads", str(args.threads), "--ctx", str(ctx),
-                                            "--parallel", str(max(args.concurrency))]), name
+                                            "--parallel", str(max(args.concurrency)),
+                                            "--search-budget", str(args.search_budget)]), name
     if model_path.endswith(".gguf") and args.llama_server:
         port = free_port()
         slots = min(max(args.concurrency), 64)
@@ -144,6 +145,8 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--ctx", type=int, default=512, help="context per sequence")
     ap.add_argument("--prism", default=os.path.join(ROOT, "build/prism"))
+    ap.add_argument("--search-budget", type=float, default=120,
+                    help="prism serve's search for its batched step (decisions persist in the tuning database)")
     ap.add_argument("--llama-server", default=None, help="llama.cpp's llama-server binary")
     ap.add_argument("--llama-cpp-python", action="store_true", help="also llama-cpp-python's server")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/serve.json"))

@@ -28,13 +28,18 @@ struct CompileRequest {
 
 // Prompts at least this long run on the "prefill-long" bucket's choices when the search made them.
 constexpr int64_t kLongPrefillSeq = 256;
+// Steps of 2 to kBatchSeqMax - 1 tokens (a batch of decodes, a short prompt) run on the "batch" bucket's
+// choices when the search made them; it is searched at kBatchSeq tokens.
+constexpr int64_t kBatchSeqMax = 32, kBatchSeq = 8;
 
-// The bucket whose choices a step at these sizes runs with: "decode" (seq == 1), "prefill-long" (seq >=
-// kLongPrefillSeq, where `has_long`), "prefill" (other seq > 1), or "all" (no seq).
-inline std::string BucketOf(const SymbolBindings& b, bool has_long) {
+// The bucket whose choices a step at these sizes runs with: "decode" (seq == 1), "batch" (seq <
+// kBatchSeqMax, where `has_batch`), "prefill-long" (seq >= kLongPrefillSeq, where `has_long`), "prefill"
+// (other seq > 1), or "all" (no seq).
+inline std::string BucketOf(const SymbolBindings& b, bool has_long, bool has_batch = false) {
   auto it = b.find("seq");
   if (it == b.end()) return "all";
   if (it->second <= 1) return "decode";
+  if (it->second < kBatchSeqMax && has_batch) return "batch";
   return it->second >= kLongPrefillSeq && has_long ? "prefill-long" : "prefill";
 }
 

@@ -27,7 +27,7 @@ Runner AddServeCommand(CLI::App& app) {
     size_t max_queue = 64, max_body = 1 << 20;
     int parallel = 32;
     int64_t step_tokens = 256, kv_block = 16;
-    double kv_memory_mb = 1024;
+    double kv_memory_mb = 1024, search_budget = 0;
     double idle_unload = 0, memory_budget_mb = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -65,6 +65,9 @@ Runner AddServeCommand(CLI::App& app) {
                   "MiB of KV cache per model (at most what --parallel full contexts need)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--search-budget", o->search_budget,
+                  "seconds of schedule search for the batched step's kernels the tuning database lacks, at load")
+      ->capture_default_str();
   cmd->add_option("--kv-block", o->kv_block, "tokens per KV cache block")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -98,6 +101,7 @@ Runner AddServeCommand(CLI::App& app) {
       lo.kv_block = o->kv_block;
       lo.kv_memory_bytes = (int64_t)(o->kv_memory_mb * 1024 * 1024);
       lo.kv_sequences = o->parallel;
+      lo.search_budget = o->search_budget;
       EngineOptions eo{o->max_queue, {o->step_tokens, o->parallel}};
       return std::make_unique<Engine>(m.name, LanguageModel::Load(m.path, lo), eo, metrics);
     });

@@ -217,9 +217,13 @@ Tensor PagedAttention(const Tensor& q, const Tensor& k, const Tensor& v, const T
   Tensor base =
       table.reshape({seq, nblocks, Expr(1)}).expand(rshape) * Full(g, (double)block, rshape, DType::I32);
   Tensor rows = (base + Tensor{g, g->Iota(rshape, 2, DType::I32)}).reshape({seq, ctx});
+  // Gathered along the pool's rows with each token's own index row: [T, ctx, Hkv * D], no flattening of
+  // symbolic sizes (the index arithmetic stays one multiply-add per key).
+  const Expr hd = hkv * d;
+  Tensor index = rows.reshape({seq, ctx, Expr(1)}).expand({seq, ctx, hd});
   auto gathered = [&](const Tensor& pool) {  // [T, ctx, Hkv, D] in f32
-    Tensor flat = pool.reshape({pool.dim(0), hkv * d});
-    return Embedding(flat, rows).reshape({seq, ctx, hkv, d}).cast(DType::F32);
+    Tensor src = pool.reshape({Expr(1), pool.dim(0), hd}).expand({seq, pool.dim(0), hd});
+    return Tensor{g, g->Gather(src.id(), index.id(), 1)}.reshape({seq, ctx, hkv, d}).cast(DType::F32);
   };
   Tensor keys = gathered(kp), vals = gathered(vp);
   Tensor qg = q.cast(DType::F32).reshape({seq, hkv, Expr(group), d});  // [T, Hkv, G, D]

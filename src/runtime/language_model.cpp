@@ -49,13 +49,17 @@ nlohmann::json LanguageModel::Tune(
   int64_t prefill = std::min<int64_t>(128, std::max<int64_t>(2, max_context_ / 2));
   if (kv_block_ > 0) {  // batched: the same buckets, the context as blocks, one row of logits
     auto blocks = [&](int64_t n) { return std::min<int64_t>((n + kv_block_ - 1) / kv_block_, kv_blocks_); };
-    so.buckets = {
-        {"decode", {{"seq", 1}, {"blocks", blocks(std::min<int64_t>(max_context_, 65))}, {"rows", 1}}},
-        {"prefill", {{"seq", prefill}, {"blocks", blocks(prefill)}, {"rows", 1}}}};
+    const int64_t ctx = blocks(std::min<int64_t>(max_context_, 65));
+    so.buckets = {{"decode", {{"seq", 1}, {"blocks", ctx}, {"rows", 1}}},
+                  {"batch", {{"seq", kBatchSeq}, {"blocks", ctx}, {"rows", kBatchSeq}}},
+                  {"prefill", {{"seq", prefill}, {"blocks", blocks(prefill)}, {"rows", 1}}}};
     return SearchSchedules(*step_, so);
   }
-  so.buckets = {{"decode", {{"seq", 1}, {"past", std::min<int64_t>(max_context_ - 1, 64)}}},
-                {"prefill", {{"seq", prefill}, {"past", 0}}}};
+  const int64_t past = std::min<int64_t>(max_context_ - 1, 64);
+  so.buckets = {{"decode", {{"seq", 1}, {"past", past}}}, {"prefill", {{"seq", prefill}, {"past", 0}}}};
+  // Short prompts and chat turns (2 to kBatchSeqMax - 1 tokens) get their own choices.
+  if (max_context_ >= past + kBatchSeq)
+    so.buckets.insert(so.buckets.begin() + 1, {"batch", {{"seq", kBatchSeq}, {"past", past}}});
   // Long prompts: attention searched again at 512 (or the context), the rest as in "prefill".
   if (const int64_t long_seq = std::min<int64_t>(512, max_context_); long_seq >= kLongPrefillSeq) {
     so.buckets.push_back({"prefill-long", {{"seq", long_seq}, {"past", 0}}});
@@ -106,7 +110,7 @@ std::unique_ptr<LanguageModel> LanguageModel::LoadArtifact(const std::string& di
   lm->SetBatching(opts);
   if (lm->kv_block_ > 0) {  // the artifact holds the one-sequence step: compile the batched one
     lm->step_ = lm->CompileStep(false);
-    lm->Tune(0);
+    lm->Tune(std::max(0.0, opts.search_budget));
   } else {
     lm->step_ = lm->CompileStep(false, dir);
   }

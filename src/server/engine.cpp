@@ -52,6 +52,7 @@ Engine::Engine(std::string name, std::unique_ptr<LanguageModel> lm, EngineOption
       pool_((int32_t)lm_->kv_blocks(), (int32_t)std::max<int64_t>(lm_->kv_block(), 1)),
       scheduler_(&pool_, opts.batch) {
   if (lm_->kv_block() <= 0) throw Error("engine: the model must be loaded for batched steps");
+  Warm();
   Publish();
   worker_ = std::thread([this] { Loop(); });
 }
@@ -130,6 +131,17 @@ size_t Engine::queued() const {
 EngineStats Engine::stats() const {
   std::lock_guard<std::mutex> lock(stats_mu_);
   return stats_;
+}
+
+void Engine::Warm() {
+  // Decode (1 token), a batch (kBatchSeq) and a prefill (kBatchSeqMax): throwaway K/V in free blocks.
+  for (int64_t n : {int64_t{1}, kBatchSeq, kBatchSeqMax}) {
+    const int64_t blocks = (n + lm_->kv_block() - 1) / lm_->kv_block();
+    if (n > lm_->max_context() || blocks > lm_->kv_blocks()) break;
+    std::vector<int32_t> tokens(n, 0), table(blocks);
+    for (int64_t b = 0; b < blocks; ++b) table[b] = (int32_t)b;
+    lm_->StepBatch({{tokens, 0, table, true}});
+  }
 }
 
 void Engine::Publish() {

@@ -106,6 +106,7 @@ class Engine {
   // Sends the choice's end (unless cancelled), counts it, and finishes its job after its last choice.
   void Close(Choice* c, const std::string& error = "");
   void Publish();  // the atomics other threads read
+  void Warm();     // one step in each bucket's size: weights are packed for every form before the first request
 
   std::string name_;
   std::unique_ptr<LanguageModel> lm_;
