@@ -5,10 +5,12 @@
 #include <cmath>
 #include <random>
 
+#include "backends/cpu/program.h"
 #include "ir/error.h"
 #include "ir/interpreter.h"
 #include "models/transformer.h"
 #include "stories_reference.h"
+#include "test_util.h"
 
 namespace prism {
 namespace {
@@ -114,6 +116,35 @@ void ExpectRaggedStepsMatch(const std::string& device) {
 
 TEST(Batching, RaggedStepsMatchOneSequenceOnTheInterpreter) { ExpectRaggedStepsMatch("interp"); }
 TEST(Batching, RaggedStepsMatchOneSequenceOnTheCpu) { ExpectRaggedStepsMatch("cpu"); }
+
+// On the CPU, each layer's paged attention is matched to the fused template (which the ragged-step test
+// above then runs: it is the default where AVX-512 is present), and reading its block table and positions.
+TEST(Batching, PagedAttentionMatchesTheFusedTemplate) {
+  auto lm = LanguageModel::Load(kModel, Batched("cpu", 4, 40));
+  const KernelProgram& kp = lm->step_as<Program>().kernels();
+  int paged = 0;
+  for (const Kernel& k : kp.kernels)
+    if (k.attention) {
+      ASSERT_GE(k.attention->table_buffer, 0) << k.name;
+      EXPECT_EQ(kp.buffers[k.attention->table_buffer].name, "block_table");
+      EXPECT_EQ(kp.buffers[k.attention->positions_buffer].name, "positions");
+      EXPECT_EQ(k.attention->block, 4);
+      paged++;
+    }
+  EXPECT_EQ(paged, lm->config().num_layers);
+  // The search checks the template against the kernel evaluated in double, on random tables and
+  // positions, before timing it: it must pass in every bucket.
+  testing::FreshCache cache("batching-search", "cache");
+  int checked = 0;
+  for (const auto& r : lm->Tune(60))
+    for (const auto& c : r.value("candidates", nlohmann::json::array()))
+      if (c.value("candidate", "").rfind("template-attention", 0) == 0) {
+        EXPECT_TRUE(c["passed"].get<bool>()) << r.dump();
+        checked++;
+      }
+  EXPECT_GE(checked, 3);          // decode, batch and prefill (layers alike share one decision)
+  ExpectRaggedStepsMatch("cpu");  // the searched choices give the one-sequence logits too
+}
 TEST(Batching, RaggedStepsMatchOneSequenceOnOpenCl) {
   try {
     OpenDevice("opencl");

@@ -43,6 +43,11 @@ TEST(Expr, DivModOfMultiplesSimplify) {
   EXPECT_EQ(((j % n) % n).str(), (j % n).str());
   EXPECT_EQ((k % 2 + (k / 2) * 2 + 5).str(), (k + 5).str());  // a split index recombines
   EXPECT_EQ(((i * (n * 8 + 8) + j) / (n * 8 + 8)).str(), (i + j / (n * 8 + 8)).str());
+  // A key t < 16 * blocks lies in block t / 16 < blocks: the modulo goes.
+  Expr t = Expr::Sym("t"), blocks = Expr::Sym("blocks");
+  RangeMap r3{{"t", {0, kUnbounded, blocks * 16}}, {"blocks", {0, kUnbounded, {}}}};
+  EXPECT_EQ(Simplify((t / 16) % blocks, r3).str(), (t / 16).str());
+  EXPECT_NE(Simplify((t / 8) % blocks, r3).str(), (t / 8).str());  // t / 8 may reach 2 * blocks - 1
 }
 
 TEST(Expr, ReshapeRoundTripIsIdentityAfterSimplification) {

@@ -83,7 +83,7 @@ TEST(Stories260KOpenCl, SearchSavesToTheDatabaseAndArtifactAndReplays) {
   }
   EXPECT_GT(searched, 40);
   const auto& choices = lm->step_as<GpuProgram>().choices();
-  ASSERT_EQ(choices.size(), 3u);  // decode, prefill and (attention at 256 tokens) prefill-long
+  ASSERT_EQ(choices.size(), 4u);  // decode, batch (2 to 31 tokens), prefill and (attention at 256) prefill-long
   testing::ExpectReferenceText(*lm, "stories260K.bin on OpenCL, searched");
   // The artifact keeps the choices; loaded (on OpenCL), it runs them.
   const std::string dir = (cache.dir / "stories.prism").string();

@@ -49,7 +49,7 @@ class AttentionMatcher {
     NodeId p = -1, v = -1;
     if (!EitherOrder(prod, [&](NodeId a, NodeId b) {
           return Reads(a, {h, gi, s, d, t}, {h, gi, s, t}, &p) &&
-                 ReadsState(b, {h, gi, s, d, t}, {t, h, d}, &v);
+                 ReadsKv(b, {h, gi, s, d, t}, s, t, h, d, &v, &m);
         }))
       return std::nullopt;
     m.v = v;
@@ -104,11 +104,21 @@ class AttentionMatcher {
     if (cond.op != Op::LessThan || !IotaIs(cond.inputs[0], at, t)) return std::nullopt;
     const Node& limit = g_.node(cond.inputs[1]);
     std::optional<Expr> offset;
-    if (limit.op != Op::Add || !EitherOrder(limit, [&](NodeId a, NodeId b) {
-          return IotaIs(a, at, s) && (offset = IotaValue(b, at)).has_value();
-        }))
-      return std::nullopt;
-    m.offset = *offset;
+    if (m.table >= 0) {  // paged: t < positions[s] + 1
+      if (limit.op != Op::Add || !EitherOrder(limit, [&](NodeId a, NodeId b) {
+            const Node* pn = nullptr;
+            return Reads(a, at, {s}, &m.positions) && (pn = &g_.node(m.positions)) && IsInteger(pn->dtype) &&
+                   pn->shape.size() == 1 && ConstantOf(b, at) == 1.0;
+          }))
+        return std::nullopt;
+      m.offset = Expr(0);
+    } else {
+      if (limit.op != Op::Add || !EitherOrder(limit, [&](NodeId a, NodeId b) {
+            return IotaIs(a, at, s) && (offset = IotaValue(b, at)).has_value();
+          }))
+        return std::nullopt;
+      m.offset = *offset;
+    }
     interior_.insert({wn.inputs[0], cond.inputs[1]});
     // Scores: scale * sum_d q[s, h*G + g, d] * k[t, h, d].
     const Node& sc = g_.node(wn.inputs[1]);
@@ -129,16 +139,21 @@ class AttentionMatcher {
     const Expr q_linear =
         s * Expr(m.heads_kv * m.group * m.head_dim) + (h * Expr(m.group) + gi) * Expr(m.head_dim) + d;
     NodeId q = -1, k = -1;
+    AttentionMatch km = m;  // K must be read as V is: both paged through the same table, or neither
+    km.table = -1;
     if (!EitherOrder(qkp, [&](NodeId a, NodeId b) {
-          return ReadsLinear(a, qk_at, q_linear, &q) && ReadsState(b, qk_at, {t, h, d}, &k);
+          return ReadsLinear(a, qk_at, q_linear, &q) && ReadsKv(b, qk_at, s, t, h, d, &k, &km);
         }))
       return std::nullopt;
+    if (km.table != m.table || km.block != m.block) return std::nullopt;
     m.q = q;
     m.k = k;
     interior_.insert(views_.begin(), views_.end());
     interior_.erase(q);
     interior_.erase(k);
     interior_.erase(v);
+    interior_.erase(m.table);
+    interior_.erase(m.positions);
     m.interior = interior_;
     return m;
   }
@@ -193,6 +208,56 @@ class AttentionMatcher {
     if (!Reads(n, idx, want, base)) return false;
     const Node& b = g_.node(*base);
     return b.op == Op::StateWrite && b.dtype == DType::F32 && b.shape.size() == 3;
+  }
+
+  // K or V at [t, h, d] for query s: a state write read directly, or (paged, recorded in *m) a pool
+  // gathered per query through its block table.
+  bool ReadsKv(NodeId n, const std::vector<Expr>& idx, const Expr& s, const Expr& t, const Expr& h,
+               const Expr& d, NodeId* base, AttentionMatch* m) {
+    const size_t mark = views_.size();
+    if (ReadsState(n, idx, {t, h, d}, base)) return true;
+    views_.resize(mark);
+    // gathered[s, t, e] = src[s, index[s, t, e], e] with e = h * D + d.
+    NodeId gn = -1;
+    std::vector<Expr> gi;
+    if (!Resolve(n, idx, &gn, &gi)) return false;
+    const Node& gather = g_.node(gn);
+    if (gather.op != Op::Gather || gather.dtype != DType::F32 || gather.shape.size() != 3 ||
+        gather.axes[0] != 1 || !gather.shape[2].IsConst())
+      return false;
+    const Expr e = h * Expr(m->head_dim) + d;
+    if (!Same(gi[0], s) || !Same(gi[1], t) || !Same(gi[2], e)) return false;
+    // The source: the pool [rows, H, D], a state scatter, seen as [S, rows, H * D].
+    Range("attn_r", g_.node(gather.inputs[0]).shape[1]);
+    const Expr r = Expr::Sym("attn_r");
+    if (!Reads(gather.inputs[0], {s, r, e}, {r, h, d}, base)) return false;
+    const Node& pool = g_.node(*base);
+    if (pool.op != Op::StateScatter || pool.dtype != DType::F32 || pool.shape.size() != 3) return false;
+    // The index: table[s, t / B] * B + t % B, computed over [S, blocks, B].
+    NodeId add = -1;
+    std::vector<Expr> ai;
+    if (!Resolve(gather.inputs[1], {s, t, e}, &add, &ai)) return false;
+    const Node& an = g_.node(add);
+    if (an.op != Op::Add || an.shape.size() != 3 || !an.shape[2].IsConst()) return false;
+    const int64_t block = an.shape[2].value();
+    const Expr tb = t / Expr(block), tm = t % Expr(block);
+    if (!Same(ai[0], s) || !Same(ai[1], tb) || !Same(ai[2], tm)) return false;
+    const std::vector<Expr> at = {s, tb, tm};
+    NodeId table = -1;
+    if (!EitherOrder(an, [&](NodeId a, NodeId b) {
+          const Node& mul = g_.node(a);
+          return mul.op == Op::Mul && IotaIs(b, at, tm) && EitherOrder(mul, [&](NodeId x, NodeId y) {
+                   return Reads(x, at, {s, tb}, &table) && ConstantOf(y, at) == (double)block;
+                 });
+        }))
+      return false;
+    const Node& tn = g_.node(table);
+    if (!IsInteger(tn.dtype) || tn.shape.size() != 2) return false;
+    if (m->table >= 0 && (m->table != table || m->block != block)) return false;
+    m->table = table;
+    m->block = block;
+    interior_.insert({gn, add});
+    return true;
   }
 
   std::optional<double> ConstantOf(NodeId n, const std::vector<Expr>& idx) {

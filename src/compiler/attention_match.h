@@ -12,11 +12,17 @@ namespace prism {
 // key t is visible to query s when t < s + offset, and the softmax is exp2((x - max) * exp_scale)
 // normalized. q is a [S, H*G*D] f32 node (any view of it); k and v are f32 state writes [cap, H, D]
 // read over their first `total` rows.
+//
+// Paged (table >= 0): K and V are state scatters [rows, H, D] read through a gather: query s's key t is
+// row table[s, t / block] * block + t % block, visible when t < positions[s] + 1 (table [S, blocks] and
+// positions [S] integer nodes); `total` is the keys' extent, blocks * block, and offset is unused.
 struct AttentionMatch {
   NodeId q, k, v;  // the nodes holding q, and the K and V state writes
   int64_t heads_kv, group, head_dim;
   Expr seq, total, offset;
   double scale, exp_scale;
+  NodeId table = -1, positions = -1;
+  int64_t block = 0;
   std::set<NodeId> interior;  // nodes strictly inside the pattern (neither operands nor the output)
 };
 

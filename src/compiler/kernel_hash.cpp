@@ -138,6 +138,11 @@ std::string KernelStructuralHash(const KernelProgram& p, const Kernel& k) {
     for (const Expr& e : {at->seq, at->total, at->offset}) h.Expression(e);
     h.Mix(at->scale);
     h.Mix(at->exp_scale);
+    if (at->table_buffer >= 0) {  // paged (absent elsewhere, so other kernels' keys are unchanged)
+      h.Buffer(at->table_buffer);
+      h.Buffer(at->positions_buffer);
+      h.Mix((uint64_t)at->block);
+    }
   }
   return h.Hex();
 }

@@ -67,11 +67,17 @@ struct GemmTemplate {
 // q [seq, heads_kv * group * head_dim] and the K/V caches [cap, heads_kv, head_dim] (all f32); key t
 // is visible to query s when t < s + offset. The kernels it replaces (the pattern's realized interior)
 // name it in `covered_by` and are skipped when it runs.
+//
+// Paged (table_buffer >= 0): K and V are pools [rows, heads_kv, head_dim]; query s's key t is row
+// table[s, t / block] * block + t % block, visible when t <= positions[s] (table [seq, total / block] and
+// positions [seq], i32); offset is unused.
 struct AttentionTemplate {
   int q_buffer, k_buffer, v_buffer;
   int64_t heads_kv, group, head_dim;
   Expr seq, total, offset;
   double scale, exp_scale;
+  int table_buffer = -1, positions_buffer = -1;
+  int64_t block = 0;
 };
 
 struct Kernel {
@@ -134,6 +140,8 @@ inline std::set<int> KernelReads(const Kernel& k) {
   for (const GatherBinding& gb : k.out_gathers) CollectLoads(gb.value, &reads);
   if (k.gemm) reads.insert({k.gemm->a_buffer, k.gemm->w_buffer});
   if (k.attention) reads.insert({k.attention->q_buffer, k.attention->k_buffer, k.attention->v_buffer});
+  if (k.attention && k.attention->table_buffer >= 0)
+    reads.insert({k.attention->table_buffer, k.attention->positions_buffer});
   return reads;
 }
 

@@ -269,6 +269,10 @@ void MarkAttention(const Graph& g, const std::vector<int>& buffer_of, KernelProg
     Kernel& kn = p->kernels[k];
     auto m = MatchCausalAttention(g, kn.root);
     if (!m || kn.out_buffer != buffer_of[kn.root] || buffer_of[m->q] < 0) continue;
+    if (m->table >= 0 && (buffer_of[m->table] < 0 || buffer_of[m->positions] < 0 ||
+                          p->buffers[buffer_of[m->table]].dtype != DType::I32 ||
+                          p->buffers[buffer_of[m->positions]].dtype != DType::I32))
+      continue;
     std::vector<size_t> covered;
     std::set<int> covered_buffers;
     for (size_t j = 0; j < p->kernels.size(); ++j)
@@ -288,6 +292,11 @@ void MarkAttention(const Graph& g, const std::vector<int>& buffer_of, KernelProg
     kn.attention = AttentionTemplate{buffer_of[m->q], buffer_of[m->k], buffer_of[m->v], m->heads_kv,
                                      m->group,        m->head_dim,     m->seq,          m->total,
                                      m->offset,       m->scale,        m->exp_scale};
+    if (m->table >= 0) {
+      kn.attention->table_buffer = buffer_of[m->table];
+      kn.attention->positions_buffer = buffer_of[m->positions];
+      kn.attention->block = m->block;
+    }
     kn.name += "_attention";
     for (size_t j : covered) p->kernels[j].covered_by = (int)k;
   }

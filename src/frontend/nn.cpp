@@ -226,16 +226,20 @@ Tensor PagedAttention(const Tensor& q, const Tensor& k, const Tensor& v, const T
     return Tensor{g, g->Gather(src.id(), index.id(), 1)}.reshape({seq, ctx, hkv, d}).cast(DType::F32);
   };
   Tensor keys = gathered(kp), vals = gathered(vp);
-  Tensor qg = q.cast(DType::F32).reshape({seq, hkv, Expr(group), d});  // [T, Hkv, G, D]
-  Tensor scores = Matmul(qg, keys.permute({0, 2, 3, 1})) * scale;      // [T, Hkv, G, ctx]
-  std::vector<Expr> sshape = {seq, hkv, Expr(group), ctx};
+  // As CausalAttention, with queries grouped by their key/value head [Hkv, G, T, D], except that each
+  // query has keys of its own: the products are written out (the template tier matches this form too).
+  Tensor qg = q.cast(DType::F32).reshape({seq, hkv, Expr(group), d}).permute({1, 2, 0, 3});
+  Tensor kt = keys.permute({2, 0, 1, 3}).unsqueeze(1);                  // [Hkv, 1, T, ctx, D]
+  Tensor scores = (qg.unsqueeze(3) * kt).sum({4}, false) * scale;       // [Hkv, G, T, ctx]
+  std::vector<Expr> sshape = {hkv, Expr(group), seq, ctx};
   Tensor j{g, g->Iota(sshape, 3, DType::I32)};
   Tensor limit =
-      positions.reshape({seq, Expr(1), Expr(1), Expr(1)}).expand(sshape) + Full(g, 1, sshape, DType::I32);
+      positions.reshape({Expr(1), Expr(1), seq, Expr(1)}).expand(sshape) + Full(g, 1, sshape, DType::I32);
   Tensor masked = Where(Less(j, limit), scores, Full(g, -INFINITY, sshape));
   Tensor p = Softmax(masked, -1);
-  Tensor out = Matmul(p, vals.permute({0, 2, 1, 3}));  // [T, Hkv, G, D]
-  return out.reshape({seq, hq * d}).cast(q.dtype());
+  Tensor vt = vals.permute({2, 0, 3, 1}).unsqueeze(1);  // [Hkv, 1, T, D, ctx]
+  Tensor out = (p.unsqueeze(3) * vt).sum({4}, false);    // [Hkv, G, T, D]
+  return out.permute({2, 0, 1, 3}).reshape({seq, hq * d}).cast(q.dtype());
 }
 
 }  // namespace prism

@@ -487,6 +487,10 @@ static bool KnownBelow(const Expr& e, const Expr& d, const RangeMap& ranges) {
     auto it = ranges.find(e.name());
     if (it != ranges.end() && it->second.upper_excl && *it->second.upper_excl == d) return true;
   }
+  // x / c < d where x < c * d (a block's index below the block count).
+  if (e.kind() == Expr::Kind::Div && e.args()[1].IsConst() && e.args()[1].value() > 0 &&
+      KnownBelow(e.args()[0], e.args()[1] * d, ranges))
+    return true;
   // d - max(e) >= 1 with every remaining symbol non-negative proves it.
   std::map<std::string, Expr> extents;
   for (const auto& [name, r] : ranges)

@@ -114,6 +114,7 @@ PRISM_ATTN void ValueColumnsOf(int64_t D, std::integer_sequence<int, Ds...>, con
 PRISM_ATTN void AttentionBlock(const float* q, const float* k, const float* v, float* out,
                                const AttentionDims& a, int64_t h, int64_t row0, std::vector<float>& scratch) {
   const int64_t G = a.group, D = a.head_dim, S = a.seq, HD = a.heads_kv * D;
+  const int64_t So = a.out_seq > 0 ? a.out_seq : S;  // out rows per (head, group head)
   const int rows = (int)std::min<int64_t>(kRows, S * G - row0);
   // Row r of the block is query s = (row0 + r) / G of group head (row0 + r) % G; it sees n[r] keys.
   alignas(64) int32_t n[kRows] = {};
@@ -178,7 +179,7 @@ PRISM_ATTN void AttentionBlock(const float* q, const float* k, const float* v, f
     float* out_rows[kRows];
     for (int r = 0; r < rows; ++r) {
       const int64_t s = (row0 + r) / G, g = (row0 + r) % G;
-      out_rows[r] = out + ((h * G + g) * S + s) * D;
+      out_rows[r] = out + ((h * G + g) * So + a.out_row0 + s) * D;
     }
     ValueColumnsOf(D, std::make_integer_sequence<int, 16>{}, p, v + h * D, HD, keys, rows, inv_l, out_rows);
     return;
@@ -189,7 +190,7 @@ PRISM_ATTN void AttentionBlock(const float* q, const float* k, const float* v, f
     int64_t chunk_keys = 0;
     for (int i = 0; i < rr; ++i) {
       const int64_t s = (row0 + r0 + i) / G, g = (row0 + r0 + i) % G;
-      out_rows[i] = out + ((h * G + g) * S + s) * D;
+      out_rows[i] = out + ((h * G + g) * So + a.out_row0 + s) * D;
       chunk_keys = std::max<int64_t>(chunk_keys, n[r0 + i]);
     }
     for (int64_t d0 = 0; d0 < D; d0 += 64) {
@@ -215,6 +216,42 @@ void CausalAttentionF32(const float* q, const float* k, const float* v, float* o
   const int64_t blocks = (a.seq * a.group + kRows - 1) / kRows, items = a.heads_kv * blocks;
   for (int64_t i = thread; i < items; i += threads)
     AttentionBlock(q, k, v, out, a, i / blocks, i % blocks * kRows, scratch);
+}
+
+void PagedAttentionF32(const float* q, const float* k_pool, const float* v_pool, float* out,
+                       const AttentionDims& a, const PagedKv& kv, int thread, int threads) {
+  const int64_t S = a.seq, NB = kv.blocks, HD = a.heads_kv * a.head_dim, QD = a.group * HD;
+  thread_local std::vector<int64_t> starts;
+  thread_local std::vector<float> keys, vals, scratch;
+  starts.clear();
+  for (int64_t s = 0; s < S; ++s) {
+    const bool same = s > 0 && kv.positions[s] == kv.positions[s - 1] + 1 &&
+                      std::equal(kv.table + s * NB, kv.table + (s + 1) * NB, kv.table + (s - 1) * NB);
+    if (!same) starts.push_back(s);
+  }
+  starts.push_back(S);
+  const int64_t runs = (int64_t)starts.size() - 1;
+  const bool whole = runs >= threads;  // each run on one thread; else every thread shares every run
+  for (int64_t r = whole ? thread : 0; r < runs; r += whole ? threads : 1) {
+    const int64_t s0 = starts[r], n = starts[r + 1] - s0;
+    AttentionDims ra = a;
+    ra.seq = n;
+    ra.total = std::clamp<int64_t>(kv.positions[s0 + n - 1] + 1, 0, a.total);
+    ra.offset = (int64_t)kv.positions[s0] + 1;
+    ra.out_seq = S;
+    ra.out_row0 = s0;
+    keys.resize((size_t)(ra.total * HD));
+    vals.resize((size_t)(ra.total * HD));
+    for (int64_t t = 0; t < ra.total; ++t) {
+      const int64_t row = std::clamp<int64_t>(
+          (int64_t)kv.table[s0 * NB + t / kv.block] * kv.block + t % kv.block, 0, kv.pool_rows - 1);
+      std::copy_n(k_pool + row * HD, HD, keys.data() + t * HD);
+      std::copy_n(v_pool + row * HD, HD, vals.data() + t * HD);
+    }
+    const int64_t blocks = (n * a.group + kRows - 1) / kRows, items = a.heads_kv * blocks;
+    for (int64_t i = whole ? 0 : thread; i < items; i += whole ? 1 : threads)
+      AttentionBlock(q + s0 * QD, keys.data(), vals.data(), out, ra, i / blocks, i % blocks * kRows, scratch);
+  }
 }
 
 }  // namespace prism

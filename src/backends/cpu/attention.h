@@ -10,6 +10,15 @@ struct AttentionDims {
   int64_t seq, total;  // queries this step; keys visible to the last one (cached + new)
   int64_t offset;      // key t is visible to query s when t < s + offset
   float scale, exp_scale;
+  int64_t out_seq = 0, out_row0 = 0;  // out is [H, G, out_seq, D] and these queries its rows from out_row0
+};
+
+// A paged KV cache: query s's key t is pool row table[s * blocks + t / block] * block + t % block
+// (clamped to the pool, as a gather clamps), visible when t <= positions[s].
+struct PagedKv {
+  const int32_t* table;
+  const int32_t* positions;
+  int64_t blocks, block, pool_rows;
 };
 
 // True where this CPU runs the template (AVX-512, unless PRISM_GEMM_ISA rules it out).
@@ -22,5 +31,12 @@ bool AttentionTemplateSupported();
 // t + n, ..., which balances the causal triangle.
 void CausalAttentionF32(const float* q, const float* k, const float* v, float* out, const AttentionDims& a,
                         int thread, int threads);
+
+// The same over a ragged batch through a paged KV cache: a.seq queries of many sequences, a.total =
+// blocks * block keys at most, a.offset unused. Each run of queries with one block-table row and
+// consecutive positions (one sequence's piece) is a causal attention over its sequence's keys, copied
+// out of the pools into contiguous rows first. Runs go to threads whole when there are enough of them.
+void PagedAttentionF32(const float* q, const float* k_pool, const float* v_pool, float* out,
+                       const AttentionDims& a, const PagedKv& kv, int thread, int threads);
 
 }  // namespace prism

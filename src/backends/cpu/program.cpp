@@ -232,6 +232,16 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
   if (st.total <= 0 || st.skip) return;
   if (st.use_template && kn.attention) {
     const AttentionTemplate& at = *kn.attention;
+    if (at.table_buffer >= 0) {
+      const PagedKv kv{static_cast<const int32_t*>(bufs[at.table_buffer]),
+                       static_cast<const int32_t*>(bufs[at.positions_buffer]), st.attn.total / at.block,
+                       at.block, kp_.buffers[at.k_buffer].shape[0].value()};
+      PagedAttentionF32(
+          static_cast<const float*>(bufs[at.q_buffer]), static_cast<const float*>(bufs[at.k_buffer]),
+          static_cast<const float*>(bufs[at.v_buffer]), static_cast<float*>(bufs[kn.out_buffer]), st.attn, kv,
+          st.parallel ? t : 0, st.parallel ? threads : 1);
+      return;
+    }
     CausalAttentionF32(static_cast<const float*>(bufs[at.q_buffer]),
                        static_cast<const float*>(bufs[at.k_buffer]),
                        static_cast<const float*>(bufs[at.v_buffer]), static_cast<float*>(bufs[kn.out_buffer]),
