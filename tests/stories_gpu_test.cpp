@@ -107,7 +107,7 @@ TEST(Stories260KOpenCl, SearchSavesToTheDatabaseAndArtifactAndReplays) {
     EXPECT_TRUE(r.contains("candidates")) << r.dump();
     replay_searched++;
   }
-  EXPECT_EQ(replay_searched, 2);  // decode and prefill (prefill-long searches attention only)
+  EXPECT_EQ(replay_searched, 3);  // decode, batch and prefill (prefill-long searches attention only)
 }
 
 TEST(Stories260KOpenCl, LogitsMatchTheCpu) {
