@@ -46,6 +46,23 @@ fi
 pip_install llama-cpp-python
 $PY -c "import llama_cpp; print('setup: llama_cpp', llama_cpp.__version__)"
 
+# --llama-server: llama.cpp's own server (bench/serve.py's anchor), built from the llama.cpp that
+# llama-cpp-python's source distribution vendors, for this CPU, into bench/llama-server/bin.
+if [ "${1:-}" = "--llama-server" ] && [ ! -x bench/llama-server/bin/llama-server ]; then
+  echo "setup: building llama-server from llama-cpp-python's sdist (~30 minutes on 2 cores)"
+  src=$(mktemp -d)
+  $PY -m pip download -q --no-binary :all: --no-deps -d "$src" llama-cpp-python
+  tar xzf "$src"/llama_cpp_python-*.tar.gz -C "$src"
+  # shellcheck disable=SC2046  # the CPU's flags, one word each
+  cmake -S "$src"/llama_cpp_python-*/vendor/llama.cpp -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    $(ggml_cpu_args) -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_BUILD_EXAMPLES=OFF >/dev/null
+  ninja -C "$src/build" llama-server
+  mkdir -p bench/llama-server/bin
+  cp "$src"/build/bin/llama-server bench/llama-server/bin/
+  rm -rf "$src"
+fi
+
 # Incremental (a no-op when up to date); BENCH_REBUILD=0 only builds what is missing.
 if [ ! -x build/prism ] || [ ! -x build/prism_roofline_probe ] || [ "${BENCH_REBUILD:-1}" = "1" ]; then
   [ -f build/build.ninja ] || cmake -S . -B build -G Ninja >/dev/null
