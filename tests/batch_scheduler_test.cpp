@@ -374,31 +374,22 @@ void RandomRun(uint64_t seed, KvHashFn hash, RunStats* stats) {
   stats->prefix_hits += pool.prefix_hit_tokens();
 }
 
-TEST(BatchScheduler, RandomizedRunsLeakNothing) {
+// 41 random runs from `first_seed`; they must exercise preemption and prefix sharing.
+void RandomRuns(uint64_t first_seed, KvHashFn hash) {
   RunStats stats;
-  for (uint64_t seed = 1; seed <= 40; ++seed) {
+  for (uint64_t seed = first_seed; seed <= first_seed + 40; ++seed) {
     SCOPED_TRACE(seed);
-    RandomRun(seed, nullptr, &stats);
+    RandomRun(seed, hash, &stats);
     if (::testing::Test::HasFatalFailure()) return;
   }
-  EXPECT_GT(stats.preemptions, 0);  // the runs did exercise preemption and prefix sharing
+  EXPECT_GT(stats.preemptions, 0);
   EXPECT_GT(stats.prefix_hits, 0);
   std::printf("%lld preemptions, %lld prefix-hit tokens\n", static_cast<long long>(stats.preemptions),
               static_cast<long long>(stats.prefix_hits));
 }
 
-TEST(BatchScheduler, RandomizedRunsWithCollidingHashes) {
-  RunStats stats;
-  for (uint64_t seed = 100; seed <= 140; ++seed) {
-    SCOPED_TRACE(seed);
-    RandomRun(seed, WeakHash, &stats);
-    if (::testing::Test::HasFatalFailure()) return;
-  }
-  EXPECT_GT(stats.preemptions, 0);  // the runs did exercise preemption and prefix sharing
-  EXPECT_GT(stats.prefix_hits, 0);
-  std::printf("%lld preemptions, %lld prefix-hit tokens\n", static_cast<long long>(stats.preemptions),
-              static_cast<long long>(stats.prefix_hits));
-}
+TEST(BatchScheduler, RandomizedRunsLeakNothing) { RandomRuns(1, nullptr); }
+TEST(BatchScheduler, RandomizedRunsWithCollidingHashes) { RandomRuns(100, WeakHash); }
 
 }  // namespace
 }  // namespace prism
