@@ -107,6 +107,7 @@ async def load(base, model, concurrency, per_client, max_tokens):
     t0 = time.perf_counter()
     await asyncio.gather(*(worker(i) for i in range(concurrency)))
     wall = time.perf_counter() - t0
+    await client.close()
     ttft = sorted(r[0] for r in results)
     itl = sorted(x for r in results for x in r[1])
     pct = lambda xs, q: xs[min(len(xs) - 1, int(q * len(xs)))] * 1000 if xs else float("nan")  # noqa: E731
