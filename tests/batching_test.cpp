@@ -5,6 +5,7 @@
 #include <cmath>
 #include <random>
 
+#include "backends/cpu/attention.h"
 #include "backends/cpu/program.h"
 #include "ir/error.h"
 #include "ir/interpreter.h"
@@ -142,7 +143,8 @@ TEST(Batching, PagedAttentionMatchesTheFusedTemplate) {
         EXPECT_TRUE(c["passed"].get<bool>()) << r.dump();
         checked++;
       }
-  EXPECT_GE(checked, 3);          // decode, batch and prefill (layers alike share one decision)
+  // Decode, batch and prefill (layers alike share one decision), where AVX-512 offers the template.
+  if (AttentionTemplateSupported()) EXPECT_GE(checked, 3);
   ExpectRaggedStepsMatch("cpu");  // the searched choices give the one-sequence logits too
 }
 TEST(Batching, RaggedStepsMatchOneSequenceOnOpenCl) {
