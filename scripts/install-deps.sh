@@ -20,11 +20,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# Python packages are only needed by the parity tests and benchmarks (PRISM_PY_DEPS=0 skips them).
+# Python packages are needed by the parity tests, the benchmarks and the Python package (nanobind builds
+# its native module; scikit-build-core is what `pip install .` builds with). PRISM_PY_DEPS=0 skips them.
 if [ "${PRISM_PY_DEPS:-1}" = "1" ]; then
   PY=${PYTHON:-python3}
-  if ! $PY -c "import numpy, pytest, safetensors, gguf, torch, transformers, tokenizers, jinja2, openai, selenium" 2>/dev/null; then
+  if ! $PY -c "import numpy, pytest, safetensors, gguf, torch, transformers, tokenizers, jinja2, openai, selenium, nanobind, scikit_build_core" 2>/dev/null; then
     $PY -m pip install -q --disable-pip-version-check \
-      numpy pytest safetensors gguf "torch" transformers tokenizers jinja2 openai selenium
+      numpy pytest safetensors gguf "torch" transformers tokenizers jinja2 openai selenium nanobind scikit-build-core
   fi
 fi

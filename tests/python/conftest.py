@@ -40,6 +40,19 @@ def pytest_terminal_summary(terminalreporter):
 
 
 @pytest.fixture(scope="session")
+def prism_py():
+    """The prism Python package: the installed one, else build/python (PRISM_PYTHON names another)."""
+    path = os.environ.get("PRISM_PYTHON") or os.path.join(os.path.dirname(__file__), "..", "..", "build", "python")
+    if os.path.isdir(os.path.join(path, "prism")):
+        sys.path.insert(0, os.path.abspath(path))
+    try:
+        import prism
+    except ImportError as e:
+        pytest.skip(f"the prism Python package is not built ({e}): pip install nanobind, then build")
+    return prism
+
+
+@pytest.fixture(scope="session")
 def prism_bin():
     path = os.environ.get("PRISM_BIN") or os.path.join(os.path.dirname(__file__), "..", "..", "build", "prism")
     if not os.path.isfile(path):

@@ -1,0 +1,150 @@
+# torch.compile(backend="prism"): transformers' Llama, Qwen2, Mistral and GPT-2 (random weights), an MLP
+# and a small convolutional network against eager PyTorch over several sizes with one compile each (no
+# recompiles), the KV-cache decode path, the eager fallback for an operator Prism lacks, and bad input.
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def backend(prism_py):
+    import prism.torch_backend as tb
+
+    tb.register()
+    return tb
+
+
+def _rel(y, r):
+    assert torch.isfinite(y).all()
+    return ((y.float() - r.float()).abs().max() / r.float().abs().max()).item()
+
+
+def _compile(model, **kw):
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("prism")
+    return torch.compile(model, backend=counter, **kw), counter
+
+
+def _family(name):
+    transformers = pytest.importorskip("transformers")
+    common = dict(vocab_size=160, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=256)
+    if name == "llama":
+        return transformers.LlamaForCausalLM(transformers.LlamaConfig(**common))
+    if name == "qwen2":
+        return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common))
+    if name == "mistral":
+        return transformers.MistralForCausalLM(transformers.MistralConfig(**common, sliding_window=None))
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=160, n_embd=64, n_layer=2, n_head=4,
+                                                                n_positions=256))
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "mistral", "gpt2"])
+def test_transformers_families_match_eager_with_one_compile(backend, family):
+    torch.manual_seed(0)
+    model = _family(family).eval()
+    compiled, counter = _compile(model, dynamic=True)
+    before = dict(backend.stats)
+    frames = []
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no operator may fall back to eager here
+        for batch, seq in ((2, 5), (2, 11), (3, 23), (3, 7)):
+            ids = torch.randint(0, 160, (batch, seq))
+            got = compiled(input_ids=ids, use_cache=False).logits
+            want = model(input_ids=ids, use_cache=False).logits
+            assert got.shape == want.shape
+            assert _rel(got, want) < 1e-4, (batch, seq)
+            frames.append(counter.frame_count)
+    assert frames[1:] == frames[:1] * 3  # no recompiles: the first compile serves every batch and length
+    assert backend.stats["programs"] - before["programs"] == 1  # as one Prism program
+    assert backend.stats["fallback_nodes"] == before["fallback_nodes"]
+
+
+def test_kv_cache_decode_matches_eager(backend):
+    torch.manual_seed(1)
+    model = _family("llama").eval()
+    compiled, counter = _compile(model, dynamic=True)
+    with torch.no_grad():
+        ids = torch.randint(0, 160, (2, 6))
+        want, got = model(input_ids=ids, use_cache=True), compiled(input_ids=ids, use_cache=True)
+        assert _rel(got.logits, want.logits) < 1e-4
+        pw, pg = want.past_key_values, got.past_key_values
+        frames = []
+        for _ in range(4):
+            nxt = torch.randint(0, 160, (2, 1))
+            want = model(input_ids=nxt, past_key_values=pw, use_cache=True)
+            got = compiled(input_ids=nxt, past_key_values=pg, use_cache=True)
+            assert _rel(got.logits, want.logits) < 1e-4
+            pw, pg = want.past_key_values, got.past_key_values
+            frames.append(counter.frame_count)
+    assert frames[1:] == frames[:1] * 3  # the decode step's graph serves every cache length
+
+
+class ConvNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1, self.b1 = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8)
+        self.c2, self.b2 = torch.nn.Conv2d(8, 16, 3, stride=2, padding=1, groups=2), torch.nn.BatchNorm2d(16)
+        self.fc = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = torch.nn.functional.max_pool2d(torch.relu(self.b1(self.c1(x))), 2)
+        x = torch.nn.functional.avg_pool2d(torch.relu(self.b2(self.c2(x))), 2)
+        return self.fc(torch.nn.functional.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+def test_mlp_and_convnet_match_eager(backend):
+    torch.manual_seed(2)
+    mlp = torch.nn.Sequential(torch.nn.Linear(24, 48), torch.nn.GELU(), torch.nn.Linear(48, 48),
+                              torch.nn.SiLU(), torch.nn.LayerNorm(48), torch.nn.Linear(48, 5)).eval()
+    net = ConvNet().eval()
+    for bn in (net.b1, net.b2):
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+    with torch.no_grad():
+        for model, shapes in ((mlp, [(3, 24), (17, 24), (64, 24)]), (net, [(2, 3, 32, 32), (5, 3, 32, 32)])):
+            compiled, counter = _compile(model, dynamic=True)
+            frames = []
+            for shape in shapes:
+                x = torch.randn(*shape)
+                assert _rel(compiled(x), model(x)) < 1e-5
+                frames.append(counter.frame_count)
+            assert frames[1:] == frames[:1] * (len(frames) - 1)  # no recompiles at new batch sizes
+
+
+def test_an_operator_prism_lacks_runs_in_eager_with_one_warning(backend):
+    def f(x, w):
+        h = torch.relu(x @ w)
+        return torch.cumprod(h, dim=-1) + h.sum(-1, keepdim=True)  # cumprod: not a Prism operator
+
+    x, w = torch.randn(4, 8), torch.randn(8, 6)
+    compiled, _ = _compile(f)
+    before = backend.stats["fallback_nodes"]
+    with pytest.warns(UserWarning, match="cumprod"):
+        got = compiled(x, w)
+    assert _rel(got, f(x, w)) < 1e-5
+    assert backend.stats["fallback_nodes"] > before
+
+
+def test_bad_input_is_a_clear_exception(backend, prism_py):
+    def f(x):
+        return x.softmax(-1)
+
+    compiled, _ = _compile(f)
+    # float64 arrays are not a Prism type: that graph runs in PyTorch, correctly
+    x = torch.randn(3, 5, dtype=torch.float64)
+    with pytest.warns(UserWarning, match="eager"):
+        assert torch.allclose(compiled(x), f(x))
+    # a compiled graph called with the wrong rank fails with Prism's message, not a crash
+    g = prism_py.Graph()
+    t = g.input("x", "f32", [prism_py.Expr.sym("n"), 4])
+    g.output(t.softmax(-1), "y")
+    p = g.compile("cpu", 1)
+    with pytest.raises(prism_py.PrismError, match="x"):
+        p.run({"x": torch.randn(2, 4, 1)})
+    with pytest.raises(prism_py.PrismError, match="int64|dtype"):
+        p.run({"x": torch.zeros(2, 4, dtype=torch.int64)})
