@@ -9,6 +9,18 @@ export PRISM_CACHE_DIR="${PRISM_CACHE_DIR:-$(mktemp -d)}"
 cd build
 ctest --output-on-failure -j2 --timeout 1500 "$@"
 
+# `pip install .` as a user runs it: a fresh virtual environment (sharing this machine's torch), the C++
+# built by scikit-build-core, then the command, the package and its torch.compile entry point used from
+# outside the source tree.
+cd ..
+venv=$(mktemp -d)
+python3 -m venv --system-site-packages "$venv"
+"$venv/bin/pip" install -q --disable-pip-version-check .
+(cd "$venv" && PRISM_INSTALLED=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider \
+  "$OLDPWD/tests/python/test_installed.py")
+rm -rf "$venv"
+cd build
+
 # The compiler core once more under AddressSanitizer (with leak checks) and UBSan: the generated
 # kernels are built as usual, everything that drives them is instrumented.
 cd ..

@@ -356,12 +356,25 @@ def _identity(L: Lowering, node: Any, x: Any, *a: Any, **kw: Any) -> Any:
     return x
 
 
-def _mm(L: Lowering, node: Any, a: Any, b: Any) -> Any:
+def _matmul(L: Lowering, node: Any, a: Any, b: Any) -> Any:
+    """a @ b; where b is a transposed [N, K] matrix (a linear layer's weight), as x · Wᵀ over W as
+    stored, the form Prism's GEMM templates match."""
+    src = node.args[2] if _packet(node.target) is aten.addmm else node.args[1]
+    if (isinstance(src, torch.fx.Node) and _packet(src.target) in (aten.permute, aten.t) and a.rank == 2
+            and b.rank == 2 and (_packet(src.target) is aten.t or list(src.args[1]) in ([1, 0], [-1, -2]))):
+        if a.dtype == "f32":
+            return a.linear(L.env[src.args[0]])
+        # half-precision activations: the product in f32 (as torch accumulates it), rounded once after
+        return a.cast("f32").linear(L.env[src.args[0]]).cast(a.dtype)
     return a.matmul(b)
 
 
+def _mm(L: Lowering, node: Any, a: Any, b: Any) -> Any:
+    return _matmul(L, node, a, b)
+
+
 def _addmm(L: Lowering, node: Any, bias: Any, a: Any, b: Any, beta: Any = 1, alpha: Any = 1) -> Any:
-    p = a.matmul(b)
+    p = _matmul(L, node, a, b)
     if alpha != 1:
         p = p.mul(alpha)
     return p.add(bias if beta == 1 else bias.mul(beta))

@@ -190,6 +190,8 @@ void BindGraph(nb::module_& m) {
       .def("minimum", [](const PyTensor& a, nb::handle b) { return BinaryOp(a, b, Minimum, "minimum"); })
       .def("less", [](const PyTensor& a, nb::handle b) { return BinaryOp(a, b, Less, "less"); })
       .def("mod", [](const PyTensor& a, nb::handle b) { return BinaryOp(a, b, Mod, "mod"); })
+      .def("linear", [](const PyTensor& x,
+                        const PyTensor& w) { return Wrap(Same(x, w, "linear"), Linear(x.t(), w.t())); })
       .def("matmul", [](const PyTensor& a,
                         const PyTensor& b) { return Wrap(Same(a, b, "matmul"), Matmul(a.t(), b.t())); })
       .def("gather",
