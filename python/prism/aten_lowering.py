@@ -580,7 +580,17 @@ def _convolution(L: Lowering, node: Any, x: Any, w: Any, b: Any, stride: Any, pa
     N = x.shape[0]
     OH, OW = out[2], out[3]
     wins = _windows(L, x, [KH, KW], _pair(stride), _pair(padding), _pair(dilation), [OH, OW])
-    cols = _prism.concat([v.reshape([N, x.shape[1], 1, OH, OW]) for v in wins], 2)  # [N, C, KH*KW, OH, OW]
+    C = x.shape[1]
+    if w.rank == 2:  # the weight bound as [O, C*KH*KW]: im2col rows times Wᵀ, the GEMM template's form
+        cols = _prism.concat([v.reshape([N, C, 1, OH, OW]) for v in wins], 2)  # [N, C, KH*KW, OH, OW]
+        rows = cols.permute([0, 3, 4, 1, 2]).reshape([N, OH, OW, Cg * KH * KW])
+        rows = rows if rows.dtype == "f32" else rows.cast("f32")
+        y = rows.linear(w)                                                    # [N, OH, OW, O]
+        if b is not None:
+            y = y.add(b if b.dtype == "f32" else b.cast("f32"))
+        y = y.permute([0, 3, 1, 2])
+        return _as_result(L, node, y)
+    cols = _prism.concat([v.reshape([N, C, 1, OH, OW]) for v in wins], 2)  # [N, C, KH*KW, OH, OW]
     G = groups
     cols = cols.reshape([N, G, Cg * KH * KW, OH * OW])          # per group: [Cg*K, OH*OW]
     wm = w.reshape([G, O // G, Cg * KH * KW])                   # [G, O/G, Cg*K]

@@ -40,6 +40,14 @@ def _node_supported(node: torch.fx.Node) -> bool:
     return _is_sym_node(node) or supported(node)
 
 
+def _conv_weight_only(n: torch.fx.Node) -> bool:
+    """A 4-d parameter read only as the weight of 2-d convolutions without groups."""
+    conv = torch.ops.aten.convolution
+    return len(n.meta["val"].shape) == 4 and len(n.users) > 0 and all(
+        getattr(u.target, "overloadpacket", None) is conv and u.args[1] is n and u.args[8] == 1 and not u.args[6]
+        for u in n.users)
+
+
 def _size_value(L: Lowering, n: torch.fx.Node) -> Any:
     """A size node's value: a tensor's size as Prism has it, or arithmetic on such sizes."""
     import operator
@@ -69,6 +77,7 @@ class PrismGraph(torch.nn.Module):
         self.in_names: List[Optional[str]] = []    # Prism input (or weight) name per placeholder
         self.in_dtypes: List[Optional[str]] = []
         self.weight_of: Dict[str, int] = {}         # weight name -> placeholder index
+        self.flat_weights: set = set()              # convolution weights bound as matrices
         self.sym_dims: List[Tuple[str, int, int]] = []  # (symbol, placeholder, axis) bound from shapes
         self.sym_args: List[Tuple[str, int]] = []       # (symbol, placeholder) passed as ints
         self.constants: Dict[str, torch.Tensor] = {}
@@ -82,6 +91,9 @@ class PrismGraph(torch.nn.Module):
                 dt = prism_dtype(val.dtype)
                 shape = shape_of(val)
                 name = f"w{i}" if i < len(weights) and weights[i] else f"in{i}"
+                if name[0] == "w" and _conv_weight_only(n):  # bound as [O, C*KH*KW]: the GEMM's weight
+                    shape = [shape[0], shape[1] * shape[2] * shape[3]]
+                    self.flat_weights.add(name)
                 L.env[n] = (L.g.weight if name[0] == "w" else L.g.input)(name, dt, shape)
                 if name[0] == "w":
                     self.weight_of[name] = i
@@ -145,6 +157,8 @@ class PrismGraph(torch.nn.Module):
                 continue
             t = self._host(args[i], self.in_dtypes[i])
             if name in self.weight_of:
+                if name in self.flat_weights:
+                    t = t.reshape(t.shape[0], -1)  # a view: no copy
                 if self.bound.get(name) != t.data_ptr():  # bound once; again if the parameter moved
                     self.program.bind_weight(name, t)
                     self.bound[name] = t.data_ptr()
