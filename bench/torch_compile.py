@@ -141,7 +141,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--layers", type=int, default=16, help="decoder layers of the 1B shape (16: the real depth)")
-    p.add_argument("--prompts", type=int, nargs="+", default=[128, 512])
+    p.add_argument("--prompts", type=int, nargs="*", default=[128, 512], help="prefill lengths (none: decode only)")
     p.add_argument("--past", type=int, default=128, help="KV-cache length of the decode step")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--search-budget", type=float, default=0, help="Prism's schedule search per graph, seconds")

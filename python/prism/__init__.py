@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 from . import _prism
 from ._prism import Expr, Graph, PrismError, Program, Tensor, concat, where  # noqa: F401

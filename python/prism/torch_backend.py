@@ -22,7 +22,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from . import _prism
-from .aten_lowering import DTYPES, Lowering, Unsupported, lower_node, prism_dtype, shape_of, supported, to_expr
+from .aten_common import DTYPES, Lowering, Unsupported, prism_dtype, shape_of, to_expr
+from .aten_lowering import lower_node, supported
 
 # How many graphs this process handed to Prism (the tests count recompiles with it).
 stats = {"graphs": 0, "programs": 0, "fallback_nodes": 0}

@@ -1,0 +1,198 @@
+"""ATen's neural-network operators as Prism ops: matmuls and linear layers (in the GEMM templates'
+x · Wᵀ form where the weight allows), embedding and indexing, softmax, norms, 2-d convolution, pooling."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import torch
+
+from . import _prism
+from .aten_common import Expr, Lowering, Unsupported, _as_result, _bc, _packet, aten, shape_of
+
+def _matmul(L: Lowering, node: Any, a: Any, b: Any) -> Any:
+    """a @ b; where b is a transposed [N, K] matrix (a linear layer's weight), as x · Wᵀ over W as
+    stored, the form Prism's GEMM templates match."""
+    src = node.args[2] if _packet(node.target) is aten.addmm else node.args[1]
+    if (isinstance(src, torch.fx.Node) and _packet(src.target) in (aten.permute, aten.t) and a.rank == 2
+            and b.rank == 2 and (_packet(src.target) is aten.t or list(src.args[1]) in ([1, 0], [-1, -2]))):
+        if a.dtype == "f32":
+            return a.linear(L.env[src.args[0]])
+        # half-precision activations: the product in f32 (as torch accumulates it), rounded once after
+        return a.cast("f32").linear(L.env[src.args[0]]).cast(a.dtype)
+    return a.matmul(b)
+
+def _mm(L: Lowering, node: Any, a: Any, b: Any) -> Any:
+    return _matmul(L, node, a, b)
+
+def _addmm(L: Lowering, node: Any, bias: Any, a: Any, b: Any, beta: Any = 1, alpha: Any = 1) -> Any:
+    p = _matmul(L, node, a, b)
+    if alpha != 1:
+        p = p.mul(alpha)
+    return p.add(bias if beta == 1 else bias.mul(beta))
+
+def _embedding(L: Lowering, node: Any, weight: Any, ids: Any, *a: Any) -> Any:
+    return weight.embedding(ids if ids.dtype == "i32" else ids.cast("i32"))
+
+def _index(L: Lowering, node: Any, x: Any, indices: Sequence[Any]) -> Any:
+    """Advanced indexing x[..., i0, i1, ...] with index tensors (broadcast together) on some axes."""
+    dims = [i for i, t in enumerate(indices) if t is not None]
+    idxs = _bc(L, *[indices[d] if indices[d].dtype == "i32" else indices[d].cast("i32") for d in dims])
+    rank = x.rank
+    perm = dims + [i for i in range(rank) if i not in dims]
+    xt = x.permute(perm) if perm != list(range(rank)) else x
+    rest = list(xt.shape[len(dims):])
+    lead: Any = 1
+    for d in dims:
+        lead = x.shape[d] * lead
+    flat: Any = 1
+    for r in rest:
+        flat = r * flat
+    lin = idxs[0]
+    for d, ix in zip(dims[1:], idxs[1:]):  # row-major position among the indexed axes
+        lin = lin.mul(L.g.value_of(x.shape[d], "i32") if not isinstance(x.shape[d], int) and
+                      not x.shape[d].is_const else float(x.shape[d].value if isinstance(x.shape[d], Expr)
+                                                         else x.shape[d])).add(ix)
+    if lin.dtype != "i32":
+        lin = lin.cast("i32")
+    out = xt.reshape([lead, flat]).embedding(lin)  # idx.shape + [flat]
+    k = lin.rank
+    out = out.reshape(list(lin.shape) + rest)
+    consecutive = dims == list(range(dims[0], dims[0] + len(dims)))
+    if consecutive and dims[0] > 0:  # torch puts the indexed axes where the indices stood
+        d = dims[0]
+        order = list(range(k, k + d)) + list(range(k)) + list(range(k + d, k + len(rest)))
+        out = out.permute(order)
+    return out
+
+def _gather(L: Lowering, node: Any, x: Any, dim: int, index: Any, **kw: Any) -> Any:
+    return x.gather(index if index.dtype == "i32" else index.cast("i32"), dim)
+
+def _softmax(log: bool) -> Callable:
+    def h(L: Lowering, node: Any, x: Any, dim: int, half_to_float: bool = False) -> Any:
+        y = x.log_softmax(dim) if log else x.softmax(dim)
+        return _as_result(L, node, y)
+    return h
+
+def _gelu(L: Lowering, node: Any, x: Any, approximate: str = "none") -> Any:
+    if approximate == "tanh":
+        inner = x.add(x.mul(x).mul(x).mul(0.044715)).mul(math.sqrt(2 / math.pi))
+        return x.mul(0.5).mul(inner.tanh().add(1.0))
+    return x.mul(0.5).mul(x.mul(1 / math.sqrt(2)).erf().add(1.0))
+
+def _layer_norm(L: Lowering, node: Any, x: Any, shape: Any, w: Any, b: Any, eps: float) -> Any:
+    axes = list(range(x.rank - len(shape), x.rank))
+    mean = x.mean(axes, True)
+    d = x.sub(mean)
+    var = d.mul(d).mean(axes, True)
+    rstd = var.add(eps).rsqrt()
+    y = d.mul(rstd)
+    if w is not None:
+        y = y.mul(w)
+    if b is not None:
+        y = y.add(b)
+    return (y, mean, rstd)
+
+def _batch_norm_inference(L: Lowering, node: Any, x: Any, w: Any, b: Any, mean: Any, var: Any, momentum: Any,
+                          eps: float) -> Any:
+    shape = [1, x.shape[1]] + [1] * (x.rank - 2)
+    scale = var.add(eps).rsqrt()
+    if w is not None:
+        scale = scale.mul(w)
+    y = x.sub(mean.reshape(shape)).mul(scale.reshape(shape))
+    if b is not None:
+        y = y.add(b.reshape(shape))
+    return (y, None, None)
+
+def _pair(v: Any, n: int = 2) -> List[int]:
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return v * n if len(v) == 1 else v
+
+def _windows(L: Lowering, x: Any, k: Sequence[int], stride: Sequence[int], pad: Sequence[int],
+             dil: Sequence[int], out_hw: Sequence[Any], fill: Optional[float] = None) -> List[Any]:
+    """The kh * kw strided windows of x [N, C, H, W] (padded) as [N, C, OH, OW] views, row-major."""
+    if pad[0] or pad[1]:
+        xp = x.pad(2, pad[0], pad[0]).pad(3, pad[1], pad[1])
+        if fill is not None:  # padding reads as `fill` (max pooling pads with -inf)
+            ones = L.full(1.0, "f32", x.shape).pad(2, pad[0], pad[0]).pad(3, pad[1], pad[1])
+            xp = _prism.where(*_bc(L, ones.less(0.5), L.full(fill, x.dtype, []), xp))
+    else:
+        xp = x
+    out = []
+    for i in range(k[0]):
+        for j in range(k[1]):
+            w = xp.slice(2, i * dil[0], out_hw[0], stride[0]).slice(3, j * dil[1], out_hw[1], stride[1])
+            out.append(w)
+    return out
+
+def _convolution(L: Lowering, node: Any, x: Any, w: Any, b: Any, stride: Any, padding: Any, dilation: Any,
+                 transposed: bool, output_padding: Any, groups: int) -> Any:
+    if transposed or x.rank != 4:
+        raise Unsupported("convolution other than a 2-d forward one")
+    wv = node.args[1].meta["val"]
+    O, Cg, KH, KW = [int(d) for d in wv.shape]
+    out = shape_of(node.meta["val"])
+    N = x.shape[0]
+    OH, OW = out[2], out[3]
+    wins = _windows(L, x, [KH, KW], _pair(stride), _pair(padding), _pair(dilation), [OH, OW])
+    C = x.shape[1]
+    if w.rank == 2:  # the weight bound as [O, C*KH*KW]: im2col rows times Wᵀ, the GEMM template's form
+        cols = _prism.concat([v.reshape([N, C, 1, OH, OW]) for v in wins], 2)  # [N, C, KH*KW, OH, OW]
+        rows = cols.permute([0, 3, 4, 1, 2]).reshape([N, OH, OW, Cg * KH * KW])
+        rows = rows if rows.dtype == "f32" else rows.cast("f32")
+        y = rows.linear(w)                                                    # [N, OH, OW, O]
+        if b is not None:
+            y = y.add(b if b.dtype == "f32" else b.cast("f32"))
+        y = y.permute([0, 3, 1, 2])
+        return _as_result(L, node, y)
+    cols = _prism.concat([v.reshape([N, C, 1, OH, OW]) for v in wins], 2)  # [N, C, KH*KW, OH, OW]
+    G = groups
+    cols = cols.reshape([N, G, Cg * KH * KW, OH * OW])          # per group: [Cg*K, OH*OW]
+    wm = w.reshape([G, O // G, Cg * KH * KW])                   # [G, O/G, Cg*K]
+    y = wm.reshape([1, G, O // G, Cg * KH * KW]).matmul(cols)  # [N, G, O/G, OH*OW]
+    y = y.reshape([N, O, OH, OW])
+    if b is not None:
+        y = y.add(b.reshape([1, O, 1, 1]))
+    return y
+
+def _max_pool(L: Lowering, node: Any, x: Any, kernel: Any, stride: Any = (), padding: Any = 0, dilation: Any = 1,
+              ceil_mode: bool = False) -> Any:
+    k = _pair(kernel)
+    s = _pair(stride) if stride else k
+    out = shape_of(node.meta["val"][0])
+    wins = _windows(L, x, k, s, _pair(padding), _pair(dilation), [out[2], out[3]], fill=-math.inf)
+    y = wins[0]
+    for v in wins[1:]:
+        y = y.maximum(v)
+    return (y, None)
+
+def _avg_pool(L: Lowering, node: Any, x: Any, kernel: Any, stride: Any = (), padding: Any = 0,
+              ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: Any = None) -> Any:
+    k = _pair(kernel)
+    s = _pair(stride) if stride else k
+    p = _pair(padding)
+    if (p[0] or p[1]) and not count_include_pad:
+        raise Unsupported("avg_pool2d with count_include_pad=False")
+    out = shape_of(node.meta["val"])
+    wins = _windows(L, x, k, s, p, [1, 1], [out[2], out[3]])
+    y = wins[0]
+    for v in wins[1:]:
+        y = y.add(v)
+    return y.div(float(divisor_override or k[0] * k[1]))
+
+def _adaptive_avg_pool(L: Lowering, node: Any, x: Any, size: Any) -> Any:
+    if list(size) != [1, 1]:
+        raise Unsupported("adaptive_avg_pool2d to other than 1x1")
+    return x.mean([x.rank - 2, x.rank - 1], True)
+
+
+NN_HANDLERS: Dict[Any, Callable] = {
+    aten.mm: _mm, aten.bmm: _mm, aten.addmm: _addmm,
+    aten.embedding: _embedding, aten.index: _index, aten.gather: _gather,
+    aten._softmax: _softmax(False), aten._log_softmax: _softmax(True), aten.gelu: _gelu,
+    aten.native_layer_norm: _layer_norm,
+    aten._native_batch_norm_legit_no_training: _batch_norm_inference,
+    aten.convolution: _convolution, aten.max_pool2d_with_indices: _max_pool, aten.avg_pool2d: _avg_pool,
+    aten._adaptive_avg_pool2d: _adaptive_avg_pool,
+}
