@@ -14,7 +14,7 @@ struct MachinePeaks {
   std::string cpu;
   int threads = 1;
   double read_gbps = 0;    // streaming read bandwidth, GB/s
-  double fp32_gflops = 0;  // AVX-512 fused multiply-add rate, GFLOP/s
+  double fp32_gflops = 0;  // f32 fused multiply-add rate (AVX-512, else AVX2), GFLOP/s
   // Rates of the other multiply-add instructions where the CPU has them (0 where not): AVX512_FP16
   // FMA, AVX512_BF16 dot products, AVX512-VNNI int8 dot products, AMX bf16 and int8 tile products.
   double fp16_gflops = 0, bf16_dot_gflops = 0, int8_vnni_gops = 0, amx_bf16_gflops = 0, amx_int8_gops = 0;
