@@ -13,7 +13,6 @@ Errors are prism.PrismError (a ValueError) with Prism's one-line message.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Union
@@ -188,6 +187,3 @@ def compile(
                                         tokenizer or "")
     return CompileResult(os.fspath(out), kernels, [Receipt.from_json(r) for r in receipts])
 
-
-def _receipts(text: str) -> list:
-    return [Receipt.from_json(r) for r in json.loads(text)]
