@@ -84,7 +84,6 @@ class PrismGraph(torch.nn.Module):
         self.constants: Dict[str, torch.Tensor] = {}
         self.outputs: List[Tuple[str, Any]] = []        # ("prism", dtype) | ("input", i) | ("value", v)
         self.out_tree: Any = None
-        self.device = device
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
         for i, n in enumerate(placeholders):
             val = n.meta.get("val")
