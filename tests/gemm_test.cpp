@@ -6,6 +6,7 @@
 #include "backends/cpu/gemm_amx.h"
 #include "backends/cpu/gemm_avx2.h"
 #include "backends/cpu/gemm_bf16.h"
+#include "backends/cpu/gemm_blocks.h"
 #include "backends/cpu/gemm_int8.h"
 #include "backends/cpu/gemm_panels.h"
 #include "frontend/nn.h"
@@ -24,7 +25,11 @@ TEST(Gemm, LinearWithEveryWeightDtypeMatchesInterpreter) {
   };
   for (Case c :
        {Case{DType::F32, 33, 17, 1e-4}, Case{DType::F16, 5, 40, 1e-3}, Case{DType::BF16, 7, 200, 1e-3},
-        Case{DType::Q8_0, 9, 64, 1e-3}, Case{DType::Q4_0, 33, 96, 1e-3}, Case{DType::F32, 1, 1, 1e-5}}) {
+        Case{DType::Q8_0, 9, 64, 1e-3}, Case{DType::Q4_0, 33, 96, 1e-3}, Case{DType::F32, 1, 1, 1e-5},
+        Case{DType::Q4_K, 9, 512, 1e-3}, Case{DType::Q6_K, 5, 256, 1e-3}, Case{DType::Q2_K, 6, 256, 1e-3},
+        Case{DType::Q3_K, 3, 256, 1e-3}, Case{DType::Q5_K, 7, 256, 1e-3}, Case{DType::IQ4_XS, 5, 256, 1e-3},
+        Case{DType::Q4_1, 5, 96, 1e-3}, Case{DType::Q5_0, 6, 64, 1e-3}, Case{DType::Q5_1, 3, 32, 1e-3},
+        Case{DType::IQ4_NL, 9, 96, 1e-3}}) {
     Graph g;
     Tensor x{&g, g.Input("x", DType::F32, {Expr::Sym("m"), Expr(c.k)})};
     Tensor w{&g, g.Weight("w", c.dtype, {Expr(c.n), Expr(c.k)})};
@@ -36,6 +41,56 @@ TEST(Gemm, LinearWithEveryWeightDtypeMatchesInterpreter) {
                               << " weight did not match the template";
     testing::CheckGraph(g, {{{"m", 1}}, {{"m", 3}}, {{"m", 70}}}, c.tol, c.tol, 7,
                         std::string("gemm ") + std::string(DTypeName(c.dtype)));
+  }
+}
+
+// GGUF's K-quant, Q4_1/Q5_x and IQ4 blocks, dequantized in AVX2 registers: the decode tiles (one or
+// two activation rows), the prefill panels (more rows), ragged column splits, against exact sums.
+TEST(Gemm, BlockFormatsMatchExactProductsOverOddShapesAndSplits) {
+  if (!GemmAvx2Supported()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C";
+  for (DType wt : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS, DType::Q4_1,
+                   DType::Q5_0, DType::Q5_1, DType::IQ4_NL})
+    for (int64_t m : {1, 2, 3, 67})
+      for (int64_t n : {1, 5, 9})
+        for (int64_t blocks : {1, 3}) {
+          const int64_t k = blocks * BlockElems(wt);
+          auto a = testing::RandomFloats(m * k, 5);
+          HostTensor wt_tensor = testing::RandomBlocks(wt, {n, k}, 6 + n);
+          const uint8_t* w = static_cast<const uint8_t*>(wt_tensor.data);
+          std::vector<float> y(m * n, NAN);
+          const int64_t split = n / 2;
+          GemmRows(a.data(), m, k, w, wt, y.data(), n, 0, split);
+          GemmRows(a.data(), m, k, w, wt, y.data(), n, split, n);
+          const int64_t rb = StorageBytes(wt, k);
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              double exact = 0, mag = 0;
+              for (int64_t kk = 0; kk < k; ++kk) {
+                double p = (double)a[i * k + kk] * LoadAsDouble(w + j * rb, wt, kk);
+                exact += p;
+                mag += std::fabs(p);
+              }
+              ASSERT_GT(mag, 0) << DTypeName(wt);
+              ASSERT_NEAR(y[i * n + j], exact, 2e-6 * mag + 1e-7)
+                  << DTypeName(wt) << " m=" << m << " n=" << n << " k=" << k << " at " << i << "," << j;
+            }
+        }
+}
+
+// The AVX2 block dequantizer against the reference (io_test holds that one to gguf.quants bit for
+// bit): equal up to the rounding of the fused multiply-add that applies scale and min.
+TEST(Gemm, Avx2BlockDequantizationMatchesReference) {
+  if (!GemmAvx2Supported()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C";
+  for (DType wt : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS, DType::Q4_1,
+                   DType::Q5_0, DType::Q5_1, DType::IQ4_NL}) {
+    const int64_t n = 7 * BlockElems(wt);
+    HostTensor t = testing::RandomBlocks(wt, {n}, 11);
+    std::vector<float> fast(n, NAN);
+    DequantizeBlocksAvx2(t.data, wt, 7, fast.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const double ref = LoadAsDouble(t.data, wt, i);
+      ASSERT_NEAR(fast[i], ref, 1e-6 * (1e-3 + std::fabs(ref))) << DTypeName(wt) << " element " << i;
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 #include "backends/cpu/program.h"
 #include "ir/error.h"
 #include "ir/interpreter.h"
+#include "test_util.h"
 
 namespace prism::testing {
 
@@ -25,7 +26,9 @@ inline std::map<std::string, HostTensor> RandomTensors(const Graph& g, Op kind, 
     std::vector<int64_t> shape = EvalShape(n.shape, syms);
     int64_t numel = 1;
     for (int64_t d : shape) numel *= d;
-    if (IsFloat(n.dtype)) {
+    if (IsQuantized(n.dtype) && n.dtype != DType::Q8_0 && n.dtype != DType::Q4_0) {
+      out[n.name] = RandomBlocks(n.dtype, shape, rng());
+    } else if (IsFloat(n.dtype)) {
       std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
       std::vector<float> v(numel);
       for (auto& x : v) x = dist(rng);

@@ -2,6 +2,7 @@
 // (src/models/family.h: config.json, GGUF metadata and tensor names).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -623,11 +624,32 @@ TEST_F(FixtureTest, GgufQuantizedTensorsMatchNumpy) {
     for (int64_t i = 0; i < 256; ++i) EXPECT_EQ(c.dequant(q.data, i), expected[i]) << i;
   }
 
+  // The formats read but not written, against gguf.quants' dequantizers bit for bit.
+  for (DType t : {DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q2_K, DType::Q3_K, DType::Q4_K,
+                  DType::Q5_K, DType::Q6_K, DType::IQ4_XS}) {
+    const std::string name(DTypeName(t));
+    SCOPED_TRACE(name);
+    const TensorData& q = g->Get(name + ".weight");
+    const int64_t n = 6 * BlockElems(t);
+    EXPECT_EQ(q.dtype, t);
+    EXPECT_EQ(q.shape, (std::vector<int64_t>{2, n / 2}));
+    EXPECT_EQ(q.nbytes, StorageBytes(t, n));
+    EXPECT_TRUE(Bytes(q) == ReadBytes(Path(name + ".raw")));
+    const std::vector<float> expected = ReadFloats(Path(name + ".deq.f32"));
+    ASSERT_EQ((int64_t)expected.size(), n);
+    int64_t nonzero = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ((float)LoadAsDouble(q.data, t, i), expected[i]) << i;
+      nonzero += expected[i] != 0;
+    }
+    EXPECT_GT(nonzero, n / 2);
+  }
+
   // Unsupported ggml types load with the file and fail only when used.
-  EXPECT_EQ(g->GgmlType("q4k.weight"), 12u);
+  EXPECT_EQ(g->GgmlType("iq2.weight"), 16u);
   EXPECT_EQ(g->TensorInfos().back().shape, (std::vector<int64_t>{1, 256}));
-  ExpectError([&] { g->Get("q4k.weight"); },
-              {"quant.gguf", "tensor 'q4k.weight' has ggml type 12 (Q4_K)", "not support"});
+  ExpectError([&] { g->Get("iq2.weight"); },
+              {"quant.gguf", "tensor 'iq2.weight' has ggml type 16 (IQ2_XXS)", "not support"});
   ExpectError([&] { g->GgmlType("nope"); }, {"quant.gguf", "missing tensor 'nope'"});
 
   const nlohmann::json& m = g->Metadata();

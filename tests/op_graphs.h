@@ -207,6 +207,8 @@ inline std::vector<OpGraphCase> OpGraphCases() {
                      out(Embedding(w(g, "emb", {Expr(8), Expr(16)}), ids), "emb_f32");
                      out(Embedding(w(g, "emb_q8", {Expr(8), Expr(64)}, DType::Q8_0), ids), "emb_q8");
                      out(Embedding(w(g, "emb_q4", {Expr(8), Expr(64)}, DType::Q4_0), ids), "emb_q4");
+                     out(Embedding(w(g, "emb_q4_k", {Expr(8), Expr(256)}, DType::Q4_K), ids), "emb_q4_k");
+                     out(Embedding(w(g, "emb_q6_k", {Expr(8), Expr(256)}, DType::Q6_K), ids), "emb_q6_k");
                      out(Embedding(w(g, "emb_f16", {Expr(8), Expr(16)}, DType::F16), ids), "emb_f16");
                      out(Embedding(w(g, "emb_bf16", {Expr(8), Expr(16)}, DType::BF16), ids), "emb_bf16");
                    },
@@ -218,6 +220,14 @@ inline std::vector<OpGraphCase> OpGraphCases() {
                      out(Linear(x, w(g, "wq4", {Expr(40), Expr(128)}, DType::Q4_0)), "q4");
                      out(Linear(x, w(g, "wbf", {Expr(40), Expr(128)}, DType::BF16)), "bf16");
                      out(Linear(x, w(g, "wh", {Expr(40), Expr(128)}, DType::F16)), "f16");
+                     // GGUF's other block formats: 32-value blocks here, 256-value super-blocks below.
+                     for (DType t : {DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL})
+                       out(Linear(x, w(g, "w" + std::string(DTypeName(t)), {Expr(9), Expr(128)}, t)),
+                           std::string(DTypeName(t)));
+                     T x2 = in(g, "x2", {S(), Expr(256)});
+                     for (DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS})
+                       out(Linear(x2, w(g, "w" + std::string(DTypeName(t)), {Expr(5), Expr(256)}, t)),
+                           std::string(DTypeName(t)));
                    },
                    seqs, 1e-4, 1e-4});
   cases.push_back(

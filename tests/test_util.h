@@ -7,10 +7,15 @@
 #include <string>
 #include <vector>
 
+#include "ir/host_tensor.h"
+
 namespace prism::testing {
 
 // Uniform values in [lo, hi), never all zeros, reproducible from the seed.
 std::vector<float> RandomFloats(int64_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f);
+// A tensor of GGUF blocks Prism only reads (K-quants, Q4_1/Q5_x, IQ4): random bytes with every f16
+// scale finite and sized so values stay within a few units; shape's last dimension whole blocks.
+HostTensor RandomBlocks(DType t, std::vector<int64_t> shape, uint64_t seed);
 // A fresh empty folder under the system temp dir, unique per call.
 std::filesystem::path MakeTempDir(const std::string& tag);
 

@@ -32,6 +32,94 @@ ${dev} float prism_q4_0(${global}const uint8_t* b, int64_t i) {
 }
 )";
 
+// Elements of GGUF's other block formats, as ir/quant_formats.cpp defines them (byte offsets of
+// its structs; f16 fields little-endian). Element j of a 32-value nibble block is the low nibble of
+// byte j < 16, else the high nibble of byte j - 16.
+constexpr const char* kOtherBlocks =
+    R"(${dev} float prism_hf(${global}const uint8_t* p) { return prism_h2f((uint16_t)(p[0] | (p[1] << 8))); }
+${dev} int prism_nib32(${global}const uint8_t* qs, int j) { return j < 16 ? (qs[j] & 15) : (qs[j - 16] >> 4); }
+${dev} int prism_qh32(${global}const uint8_t* qh, int j) { return ((qh[j >> 3] >> (j & 7)) & 1) << 4; }
+${dev} float prism_q4_1(${global}const uint8_t* b, int64_t i) {
+  ${global}const uint8_t* blk = b + (i >> 5) * 20;
+  return (float)prism_nib32(blk + 4, (int)(i & 31)) * prism_hf(blk) + prism_hf(blk + 2);
+}
+${dev} float prism_q5_0(${global}const uint8_t* b, int64_t i) {
+  ${global}const uint8_t* blk = b + (i >> 5) * 22;
+  int j = (int)(i & 31);
+  return (float)((prism_nib32(blk + 6, j) | prism_qh32(blk + 2, j)) - 16) * prism_hf(blk);
+}
+${dev} float prism_q5_1(${global}const uint8_t* b, int64_t i) {
+  ${global}const uint8_t* blk = b + (i >> 5) * 24;
+  int j = (int)(i & 31);
+  return (float)(prism_nib32(blk + 8, j) | prism_qh32(blk + 4, j)) * prism_hf(blk) + prism_hf(blk + 2);
+}
+${dev} float prism_iq4_value(int q) {
+  return (float)(q < 8 ? (q < 4 ? (q < 2 ? (q == 0 ? -127 : -104) : (q == 2 ? -83 : -65))
+                                : (q < 6 ? (q == 4 ? -49 : -35) : (q == 6 ? -22 : -10)))
+                       : (q < 12 ? (q < 10 ? (q == 8 ? 1 : 13) : (q == 10 ? 25 : 38))
+                                 : (q < 14 ? (q == 12 ? 53 : 69) : (q == 14 ? 89 : 113))));
+}
+${dev} float prism_iq4_nl(${global}const uint8_t* b, int64_t i) {
+  ${global}const uint8_t* blk = b + (i >> 5) * 18;
+  return prism_hf(blk) * prism_iq4_value(prism_nib32(blk + 2, (int)(i & 31)));
+}
+${dev} float prism_q2_k(${global}const uint8_t* b, int64_t i) {
+  ${global}const uint8_t* blk = b + (i >> 8) * 84;
+  int j = (int)(i & 255), h = j >> 7, r = j & 127, s = r >> 5, g = (r & 31) >> 4, l = r & 15;
+  int sc = blk[h * 8 + s * 2 + g], q = (blk[16 + h * 32 + g * 16 + l] >> (2 * s)) & 3;
+  float dl = prism_hf(blk + 80) * (float)(sc & 15), ml = prism_hf(blk + 82) * (float)(sc >> 4);
+  return dl * (float)q - ml;
+}
+${dev} float prism_q3_k(${global}const uint8_t* b, int64_t i) {
+  ${global}const uint8_t* blk = b + (i >> 8) * 110;
+  int j = (int)(i & 255), h = j >> 7, r = j & 127, s = r >> 5, g = (r & 31) >> 4, l = r & 15;
+  int low = (blk[32 + h * 32 + g * 16 + l] >> (2 * s)) & 3;
+  int high = (blk[g * 16 + l] >> (h * 4 + s)) & 1;
+  ${global}const uint8_t* sc = blk + 96;
+  int k = h * 8 + s * 2 + g;
+  int scale = ((k < 8 ? (sc[k] & 15) : (sc[k - 8] >> 4)) | (((sc[8 + (k & 3)] >> (2 * (k >> 2))) & 3) << 4)) - 32;
+  return (prism_hf(blk + 108) * (float)scale) * (float)(low - (high ? 0 : 4));
+}
+${dev} void prism_scale_min_k4(${global}const uint8_t* q, int j, int* sc, int* mn) {
+  if (j < 4) { *sc = q[j] & 63; *mn = q[j + 4] & 63; }
+  else { *sc = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4); *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4); }
+}
+${dev} int prism_nibk(${global}const uint8_t* qs, int j) {
+  int v = qs[(j >> 6) * 32 + (j & 31)];
+  return (j & 63) < 32 ? (v & 15) : (v >> 4);
+}
+${dev} float prism_q4_k(${global}const uint8_t* b, int64_t i) {
+  ${global}const uint8_t* blk = b + (i >> 8) * 144;
+  int j = (int)(i & 255), sc, mn;
+  prism_scale_min_k4(blk + 4, j >> 5, &sc, &mn);
+  float d1 = prism_hf(blk) * (float)sc, m1 = prism_hf(blk + 2) * (float)mn;
+  return d1 * (float)prism_nibk(blk + 16, j) - m1;
+}
+${dev} float prism_q5_k(${global}const uint8_t* b, int64_t i) {
+  ${global}const uint8_t* blk = b + (i >> 8) * 176;
+  int j = (int)(i & 255), sc, mn;
+  prism_scale_min_k4(blk + 4, j >> 5, &sc, &mn);
+  float d1 = prism_hf(blk) * (float)sc, m1 = prism_hf(blk + 2) * (float)mn;
+  int q = prism_nibk(blk + 48, j) + (((blk[16 + (j & 31)] >> (j >> 5)) & 1) << 4);
+  return d1 * (float)q - m1;
+}
+${dev} float prism_q6_k(${global}const uint8_t* b, int64_t i) {
+  ${global}const uint8_t* blk = b + (i >> 8) * 210;
+  int j = (int)(i & 255), h = j >> 7, r = j & 127, g = r >> 5, l = r & 31;
+  int v = blk[h * 64 + l + 32 * (g & 1)];
+  int lo = g < 2 ? (v & 15) : (v >> 4), hi = (blk[128 + h * 32 + l] >> (2 * g)) & 3;
+  float dl = prism_hf(blk + 208) * (float)(int8_t)blk[192 + h * 8 + (l >> 4) + 2 * g];
+  return dl * (float)((lo | (hi << 4)) - 32);
+}
+${dev} float prism_iq4_xs(${global}const uint8_t* b, int64_t i) {
+  ${global}const uint8_t* blk = b + (i >> 8) * 136;
+  int j = (int)(i & 255), ib = j >> 5;
+  int sh = blk[2] | (blk[3] << 8);
+  int ls = ((blk[4 + (ib >> 1)] >> (4 * (ib & 1))) & 15) | (((sh >> (2 * ib)) & 3) << 4);
+  return (prism_hf(blk) * (float)(ls - 32)) * prism_iq4_value(prism_nib32(blk + 8 + ib * 16, j & 31));
+}
+)";
+
 }  // namespace
 
 std::string FillPlaceholders(std::string text,
@@ -50,8 +138,8 @@ std::string CPrelude(const CDialect& d) {
   os << d.defs << "#define PRISM_INF " << d.inf << "\n#define PRISM_NAN " << d.nan << "\n";
   const std::vector<std::pair<std::string, std::string>> fill = {{"${dev}", d.dev},
                                                                  {"${global}", d.global_helper}};
-  os << FillPlaceholders(kIndexHelpers, fill) << d.float_helpers
-     << FillPlaceholders(kRoundingAndBlocks, fill);
+  os << FillPlaceholders(kIndexHelpers, fill) << d.float_helpers << FillPlaceholders(kRoundingAndBlocks, fill)
+     << FillPlaceholders(kOtherBlocks, fill);
   return os.str();
 }
 
@@ -80,7 +168,18 @@ std::string CKernelRenderer::Load(const KValue& v, std::string* stmts, const std
       return "prism_h2f(" + buf + "[" + idx + "])";
     case DType::BF16: return "prism_bf2f(" + buf + "[" + idx + "])";
     case DType::Q8_0: return "prism_q8_0(" + buf + ", " + idx + ")";
-    case DType::Q4_0: return "prism_q4_0(" + buf + ", " + idx + ")";
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+    case DType::IQ4_NL:
+    case DType::IQ4_XS:
+      return "prism_" + std::string(DTypeName(p_.buffers[v.buffer].dtype)) + "(" + buf + ", " + idx + ")";
     case DType::I8:
     case DType::U8:
     case DType::Bool: return "((int32_t)" + buf + "[" + idx + "])";

@@ -5,16 +5,20 @@
 #include <cmath>
 
 #include "ir/error.h"
+#include "ir/quant_formats.h"
 
 namespace prism {
 
-bool IsQuantized(DType t) { return t == DType::Q8_0 || t == DType::Q4_0; }
+bool IsQuantized(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || IsBlockFormat(t); }
 bool IsFloat(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16 || IsQuantized(t);
 }
 bool IsInteger(DType t) { return !IsFloat(t); }
 
-int BlockElems(DType t) { return IsQuantized(t) ? kQuantBlock : 1; }
+int BlockElems(DType t) {
+  if (IsBlockFormat(t)) return BlockFormatElems(t);
+  return IsQuantized(t) ? kQuantBlock : 1;
+}
 
 int BlockBytes(DType t) {
   switch (t) {
@@ -23,8 +27,8 @@ int BlockBytes(DType t) {
     case DType::I8: case DType::U8: case DType::Bool: return 1;
     case DType::Q8_0: return sizeof(BlockQ8_0);
     case DType::Q4_0: return sizeof(BlockQ4_0);
+    default: return BlockFormatBytes(t);
   }
-  return 0;
 }
 
 int64_t StorageBytes(DType t, int64_t n) {
@@ -42,15 +46,28 @@ std::string_view DTypeName(DType t) {
     case DType::Bool: return "bool";
     case DType::Q8_0: return "q8_0";
     case DType::Q4_0: return "q4_0";
+    case DType::Q4_1: return "q4_1";
+    case DType::Q5_0: return "q5_0";
+    case DType::Q5_1: return "q5_1";
+    case DType::Q2_K: return "q2_k";
+    case DType::Q3_K: return "q3_k";
+    case DType::Q4_K: return "q4_k";
+    case DType::Q5_K: return "q5_k";
+    case DType::Q6_K: return "q6_k";
+    case DType::IQ4_NL: return "iq4_nl";
+    case DType::IQ4_XS: return "iq4_xs";
   }
   return "?";
 }
 
 DType ParseDType(std::string_view name) {
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::I32, DType::I8, DType::U8, DType::Bool,
-                  DType::Q8_0, DType::Q4_0})
+                  DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K,
+                  DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS})
     if (DTypeName(t) == name) return t;
-  throw Error("unknown dtype '" + std::string(name) + "' (known: f32 f16 bf16 i32 i8 u8 bool q8_0 q4_0)");
+  throw Error("unknown dtype '" + std::string(name) +
+              "' (known: f32 f16 bf16 i32 i8 u8 bool q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k "
+              "iq4_nl iq4_xs)");
 }
 
 static uint32_t Bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
@@ -100,9 +117,8 @@ double RoundToDType(double v, DType t) {
     case DType::I8: return (double)(int8_t)std::trunc(v);
     case DType::U8: return (double)(uint8_t)std::trunc(v);
     case DType::Bool: return v != 0 ? 1.0 : 0.0;
-    case DType::Q8_0: case DType::Q4_0: return (float)v;
+    default: return (float)v;  // quantized types hold floats
   }
-  return v;
 }
 
 void QuantizeQ8_0(const float* src, BlockQ8_0* dst, int64_t n) {
@@ -154,8 +170,8 @@ double LoadAsDouble(const void* data, DType t, int64_t i) {
     case DType::U8: case DType::Bool: return static_cast<const uint8_t*>(data)[i];
     case DType::Q8_0: return DequantQ8_0(data, i);
     case DType::Q4_0: return DequantQ4_0(data, i);
+    default: return DequantBlockFormat(t, data, i);
   }
-  return 0;
 }
 
 void StoreFromDouble(void* data, DType t, int64_t i, double v) {
@@ -167,7 +183,7 @@ void StoreFromDouble(void* data, DType t, int64_t i, double v) {
     case DType::I8: static_cast<int8_t*>(data)[i] = (int8_t)v; return;
     case DType::U8: static_cast<uint8_t*>(data)[i] = (uint8_t)v; return;
     case DType::Bool: static_cast<uint8_t*>(data)[i] = v != 0; return;
-    case DType::Q8_0: case DType::Q4_0:
+    default:
       throw Error(std::string("cannot store single elements into quantized type ") +
                   std::string(DTypeName(t)));
   }

@@ -8,9 +8,14 @@
 
 namespace prism {
 
-enum class DType : uint8_t { F32, F16, BF16, I32, I8, U8, Bool, Q8_0, Q4_0 };
+enum class DType : uint8_t {
+  F32, F16, BF16, I32, I8, U8, Bool, Q8_0, Q4_0,
+  // GGUF's other block formats (ir/quant_formats.h): read from files, never produced by Prism.
+  Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS
+};
 
-// Block-quantized formats store BlockElems() values in BlockBytes() bytes (GGUF layout):
+// Block-quantized formats store BlockElems() values in BlockBytes() bytes (GGUF layout); the two
+// Prism also quantizes to:
 //   Q8_0: f16 scale d, then 32 x int8 q; value = d * q.
 //   Q4_0: f16 scale d, then 16 bytes; element j < 16 is the low nibble of byte j,
 //         element j >= 16 the high nibble of byte j-16; value = d * (nibble - 8).

@@ -121,9 +121,11 @@ NodeId Graph::Input(const std::string& name, DType dtype, std::vector<Expr> shap
 }
 
 NodeId Graph::Weight(const std::string& name, DType dtype, std::vector<Expr> shape) {
-  if (IsQuantized(dtype) && (shape.empty() || !shape.back().IsConst() || shape.back().value() % kQuantBlock))
+  if (IsQuantized(dtype) &&
+      (shape.empty() || !shape.back().IsConst() || shape.back().value() % BlockElems(dtype)))
     throw Error("Weight '" + name + "': " + std::string(DTypeName(dtype)) +
-                " needs a constant last dimension that is a multiple of 32, got " + ShapeStr(shape));
+                " needs a constant last dimension that is a multiple of " + std::to_string(BlockElems(dtype)) +
+                ", got " + ShapeStr(shape));
   return Add(Leaf(Op::Weight, name, dtype, std::move(shape)));
 }
 

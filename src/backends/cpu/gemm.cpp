@@ -14,7 +14,9 @@
 
 #include "backends/cpu/gemm_avx2.h"
 #include "backends/cpu/gemm_bf16.h"
+#include "backends/cpu/gemm_blocks.h"
 #include "backends/cpu/gemm_int8.h"
+#include "ir/quant_formats.h"
 
 namespace prism {
 namespace {
@@ -214,13 +216,18 @@ bool GemmSupports(DType wt, int64_t k) {
     case DType::BF16: return k > 0;
     case DType::Q8_0:
     case DType::Q4_0: return k > 0 && k % kQuantBlock == 0;
-    default: return false;
+    default: return IsQuantized(wt) && k > 0 && k % BlockElems(wt) == 0;
   }
 }
 
 void GemmRows(const float* a, int64_t m, int64_t k, const void* w, DType wt, float* y, int64_t n_total,
               int64_t n_begin, int64_t n_end) {
   if (n_begin >= n_end || m <= 0) return;
+  if (IsBlockFormat(wt)) {  // K-quants, Q4_1/Q5_x, IQ4: the AVX2 kernels on any x86 with vectors
+    if (ActiveIsa() != Isa::Scalar && GemmSupports(wt, k))
+      return GemmRowsBlockFormat(a, m, k, w, wt, y, n_total, n_begin, n_end);
+    return GemmScalar(a, m, k, w, wt, y, n_total, n_begin, n_end);
+  }
   if (ActiveIsa() == Isa::Avx2 && GemmSupports(wt, k))
     return GemmRowsAvx2(a, m, k, w, wt, y, n_total, n_begin, n_end);
   if (ActiveIsa() != Isa::Avx512) return GemmScalar(a, m, k, w, wt, y, n_total, n_begin, n_end);

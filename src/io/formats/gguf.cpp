@@ -37,7 +37,17 @@ std::optional<DType> UsableDType(uint32_t ggml_type) {
     case 0: return DType::F32;
     case 1: return DType::F16;
     case 2: return DType::Q4_0;
+    case 3: return DType::Q4_1;
+    case 6: return DType::Q5_0;
+    case 7: return DType::Q5_1;
     case 8: return DType::Q8_0;
+    case 10: return DType::Q2_K;
+    case 11: return DType::Q3_K;
+    case 12: return DType::Q4_K;
+    case 13: return DType::Q5_K;
+    case 14: return DType::Q6_K;
+    case 20: return DType::IQ4_NL;
+    case 23: return DType::IQ4_XS;
     case 24: return DType::I8;
     case 26: return DType::I32;
     case 30: return DType::BF16;
@@ -234,12 +244,14 @@ GgufFile::GgufFile(const std::string& path) : WeightStore(path, "gguf") {
       AddUnsupported(info.name, what + " has ggml type " + std::to_string(info.ggml_type) +
                                     " (" + GgmlTypeName(info.ggml_type) +
                                     "), which Prism does not support (supported: F32, F16, "
-                                    "BF16, Q8_0, Q4_0, I8, I32)");
+                                    "BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K-Q6_K, IQ4_NL, "
+                                    "IQ4_XS, I8, I32)");
       continue;
     }
-    if (IsQuantized(*dtype) && info.shape.back() % kQuantBlock != 0)
+    if (IsQuantized(*dtype) && (info.shape.empty() || info.shape.back() % BlockElems(*dtype) != 0))
       throw Error(what + " of type " + GgmlTypeName(info.ggml_type) + " has shape " +
-                  ShapeString(info.shape) + " whose last dimension is not a multiple of 32");
+                  ShapeString(info.shape) + " whose last dimension is not a multiple of " +
+                  std::to_string(BlockElems(*dtype)));
     int64_t nbytes;
     if (!CheckedStorageBytes(*dtype, count, &nbytes))
       throw Error(what + ": shape " + ShapeString(info.shape) + " overflows");

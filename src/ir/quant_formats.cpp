@@ -1,0 +1,151 @@
+// Reference dequantization of GGUF's Q4_1/Q5_x, K-quant and IQ4 blocks, one element at a time.
+#include "ir/quant_formats.h"
+
+namespace prism {
+
+const int8_t kIq4NlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+void ScaleMinK4(const uint8_t* q, int j, int* scale, int* min) {
+  if (j < 4) {
+    *scale = q[j] & 63;
+    *min = q[j + 4] & 63;
+  } else {
+    *scale = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+int ScaleQ3K(const uint8_t* scales, int j) {
+  const int low = j < 8 ? scales[j] & 0xF : scales[j - 8] >> 4;
+  const int high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+  return (low | (high << 4)) - 32;
+}
+
+bool IsBlockFormat(DType t) { return BlockFormatElems(t) > 0; }
+
+int BlockFormatElems(DType t) {
+  switch (t) {
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::IQ4_NL: return 32;
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+    case DType::IQ4_XS: return kSuperBlock;
+    default: return 0;
+  }
+}
+
+int BlockFormatBytes(DType t) {
+  switch (t) {
+    case DType::Q4_1: return sizeof(BlockQ4_1);
+    case DType::Q5_0: return sizeof(BlockQ5_0);
+    case DType::Q5_1: return sizeof(BlockQ5_1);
+    case DType::Q2_K: return sizeof(BlockQ2_K);
+    case DType::Q3_K: return sizeof(BlockQ3_K);
+    case DType::Q4_K: return sizeof(BlockQ4_K);
+    case DType::Q5_K: return sizeof(BlockQ5_K);
+    case DType::Q6_K: return sizeof(BlockQ6_K);
+    case DType::IQ4_NL: return sizeof(BlockIQ4_NL);
+    case DType::IQ4_XS: return sizeof(BlockIQ4_XS);
+    default: return 0;
+  }
+}
+
+namespace {
+
+// Low nibble for j < 16, high nibble of byte j - 16 otherwise (the 32-value blocks' order).
+int Nibble32(const uint8_t* qs, int j) { return j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4; }
+
+// 5-bit value j of a Q5_0/Q5_1 block: its nibble plus bit j of qh as the fifth bit.
+int Five32(const uint8_t* qh, const uint8_t* qs, int j) {
+  const uint32_t h = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+  return Nibble32(qs, j) | (int)(((h >> j) & 1) << 4);
+}
+
+// Nibble of element j (0..255) of a Q4_K/Q5_K/IQ4_XS-ordered super-block: 64-value chunks of 32
+// bytes, low nibbles first.
+int NibbleK(const uint8_t* qs, int j) {
+  const uint8_t b = qs[j / 64 * 32 + j % 32];
+  return (j % 64) < 32 ? b & 0xF : b >> 4;
+}
+
+}  // namespace
+
+float DequantBlockFormat(DType t, const void* blocks, int64_t i) {
+  const int64_t b = i / BlockFormatElems(t);
+  const int j = (int)(i % BlockFormatElems(t));
+  const uint8_t* p = static_cast<const uint8_t*>(blocks) + b * BlockFormatBytes(t);
+  switch (t) {
+    case DType::Q4_1: {
+      const BlockQ4_1& x = *reinterpret_cast<const BlockQ4_1*>(p);
+      return (float)Nibble32(x.qs, j) * HalfToFloat(x.d) + HalfToFloat(x.m);
+    }
+    case DType::Q5_0: {
+      const BlockQ5_0& x = *reinterpret_cast<const BlockQ5_0*>(p);
+      return (float)(Five32(x.qh, x.qs, j) - 16) * HalfToFloat(x.d);
+    }
+    case DType::Q5_1: {
+      const BlockQ5_1& x = *reinterpret_cast<const BlockQ5_1*>(p);
+      return (float)Five32(x.qh, x.qs, j) * HalfToFloat(x.d) + HalfToFloat(x.m);
+    }
+    case DType::IQ4_NL: {
+      const BlockIQ4_NL& x = *reinterpret_cast<const BlockIQ4_NL*>(p);
+      return HalfToFloat(x.d) * (float)kIq4NlValues[Nibble32(x.qs, j)];
+    }
+    case DType::Q2_K: {  // halves of 128: 4 shifts x 2 groups of 16 bytes
+      const BlockQ2_K& x = *reinterpret_cast<const BlockQ2_K*>(p);
+      const int half = j / 128, r = j % 128, shift = 2 * (r / 32), g = (r % 32) / 16, l = r % 16;
+      const uint8_t sc = x.scales[half * 8 + (r / 32) * 2 + g];
+      const int q = (x.qs[half * 32 + g * 16 + l] >> shift) & 3;
+      const float dl = HalfToFloat(x.d) * (float)(sc & 0xF), ml = HalfToFloat(x.dmin) * (float)(sc >> 4);
+      return dl * (float)q - ml;
+    }
+    case DType::Q3_K: {
+      const BlockQ3_K& x = *reinterpret_cast<const BlockQ3_K*>(p);
+      const int half = j / 128, r = j % 128, shift = 2 * (r / 32), g = (r % 32) / 16, l = r % 16;
+      const int low = (x.qs[half * 32 + g * 16 + l] >> shift) & 3;
+      const bool high = x.hmask[g * 16 + l] & (1 << (half * 4 + r / 32));
+      const float dl = HalfToFloat(x.d) * (float)ScaleQ3K(x.scales, half * 8 + (r / 32) * 2 + g);
+      return dl * (float)(low - (high ? 0 : 4));
+    }
+    case DType::Q4_K: {
+      const BlockQ4_K& x = *reinterpret_cast<const BlockQ4_K*>(p);
+      int sc, mn;
+      ScaleMinK4(x.scales, j / 32, &sc, &mn);
+      const float d1 = HalfToFloat(x.d) * (float)sc, m1 = HalfToFloat(x.dmin) * (float)mn;
+      return d1 * (float)NibbleK(x.qs, j) - m1;
+    }
+    case DType::Q5_K: {
+      const BlockQ5_K& x = *reinterpret_cast<const BlockQ5_K*>(p);
+      int sc, mn;
+      ScaleMinK4(x.scales, j / 32, &sc, &mn);
+      const float d1 = HalfToFloat(x.d) * (float)sc, m1 = HalfToFloat(x.dmin) * (float)mn;
+      const int q = NibbleK(x.qs, j) + (((x.qh[j % 32] >> (j / 32)) & 1) << 4);
+      return d1 * (float)q - m1;
+    }
+    case DType::Q6_K: {  // halves of 128: 4 groups of 32 from 64 ql bytes and 32 qh bytes
+      const BlockQ6_K& x = *reinterpret_cast<const BlockQ6_K*>(p);
+      const int half = j / 128, r = j % 128, g = r / 32, l = r % 32;
+      const uint8_t* ql = x.ql + half * 64;
+      const uint8_t b = ql[l + 32 * (g % 2)];
+      const int lo4 = g < 2 ? b & 0xF : b >> 4;
+      const int hi2 = (x.qh[half * 32 + l] >> (2 * g)) & 3;
+      const float dl = HalfToFloat(x.d) * (float)x.scales[half * 8 + l / 16 + 2 * g];
+      return dl * (float)((lo4 | (hi2 << 4)) - 32);
+    }
+    case DType::IQ4_XS: {
+      const BlockIQ4_XS& x = *reinterpret_cast<const BlockIQ4_XS*>(p);
+      const int ib = j / 32, jj = j % 32;
+      const int ls = ((x.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((x.scales_h >> (2 * ib)) & 3) << 4);
+      const float dl = HalfToFloat(x.d) * (float)(ls - 32);
+      return dl * (float)kIq4NlValues[Nibble32(x.qs + ib * 16, jj)];
+    }
+    default: return 0;
+  }
+}
+
+}  // namespace prism

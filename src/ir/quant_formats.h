@@ -1,0 +1,91 @@
+// GGUF's other block formats (Q4_1, Q5_0, Q5_1, the K-quants, IQ4_NL, IQ4_XS): layouts and reference
+// dequantization of single elements, the semantics every kernel over them is checked against.
+#pragma once
+
+#include <cstdint>
+
+#include "ir/dtype.h"
+
+namespace prism {
+
+// Super-block size of the K-quants and IQ4_XS; the others hold 32 values per block.
+constexpr int kSuperBlock = 256;
+
+// Layouts, byte for byte as ggml writes them (f16 fields as raw bits). Values are
+//   Q4_1/Q5_1: d * q + m;  Q5_0: d * (q - 16);  IQ4_NL: d * kIq4NlValues[q]
+//   Q2_K, Q4_K, Q5_K: (d * scale_j) * q - dmin * min_j over sub-blocks j of 16 (Q2_K) or 32
+//   Q3_K, Q6_K: (d * (scale_j - 32 or signed scale_j)) * (q - offset) over sub-blocks of 16
+//   IQ4_XS: (d * (scale_j - 32)) * kIq4NlValues[q] over sub-blocks of 32
+struct BlockQ4_1 {
+  uint16_t d, m;
+  uint8_t qs[16];
+};
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+struct BlockQ5_1 {
+  uint16_t d, m;
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+struct BlockQ2_K {
+  uint8_t scales[16];
+  uint8_t qs[64];
+  uint16_t d, dmin;
+};
+struct BlockQ3_K {
+  uint8_t hmask[32];
+  uint8_t qs[64];
+  uint8_t scales[12];
+  uint16_t d;
+};
+struct BlockQ4_K {
+  uint16_t d, dmin;
+  uint8_t scales[12];
+  uint8_t qs[128];
+};
+struct BlockQ5_K {
+  uint16_t d, dmin;
+  uint8_t scales[12];
+  uint8_t qh[32];
+  uint8_t qs[128];
+};
+struct BlockQ6_K {
+  uint8_t ql[128];
+  uint8_t qh[64];
+  int8_t scales[16];
+  uint16_t d;
+};
+struct BlockIQ4_NL {
+  uint16_t d;
+  uint8_t qs[16];
+};
+struct BlockIQ4_XS {
+  uint16_t d, scales_h;
+  uint8_t scales_l[4];
+  uint8_t qs[128];
+};
+static_assert(sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24, "ggml layouts");
+static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144,
+              "ggml layouts");
+static_assert(sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210, "ggml layouts");
+static_assert(sizeof(BlockIQ4_NL) == 18 && sizeof(BlockIQ4_XS) == 136, "ggml layouts");
+
+// The 16 non-uniform levels of IQ4_NL and IQ4_XS.
+extern const int8_t kIq4NlValues[16];
+
+// Scale and min of sub-block j (0..7) of a Q4_K/Q5_K block: 6-bit fields packed into 12 bytes.
+void ScaleMinK4(const uint8_t* scales, int j, int* scale, int* min);
+// Signed scale of sub-block j (0..15) of a Q3_K block (6-bit, stored with a +32 offset).
+int ScaleQ3K(const uint8_t* scales, int j);
+
+// True for the types this file defines (those with a reference dequantizer here).
+bool IsBlockFormat(DType t);
+int BlockFormatElems(DType t);
+int BlockFormatBytes(DType t);
+// Element i of an array of blocks of type t, exactly as ggml's dequantize_row_* computes it.
+float DequantBlockFormat(DType t, const void* blocks, int64_t i);
+
+}  // namespace prism
