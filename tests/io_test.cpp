@@ -833,14 +833,15 @@ TEST(HfNamesTest, UnknownArchitectureAndUnsupportedTensorsInView) {
   ExpectError([&] { HfNamedView(falcon); }, {"falcon.gguf", "architecture 'falcon'"});
   ExpectError([&] { ConfigFromGguf(*falcon); }, {"falcon.gguf", "unsupported general.architecture 'falcon'"});
 
-  // A Q6_K output.weight stays unusable under its HF name, and is not mistaken for "tied".
+  // An IQ2_XXS output.weight (a type Prism does not read) stays unusable under its HF name, and is
+  // not mistaken for "tied".
   MiniGguf q;
-  q.tensors = {{"token_embd.weight", {4}, 0, 0}, {"output.weight", {256}, 14, 32}};
+  q.tensors = {{"token_embd.weight", {4}, 0, 0}, {"output.weight", {256}, 16, 32}};
   q.data = FloatBytes({1, 2, 3, 4});
-  q.data.resize(32 + 210, '\0');
-  WriteBytes(tmp / "q6k.gguf", q.Build());
-  auto view = HfNamedView(LoadGguf(tmp / "q6k.gguf"));
-  ExpectError([&] { view->Find("lm_head.weight"); }, {"q6k.gguf", "'output.weight' has ggml type 14 (Q6_K)"});
+  q.data.resize(32 + 66, '\0');
+  WriteBytes(tmp / "iq2.gguf", q.Build());
+  auto view = HfNamedView(LoadGguf(tmp / "iq2.gguf"));
+  ExpectError([&] { view->Find("lm_head.weight"); }, {"iq2.gguf", "'output.weight' has ggml type 16 (IQ2_XXS)"});
   EXPECT_NE(view->Find("model.embed_tokens.weight"), nullptr);
 }
 

@@ -1,6 +1,7 @@
 // GGUF parsing: header, metadata key/values, tensor infos, aligned data section.
 #include "io/formats/gguf.h"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
@@ -261,6 +262,22 @@ GgufFile::GgufFile(const std::string& path) : WeightStore(path, "gguf") {
                   " > " + std::to_string(file_size) + " bytes)");
     AddTensor(TensorData{info.name, *dtype, info.shape,
                          file->data() + data_start + info.offset, nbytes});
+  }
+  // A shape that needs more bytes than its type holds before the next tensor's data would read that
+  // tensor's bytes as its own: tensors may not overlap.
+  std::vector<const TensorData*> by_start;
+  for (const TensorData& t : Tensors()) by_start.push_back(&t);
+  std::sort(by_start.begin(), by_start.end(),
+            [](const TensorData* a, const TensorData* b) { return a->data < b->data; });
+  for (size_t i = 0; i + 1 < by_start.size(); ++i) {
+    const TensorData& a = *by_start[i];
+    const TensorData& b = *by_start[i + 1];
+    const auto* a_start = static_cast<const uint8_t*>(a.data);
+    const auto* b_start = static_cast<const uint8_t*>(b.data);
+    if (a_start + a.nbytes > b_start)
+      throw Error(path + ": tensor '" + a.name + "' of type " + std::string(DTypeName(a.dtype)) + " and shape " +
+                  ShapeString(a.shape) + " needs " + std::to_string(a.nbytes) + " bytes but tensor '" + b.name +
+                  "' starts " + std::to_string(b_start - a_start) + " bytes after it");
   }
 }
 
