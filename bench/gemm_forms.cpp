@@ -12,6 +12,7 @@
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/gemm_amx.h"
 #include "backends/cpu/gemm_bf16.h"
+#include "backends/cpu/gemm_blocks.h"
 #include "backends/cpu/gemm_int8.h"
 #include "backends/cpu/gemm_panels.h"
 #include "ir/host_tensor.h"
@@ -61,6 +62,16 @@ int main(int argc, char** argv) {
       AmxPackedWeight p = PackForAmx(w.data, wt, n, k);
       time(wt, "amx", p.bytes, [&] { GemmAmx(a.data(), m, p, y.data(), n, 0, n); });
     }
+  }
+  // GGUF's read-only block formats (random bytes: the time does not depend on the values).
+  for (DType wt : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q3_K, DType::Q2_K, DType::IQ4_XS}) {
+    if (!GemmSupports(wt, k)) continue;
+    HostTensor w = HostTensor::Zeros(wt, {n, k});
+    for (int64_t i = 0; i < w.nbytes(); ++i) static_cast<uint8_t*>(w.data)[i] = (uint8_t)rng();
+    time(wt, "rows", (size_t)w.nbytes(), [&] { GemmRows(a.data(), m, k, w.data, wt, y.data(), n, 0, n); });
+    if (BlockQ8KSupported(wt, k))
+      time(wt, "q8k (int8)", (size_t)w.nbytes(),
+           [&] { GemmRowsBlockQ8K(a.data(), m, k, w.data, wt, y.data(), n, 0, n); });
   }
   return 0;
 }

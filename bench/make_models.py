@@ -13,6 +13,7 @@ Written (names are fixed; run.py looks for them):
   bench/models/llama1b-shape-hf-f16/    ... the same weights rounded to f16
   bench/models/llama1b-shape-hf-bf16/   ... and to bf16
   bench/models/llama1b-shape-{f32,f16,bf16,q8_0,q4_0}.gguf
+  bench/models/llama1b-shape-{q4_k_m,q6_k}.gguf: llama.cpp's own quantization of the f32 GGUF
       llama.cpp's llama conventions: token_embd / blk.N.attn_q ... / output_norm names, llama.*
       metadata, Q and K rows permuted to llama.cpp's interleaved rope layout, 1-D norm weights kept
       in F32, a tokenizer.ggml.* block (TinyLlama's SentencePiece vocabulary, 32000 pieces read
@@ -25,7 +26,7 @@ The f32 safetensors file is the source of every other file (read back through a 
 each tensor is generated once. Peak memory is about one tensor (the 1 GiB embedding) plus its
 quantization temporaries. Disk: ~22 GB for everything, ~6.3 GB for --only q8_0.
 
-Usage: bench/make_models.py [--only f32,f16,bf16,q8_0,q4_0] [--out DIR]
+Usage: bench/make_models.py [--only f32,f16,bf16,q8_0,q4_0,q4_k_m,q6_k] [--out DIR]
 """
 import argparse
 import json
@@ -46,7 +47,10 @@ SHAPE = dict(hidden=2048, layers=16, heads=32, kv_heads=8, head_dim=64, ffn=8192
              rope_theta=500000.0, eps=1e-5, ctx=131072)
 SEED = 20240925
 STD = 0.02
-ALL_DTYPES = ["f32", "f16", "bf16", "q8_0", "q4_0"]
+ALL_DTYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m", "q6_k"]
+# Quantized by llama.cpp itself (llama_model_quantize, default parameters) from the f32 GGUF: its own
+# per-tensor mixes, as the files people download are made. Needs llama-cpp-python (bench/setup.sh).
+LLAMACPP_FTYPES = {"q4_k_m": "Q4_K_M", "q6_k": "Q6_K"}
 
 
 def log(msg):
@@ -381,6 +385,23 @@ def write_gguf(out, dtype, source):
     log(f"{path.name}: written ({path.stat().st_size / 1e9:.2f} GB, {time.time() - t0:.0f} s)")
 
 
+def quantize_with_llamacpp(out, dtype):
+    path = gguf_path(out, dtype)
+    if path.exists():
+        log(f"{path.name}: present, kept")
+        return
+    import llama_cpp
+    t0 = time.time()
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{LLAMACPP_FTYPES[dtype]}")
+    params.nthread = os.cpu_count() or 1
+    tmp = path.with_suffix(".tmp")
+    if llama_cpp.llama_model_quantize(str(gguf_path(out, "f32")).encode(), str(tmp).encode(), params) != 0:
+        sys.exit(f"make_models: llama_model_quantize {dtype} failed")
+    os.replace(tmp, path)
+    log(f"{path.name}: quantized by llama.cpp ({path.stat().st_size / 1e9:.2f} GB, {time.time() - t0:.0f} s)")
+
+
 STORIES_BIN = ROOT / "models" / "stories260K" / "stories260K.bin"
 
 
@@ -481,7 +502,12 @@ def main(argv=None):
         if d in want:
             write_hf(out, d, source)
     for d in want:
-        write_gguf(out, d, source)
+        if d not in LLAMACPP_FTYPES:
+            write_gguf(out, d, source)
+    for d in want:
+        if d in LLAMACPP_FTYPES:
+            write_gguf(out, "f32", source)
+            quantize_with_llamacpp(out, d)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 MODELS = HERE / "models"
 STORIES = ROOT / "models" / "stories260K"
-ALL_DTYPES = ["f32", "f16", "bf16", "q8_0", "q4_0"]
+ALL_DTYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m", "q6_k"]
 
 
 def log(msg):
@@ -235,7 +235,9 @@ CEILING = {"f32": [("fp32_fma", 1), ("fp32_fma256", 1), ("amx_bf16", 3)],
            "f16": [("fp16_fma", 1), ("fp32_fma", 1), ("fp32_fma256", 1), ("amx_bf16", 3)],
            "bf16": [("amx_bf16", 1), ("bf16_dot", 1), ("fp32_fma", 1), ("fp32_fma256", 1)],
            "q8_0": [("amx_int8", 1), ("int8_vnni", 1), ("fp32_fma", 1), ("fp32_fma256", 1)],
-           "q4_0": [("amx_int8", 1), ("int8_vnni", 1), ("fp32_fma", 1), ("fp32_fma256", 1)]}
+           "q4_0": [("amx_int8", 1), ("int8_vnni", 1), ("fp32_fma", 1), ("fp32_fma256", 1)],
+           "q4_k_m": [("int8_vnni", 1), ("fp32_fma", 1), ("fp32_fma256", 1)],
+           "q6_k": [("int8_vnni", 1), ("fp32_fma", 1), ("fp32_fma256", 1)]}
 
 CACHE_RESIDENT_BYTES = 32 << 20  # weights this small live in cache: DRAM bandwidth bounds nothing
 
@@ -283,7 +285,7 @@ def configurations(args):
             hf = str(MODELS / f"llama1b-shape-hf-{d}") if d in ("f32", "f16", "bf16") else None
             c = dict(id=f"llama1b-{d}-gguf", model="llama1b-shape (GGUF)", dtype=d, prism=gg, llamacpp=gg, torch=hf)
             if hf is None:
-                c["torch_why"] = ("PyTorch eager has no Q8_0/Q4_0 matmul; transformers dequantizes GGUF "
+                c["torch_why"] = ("PyTorch eager has no GGUF-quantized matmul; transformers dequantizes GGUF "
                                   "to float on load, which is the f32/f16 row")
             confs.append(c)
             if hf and "hf" in args.prism_formats:

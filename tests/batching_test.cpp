@@ -144,7 +144,9 @@ TEST(Batching, PagedAttentionMatchesTheFusedTemplate) {
         checked++;
       }
   // Decode, batch and prefill (layers alike share one decision), where AVX-512 offers the template.
-  if (AttentionTemplateSupported()) EXPECT_GE(checked, 3);
+  if (AttentionTemplateSupported()) {
+    EXPECT_GE(checked, 3);
+  }
   ExpectRaggedStepsMatch("cpu");  // the searched choices give the one-sequence logits too
 }
 TEST(Batching, RaggedStepsMatchOneSequenceOnOpenCl) {

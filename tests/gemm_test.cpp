@@ -48,8 +48,8 @@ TEST(Gemm, LinearWithEveryWeightDtypeMatchesInterpreter) {
 // two activation rows), the prefill panels (more rows), ragged column splits, against exact sums.
 TEST(Gemm, BlockFormatsMatchExactProductsOverOddShapesAndSplits) {
   if (!GemmAvx2Supported()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C";
-  for (DType wt : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS, DType::Q4_1,
-                   DType::Q5_0, DType::Q5_1, DType::IQ4_NL})
+  for (DType wt : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS,
+                   DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL})
     for (int64_t m : {1, 2, 3, 67})
       for (int64_t n : {1, 5, 9})
         for (int64_t blocks : {1, 3}) {
@@ -77,12 +77,43 @@ TEST(Gemm, BlockFormatsMatchExactProductsOverOddShapesAndSplits) {
         }
 }
 
+// The q8k form (Q4_K/Q6_K weights, activations rounded as llama.cpp's Q8_K, integer dot products):
+// within its declared bound of the exact sum, and the bound is not vacuous (a real rounding shows).
+TEST(Gemm, Q8KFormStaysWithinItsBound) {
+  if (!BlockQ8KSupported(DType::Q4_K, 256)) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C";
+  for (DType wt : {DType::Q4_K, DType::Q6_K})
+    for (int64_t m : {1, 2, 3, 5})
+      for (int64_t n : {1, 6}) {
+        const int64_t k = 512;
+        auto a = testing::RandomFloats(m * k, 21 + m);
+        HostTensor w = testing::RandomBlocks(wt, {n, k}, 22 + n);
+        std::vector<float> y(m * n, NAN);
+        GemmRowsBlockQ8K(a.data(), m, k, w.data, wt, y.data(), n, 0, n / 2);
+        GemmRowsBlockQ8K(a.data(), m, k, w.data, wt, y.data(), n, n / 2, n);
+        double worst = 0;
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double exact = 0, mag = 0;
+            for (int64_t kk = 0; kk < k; ++kk) {
+              const double p = a[i * k + kk] * LoadAsDouble(w.data, wt, j * k + kk);
+              exact += p;
+              mag += std::fabs(p);
+            }
+            const double bound = BlockQ8KErrorBound(a.data() + i * k, w.data, wt, k, j);
+            ASSERT_LE(std::fabs(y[i * n + j] - exact), bound + 1e-6 * mag)
+                << DTypeName(wt) << " m=" << m << " n=" << n << " at " << i << "," << j;
+            worst = std::max(worst, std::fabs(y[i * n + j] - exact) / (1e-6 * mag));
+          }
+        EXPECT_GT(worst, 1.0) << DTypeName(wt) << ": no rounding visible; is the activation rounded at all?";
+      }
+}
+
 // The AVX2 block dequantizer against the reference (io_test holds that one to gguf.quants bit for
 // bit): equal up to the rounding of the fused multiply-add that applies scale and min.
 TEST(Gemm, Avx2BlockDequantizationMatchesReference) {
   if (!GemmAvx2Supported()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C";
-  for (DType wt : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS, DType::Q4_1,
-                   DType::Q5_0, DType::Q5_1, DType::IQ4_NL}) {
+  for (DType wt : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS,
+                   DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL}) {
     const int64_t n = 7 * BlockElems(wt);
     HostTensor t = testing::RandomBlocks(wt, {n}, 11);
     std::vector<float> fast(n, NAN);

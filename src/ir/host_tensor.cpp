@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "ir/error.h"
+#include "ir/quant_formats.h"
 
 namespace prism {
 
@@ -134,6 +135,7 @@ SymbolBindings BindSymbols(const std::vector<const Node*>& graph_inputs,
 void FillRandomNonZero(void* data, DType t, int64_t n, std::mt19937& rng) {
   std::uniform_real_distribution<float> mag(0.05f, 1.0f);
   auto value = [&] { return rng() % 2 ? mag(rng) : -mag(rng); };
+  if (IsBlockFormat(t)) return FillRandomBlocks(t, data, n / BlockElems(t), rng);
   if (IsQuantized(t)) {
     std::vector<float> f((size_t)n);
     for (float& x : f) x = value();

@@ -1,25 +1,11 @@
 // Reference dequantization of GGUF's Q4_1/Q5_x, K-quant and IQ4 blocks, one element at a time.
 #include "ir/quant_formats.h"
 
+#include <cstring>
+
 namespace prism {
 
 const int8_t kIq4NlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-
-void ScaleMinK4(const uint8_t* q, int j, int* scale, int* min) {
-  if (j < 4) {
-    *scale = q[j] & 63;
-    *min = q[j + 4] & 63;
-  } else {
-    *scale = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    *min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
-int ScaleQ3K(const uint8_t* scales, int j) {
-  const int low = j < 8 ? scales[j] & 0xF : scales[j - 8] >> 4;
-  const int high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
-  return (low | (high << 4)) - 32;
-}
 
 bool IsBlockFormat(DType t) { return BlockFormatElems(t) > 0; }
 
@@ -52,6 +38,40 @@ int BlockFormatBytes(DType t) {
     case DType::IQ4_NL: return sizeof(BlockIQ4_NL);
     case DType::IQ4_XS: return sizeof(BlockIQ4_XS);
     default: return 0;
+  }
+}
+
+void FillRandomBlocks(DType t, void* data, int64_t blocks, std::mt19937& rng) {
+  // Offsets of the f16 fields (d, and the min where the format has one) and d's magnitude.
+  struct Fields {
+    int d, min;
+    float scale;
+  };
+  Fields f{};
+  switch (t) {
+    case DType::Q4_1:
+    case DType::Q5_1: f = {0, 2, 0.1f}; break;
+    case DType::Q5_0: f = {0, -1, 0.1f}; break;
+    case DType::IQ4_NL: f = {0, -1, 0.01f}; break;
+    case DType::Q2_K: f = {80, 82, 0.1f}; break;
+    case DType::Q3_K: f = {108, -1, 0.02f}; break;
+    case DType::Q4_K:
+    case DType::Q5_K: f = {0, 2, 0.003f}; break;
+    case DType::Q6_K: f = {208, -1, 0.001f}; break;
+    case DType::IQ4_XS: f = {0, -1, 0.001f}; break;
+    default: return;
+  }
+  uint8_t* bytes = static_cast<uint8_t*>(data);
+  const int64_t size = BlockFormatBytes(t);
+  for (int64_t i = 0; i < blocks * size; ++i) bytes[i] = (uint8_t)rng();
+  std::uniform_real_distribution<float> mag(0.2f, 1.0f);
+  auto put = [&](uint8_t* p, float v) {
+    const uint16_t h = FloatToHalf(rng() % 2 ? v : -v);
+    std::memcpy(p, &h, 2);
+  };
+  for (int64_t b = 0; b < blocks; ++b) {
+    put(bytes + b * size + f.d, f.scale * mag(rng));
+    if (f.min >= 0) put(bytes + b * size + f.min, f.scale * mag(rng));
   }
 }
 

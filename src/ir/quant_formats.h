@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <random>
 
 #include "ir/dtype.h"
 
@@ -77,9 +78,25 @@ static_assert(sizeof(BlockIQ4_NL) == 18 && sizeof(BlockIQ4_XS) == 136, "ggml lay
 extern const int8_t kIq4NlValues[16];
 
 // Scale and min of sub-block j (0..7) of a Q4_K/Q5_K block: 6-bit fields packed into 12 bytes.
-void ScaleMinK4(const uint8_t* scales, int j, int* scale, int* min);
+inline void ScaleMinK4(const uint8_t* q, int j, int* scale, int* min) {
+  if (j < 4) {
+    *scale = q[j] & 63;
+    *min = q[j + 4] & 63;
+  } else {
+    *scale = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
 // Signed scale of sub-block j (0..15) of a Q3_K block (6-bit, stored with a +32 offset).
-int ScaleQ3K(const uint8_t* scales, int j);
+inline int ScaleQ3K(const uint8_t* scales, int j) {
+  const int low = j < 8 ? scales[j] & 0xF : scales[j - 8] >> 4;
+  const int high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+  return (low | (high << 4)) - 32;
+}
+
+// Fills `blocks` blocks of type t with random bytes whose f16 scales are finite and sized so that
+// values stay within a few units (for tests and schedule checks, which never see all zeros).
+void FillRandomBlocks(DType t, void* data, int64_t blocks, std::mt19937& rng);
 
 // True for the types this file defines (those with a reference dequantizer here).
 bool IsBlockFormat(DType t);

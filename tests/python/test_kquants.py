@@ -117,6 +117,14 @@ def logits_of(model, ids, types=None):
         model.set_attn_implementation(attn)
 
 
+@pytest.fixture(autouse=True)
+def fresh_tuning_database(monkeypatch, tmp_path):
+    # No searched decisions: the default schedules keep f32 activations (the exact reference's).
+    # A search may choose the q8k form, which rounds activations as llama.cpp does (gemm_test holds
+    # that form to its bound).
+    monkeypatch.setenv("PRISM_CACHE_DIR", str(tmp_path / "cache"))
+
+
 @pytest.fixture(scope="module")
 def llamacpp():
     return np.load(DATA / "llamacpp_logits.npz")

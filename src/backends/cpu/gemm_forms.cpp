@@ -3,6 +3,7 @@
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/gemm_bf16.h"
+#include "backends/cpu/gemm_blocks.h"
 #include "backends/cpu/gemm_int8.h"
 #include "backends/cpu/gemm_panels.h"
 
@@ -32,6 +33,9 @@ void RunRounded(const GemmCall& c) {
   else
     GemmRowsInt8(c.a, c.m, *static_cast<const Int8PackedWeight*>(c.packed), c.y, c.n, c.nb, c.ne);
 }
+
+// Q4_K/Q6_K weights as stored, the activation rounded as llama.cpp's Q8_K: integer dot products (AVX2).
+void RunQ8K(const GemmCall& c) { GemmRowsBlockQ8K(c.a, c.m, c.k, c.w, c.wt, c.y, c.n, c.nb, c.ne); }
 
 // K-major panels of 32 columns for many activation rows.
 bool PanelsOffered(DType wt, int64_t) { return PanelGemmSupported(wt); }
@@ -101,6 +105,16 @@ const std::vector<GemmForm>& GemmForms() {
        .error_bound = AmxErrorBound,
        .split_tile = kAmxCols,
        .fit_team = FitAmx},
+      {.name = "q8k",
+       .min_rows = 1,
+       .offered = BlockQ8KSupported,
+       .label = [](DType) -> std::string { return "template-q8k"; },
+       .pack = nullptr,
+       .run = RunQ8K,
+       .rounds = Ever,
+       .error_bound = BlockQ8KErrorBound,
+       .split_tile = 4,
+       .fit_team = nullptr},
   };
   return forms;
 }
