@@ -106,6 +106,13 @@ TEST(Gemm, Q8KFormStaysWithinItsBound) {
           }
         EXPECT_GT(worst, 1.0) << DTypeName(wt) << ": no rounding visible; is the activation rounded at all?";
       }
+  // A NaN in the activation reaches the output as NaN, never as a finite guess.
+  auto a = testing::RandomFloats(512, 3);
+  a[300] = NAN;
+  HostTensor w = testing::RandomBlocks(DType::Q4_K, {2, 512}, 4);
+  std::vector<float> y(2, 0.0f);
+  GemmRowsBlockQ8K(a.data(), 1, 512, w.data, DType::Q4_K, y.data(), 2, 0, 2);
+  EXPECT_TRUE(std::isnan(y[0]) && std::isnan(y[1]));
 }
 
 // The AVX2 block dequantizer against the reference (io_test holds that one to gguf.quants bit for

@@ -301,9 +301,14 @@ void QuantizeQ8K(const float* a, int64_t m, int64_t k, Q8KRows* out) {
   for (int64_t b = 0; b < blocks; ++b) {
     const float* x = a + b * kSuperBlock;
     float amax = 0;
-    for (int t = 0; t < kSuperBlock; ++t) amax = std::max(amax, std::fabs(x[t]));
-    const float iscale = amax > 0 ? 127.0f / amax : 0.0f;
-    out->d[b] = amax / 127.0f;
+    bool finite = true;
+    for (int t = 0; t < kSuperBlock; ++t) {
+      amax = std::max(amax, std::fabs(x[t]));
+      finite = finite && std::isfinite(x[t]);
+    }
+    // A NaN or infinity in the block makes its scale NaN, so the outputs it reaches are NaN too.
+    const float iscale = finite && amax > 0 ? 127.0f / amax : 0.0f;
+    out->d[b] = finite ? amax / 127.0f : NAN;
     int8_t* q = out->q.data() + b * kSuperBlock;
     for (int g = 0; g < 16; ++g) {
       int32_t sum = 0;

@@ -8,11 +8,11 @@
 namespace prism {
 
 // Y[m, n] = sum_k A[m, k] * W[n, k] for n in [n_begin, n_end), as GemmRows, for W in a type of
-// ir/quant_formats.h with K a multiple of its block. Needs AVX2 (GemmAvx2Supported). Few activation
-// rows (decode): weight blocks are dequantized into L1 a 256-value chunk at a time and consumed at
-// once. Many rows (prefill): a panel of weight rows is dequantized once to f32 and multiplied by
-// GemmRows over every activation row. Products and sums in f32; the dequantized weights may differ
-// from the reference by the rounding of one fused multiply-add.
+// ir/quant_formats.h with K a multiple of its block. Needs AVX2 (GemmAvx2Supported). One or two
+// activation rows (decode): each group of 32 weights is widened in registers and dotted with the
+// activation, its scale applied to the sum and its min to the activation's per-16 sums. More rows
+// (prefill): a panel of weight rows is dequantized once to f32 and multiplied by GemmRows over every
+// activation row. Products and sums in f32, in an order other than the reference's.
 void GemmRowsBlockFormat(const float* a, int64_t m, int64_t k, const void* w, DType wt, float* y,
                          int64_t n_total, int64_t n_begin, int64_t n_end);
 
