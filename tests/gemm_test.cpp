@@ -16,6 +16,27 @@
 #include "test_util.h"
 
 namespace prism {
+namespace {
+
+// y (m x n) equals A · Wᵀ summed exactly in double, within rel x sum |a w| per output.
+void ExpectExactProducts(const float* a, int64_t m, int64_t k, const uint8_t* w, DType wt, int64_t n,
+                         const std::vector<float>& y, double rel) {
+  const int64_t rb = StorageBytes(wt, k);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double exact = 0, mag = 0;
+      for (int64_t kk = 0; kk < k; ++kk) {
+        const double p = (double)a[i * k + kk] * LoadAsDouble(w + j * rb, wt, kk);
+        exact += p;
+        mag += std::fabs(p);
+      }
+      ASSERT_GT(mag, 0) << DTypeName(wt);
+      ASSERT_NEAR(y[i * n + j], exact, rel * mag + 1e-7)
+          << DTypeName(wt) << " m=" << m << " n=" << n << " k=" << k << " at " << i << "," << j;
+    }
+}
+
+}  // namespace
 
 TEST(Gemm, LinearWithEveryWeightDtypeMatchesInterpreter) {
   struct Case {
@@ -61,19 +82,7 @@ TEST(Gemm, BlockFormatsMatchExactProductsOverOddShapesAndSplits) {
           const int64_t split = n / 2;
           GemmRows(a.data(), m, k, w, wt, y.data(), n, 0, split);
           GemmRows(a.data(), m, k, w, wt, y.data(), n, split, n);
-          const int64_t rb = StorageBytes(wt, k);
-          for (int64_t i = 0; i < m; ++i)
-            for (int64_t j = 0; j < n; ++j) {
-              double exact = 0, mag = 0;
-              for (int64_t kk = 0; kk < k; ++kk) {
-                double p = (double)a[i * k + kk] * LoadAsDouble(w + j * rb, wt, kk);
-                exact += p;
-                mag += std::fabs(p);
-              }
-              ASSERT_GT(mag, 0) << DTypeName(wt);
-              ASSERT_NEAR(y[i * n + j], exact, 2e-6 * mag + 1e-7)
-                  << DTypeName(wt) << " m=" << m << " n=" << n << " k=" << k << " at " << i << "," << j;
-            }
+          ExpectExactProducts(a.data(), m, k, w, wt, n, y, 2e-6);
         }
 }
 
@@ -163,18 +172,7 @@ TEST(Gemm, Avx2RowsMatchExactProductsOverOddShapesAndSplits) {
           const int64_t split = n / 2;  // two ranges, as two threads would take them
           GemmRowsAvx2(a.data(), m, k, w, wt, y.data(), n, 0, split);
           GemmRowsAvx2(a.data(), m, k, w, wt, y.data(), n, split, n);
-          const int64_t rb = StorageBytes(wt, k);
-          for (int64_t i = 0; i < m; ++i)
-            for (int64_t j = 0; j < n; ++j) {
-              double exact = 0, mag = 0;
-              for (int64_t kk = 0; kk < k; ++kk) {
-                double p = (double)a[i * k + kk] * LoadAsDouble(w + j * rb, wt, kk);
-                exact += p;
-                mag += std::fabs(p);
-              }
-              ASSERT_NEAR(y[i * n + j], exact, 1e-6 * mag + 1e-7)
-                  << DTypeName(wt) << " m=" << m << " n=" << n << " k=" << k << " at " << i << "," << j;
-            }
+          ExpectExactProducts(a.data(), m, k, w, wt, n, y, 1e-6);
         }
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/gemm_int8.h"
 #include "ir/quant_formats.h"
 
 namespace prism {
@@ -506,16 +507,7 @@ void GemmRowsBlockQ8K(const float* a, int64_t m, int64_t k, const void* w, DType
 }
 
 double BlockQ8KErrorBound(const float* a, const void* w, DType wt, int64_t k, int64_t n) {
-  double bound = 0;
-  for (int64_t b = 0; b < k; b += kSuperBlock) {
-    double amax = 0, wsum = 0;
-    for (int64_t kk = b; kk < b + kSuperBlock; ++kk) {
-      amax = std::max(amax, (double)std::fabs(a[kk]));
-      wsum += std::fabs(LoadAsDouble(w, wt, n * k + kk));
-    }
-    bound += wsum * amax / 127 / 2;
-  }
-  return bound;
+  return Int8DotErrorBound(a, w, wt, k, n, kSuperBlock);
 }
 
 }  // namespace prism

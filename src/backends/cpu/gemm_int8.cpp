@@ -427,11 +427,11 @@ void GemmPanelsInt8(const float* a, int64_t m, const uint8_t* panels, DType wt, 
     GemmVnniPanels<DType::Q4_0>(act, m, panels, k, y, n_total, n_begin, n_end);
 }
 
-double Int8DotErrorBound(const float* a, const void* w, DType wt, int64_t k, int64_t n) {
+double Int8DotErrorBound(const float* a, const void* w, DType wt, int64_t k, int64_t n, int64_t block) {
   double bound = 0;
-  for (int64_t b = 0; b < k; b += kQuantBlock) {
+  for (int64_t b = 0; b < k; b += block) {
     double amax = 0, wsum = 0;
-    for (int64_t kk = b; kk < b + kQuantBlock; ++kk) {
+    for (int64_t kk = b; kk < b + block; ++kk) {
       amax = std::max(amax, (double)std::fabs(a[kk]));
       wsum += std::fabs(LoadAsDouble(w, wt, n * k + kk));
     }

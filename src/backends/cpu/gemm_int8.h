@@ -49,7 +49,8 @@ void GemmPanelsInt8(const float* a, int64_t m, const uint8_t* panels, DType wt, 
 // sum of q.
 float QuantizeActivationBlock(const float* x, int8_t* q, int32_t* sum = nullptr);
 
-// That bound for one output: activation row a (K values) against weight row n of w (GGUF layout).
-double Int8DotErrorBound(const float* a, const void* w, DType wt, int64_t k, int64_t n);
+// That bound for one output: activation row a (K values) against weight row n of w (GGUF layout),
+// for activations rounded per `block` values (32 here; 256 for the q8k form of gemm_blocks.h).
+double Int8DotErrorBound(const float* a, const void* w, DType wt, int64_t k, int64_t n, int64_t block = kQuantBlock);
 
 }  // namespace prism
