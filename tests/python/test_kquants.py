@@ -17,7 +17,6 @@ at most 0.7 of the RMS departure). It reproduces llama.cpp exactly on the Q2_K f
 positions of all; what remains appears at later positions of the files holding Q4_K, Q5_K or IQ4_XS
 tensors, which llama.cpp runs through repacked AVX2 kernels whose summation order is not modelled.
 """
-import os
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +43,7 @@ def load_reference(path):
     heads, kv = int(_field(r, "llama.attention.head_count")), int(_field(r, "llama.attention.head_count_kv"))
     hidden = int(_field(r, "llama.embedding_length"))
     cfg = transformers.LlamaConfig(
-        vocab_size=int(r.fields["tokenizer.ggml.tokens"].data.__len__()), hidden_size=hidden,
+        vocab_size=len(r.fields["tokenizer.ggml.tokens"].data), hidden_size=hidden,
         intermediate_size=int(_field(r, "llama.feed_forward_length")),
         num_hidden_layers=int(_field(r, "llama.block_count")), num_attention_heads=heads,
         num_key_value_heads=kv, rms_norm_eps=float(_field(r, "llama.attention.layer_norm_rms_epsilon")),
