@@ -34,7 +34,7 @@ HostTensor HostTensor::FromFloats(std::vector<int64_t> shape, const std::vector<
   if ((int64_t)values.size() != t.numel())
     throw Error("FromFloats: " + std::to_string(values.size()) + " values for shape " + t.ShapeString());
   if (IsQuantized(dtype)) {
-    if (dtype != DType::Q8_0 && dtype != DType::Q4_0)
+    if (IsBlockFormat(dtype))
       throw Error("FromFloats: Prism does not quantize to " + std::string(DTypeName(dtype)) +
                   " (it reads that type from GGUF files)");
     if (dtype == DType::Q8_0)

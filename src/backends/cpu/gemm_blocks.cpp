@@ -1,4 +1,5 @@
-// GEMM over K-quant, Q4_1/Q5_x and IQ4 weights: AVX2 block dequantization feeding f32 FMA tiles.
+// GEMM over K-quant, Q4_1/Q5_x and IQ4 weights on AVX2: blocks decoded in registers for f32 FMA tiles,
+// and for Q4_K/Q6_K the q8k form's integer dot products against Q8_K-rounded activations.
 #include "backends/cpu/gemm_blocks.h"
 
 #include <immintrin.h>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/gemm_avx2.h"
 #include "backends/cpu/gemm_int8.h"
 #include "ir/quant_formats.h"
 
@@ -40,7 +42,7 @@ PRISM_AVX2 inline __m256i Load32(const uint8_t* p) {
 PRISM_AVX2 inline __m256i Bytes(int v) { return _mm256_set1_epi8((char)v); }
 PRISM_AVX2 inline __m256i Low4(__m256i v) { return _mm256_and_si256(v, Bytes(0xF)); }
 PRISM_AVX2 inline __m256i High4(__m256i v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), Bytes(0xF)); }
-// Bits `shift`.. of every byte, `width` bits wide.
+// Bits `shift` and up of every byte, kept by `mask`.
 PRISM_AVX2 inline __m256i Field(__m256i v, int shift, int mask) {
   return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(shift)), Bytes(mask));
 }
@@ -489,14 +491,8 @@ void DequantizeBlocksAvx2(const void* w, DType wt, int64_t blocks, float* out) {
   Dispatch(wt, [&]<DType T>() { DequantRows<T>(static_cast<const uint8_t*>(w), blocks, out); });
 }
 
-}  // namespace prism
-
-namespace prism {
-
 bool BlockQ8KSupported(DType wt, int64_t k) {
-  static const bool has =
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  return has && (wt == DType::Q4_K || wt == DType::Q6_K) && k > 0 && k % kSuperBlock == 0;
+  return GemmAvx2Supported() && (wt == DType::Q4_K || wt == DType::Q6_K) && k > 0 && k % kSuperBlock == 0;
 }
 
 void GemmRowsBlockQ8K(const float* a, int64_t m, int64_t k, const void* w, DType wt, float* y,

@@ -249,7 +249,7 @@ GgufFile::GgufFile(const std::string& path) : WeightStore(path, "gguf") {
                                     "IQ4_XS, I8, I32)");
       continue;
     }
-    if (IsQuantized(*dtype) && (info.shape.empty() || info.shape.back() % BlockElems(*dtype) != 0))
+    if (IsQuantized(*dtype) && info.shape.back() % BlockElems(*dtype) != 0)
       throw Error(what + " of type " + GgmlTypeName(info.ggml_type) + " has shape " +
                   ShapeString(info.shape) + " whose last dimension is not a multiple of " +
                   std::to_string(BlockElems(*dtype)));
