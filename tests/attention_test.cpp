@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <tuple>
 
 #include "frontend/nn.h"
 #include "graph_check.h"
@@ -22,14 +24,31 @@ struct Heads {
 };
 
 // q/k/v inputs, K/V caches of `cap` rows, one attention output.
-Graph AttentionGraph(Heads hd, int64_t cap) {
+Graph AttentionGraph(Heads hd, int64_t cap, const AttentionVariant& variant = {}) {
   Graph g;
   Tensor q{&g, g.Input("q", DType::F32, {Seq(), Expr(hd.kv * hd.group), Expr(hd.dim)})};
   Tensor k{&g, g.Input("k", DType::F32, {Seq(), Expr(hd.kv), Expr(hd.dim)})};
   Tensor v{&g, g.Input("v", DType::F32, {Seq(), Expr(hd.kv), Expr(hd.dim)})};
   Tensor kc{&g, g.State("k_cache", DType::F32, {Expr(cap), Expr(hd.kv), Expr(hd.dim)})};
   Tensor vc{&g, g.State("v_cache", DType::F32, {Expr(cap), Expr(hd.kv), Expr(hd.dim)})};
-  Tensor a = CausalAttention(q, k, v, kc, vc, Past(), 1.0 / std::sqrt((double)hd.dim));
+  Tensor a = CausalAttention(q, k, v, kc, vc, Past(), 1.0 / std::sqrt((double)hd.dim), variant);
+  g.MarkOutput(a.id(), "attn");
+  return g;
+}
+
+// The same over a paged pool of `blocks` blocks of `block` rows: inputs slots, block_table, positions.
+Graph PagedAttentionGraph(Heads hd, int64_t block, int64_t blocks, const AttentionVariant& variant) {
+  Graph g;
+  const Expr t = Expr::Sym("seq"), nb = Expr::Sym("blocks");
+  Tensor q{&g, g.Input("q", DType::F32, {t, Expr(hd.kv * hd.group), Expr(hd.dim)})};
+  Tensor k{&g, g.Input("k", DType::F32, {t, Expr(hd.kv), Expr(hd.dim)})};
+  Tensor v{&g, g.Input("v", DType::F32, {t, Expr(hd.kv), Expr(hd.dim)})};
+  Tensor kp{&g, g.State("k_pool", DType::F32, {Expr(block * blocks), Expr(hd.kv), Expr(hd.dim)})};
+  Tensor vp{&g, g.State("v_pool", DType::F32, {Expr(block * blocks), Expr(hd.kv), Expr(hd.dim)})};
+  Tensor slots{&g, g.Input("slots", DType::I32, {t})}, table{&g, g.Input("block_table", DType::I32, {t, nb})};
+  Tensor pos{&g, g.Input("positions", DType::I32, {t})};
+  Tensor a =
+      PagedAttention(q, k, v, kp, vp, slots, table, pos, block, 1.0 / std::sqrt((double)hd.dim), variant);
   g.MarkOutput(a.id(), "attn");
   return g;
 }
@@ -120,6 +139,79 @@ TEST(AttentionMatch, RefusesLookalikesAndTheyStillMatchTheInterpreter) {
       testing::ExpectClose(want, prog->Run(in, b), 1e-5, 1e-4, "variant " + std::to_string(variant));
       p += n;
     }
+  }
+}
+
+// Sliding windows and soft-capped scores (Gemma 2 and 3, Phi-3, Mistral): compiled against the
+// interpreter over prefill, decode and chunks past the window; no fused template takes them (it has no
+// window); and no key before a query's window is read: keys and values planted as NaN there stay out.
+TEST(WindowedAttention, CompiledMatchesInterpreterAndReadsNoKeyBeforeTheWindow) {
+  const AttentionVariant variant{.window = 5, .softcap = 2.5};
+  Graph g = AttentionGraph({2, 2, 8}, 80, variant);
+  EXPECT_EQ(AttentionKernels(BuildKernelProgram(g)), 0);
+  CheckSteps(g, 2, "window 5, softcap 2.5");
+  auto prog = Program::Compile(g);
+  Interpreter interp(g);
+  int64_t past = 0;
+  for (int64_t n : {12, 1, 3, 1}) {
+    SymbolBindings b{{"seq", n}, {"past", past}};
+    auto in = testing::RandomTensors(g, Op::Input, b, 90 + past);
+    if (past == 0)  // positions 0..2 poisoned: every later step's windows start past them
+      for (const char* name : {"k", "v"})
+        for (int64_t i = 0; i < 3 * 2 * 8; ++i) static_cast<float*>(in[name].data)[i] = NAN;
+    auto want = interp.Run(in, b), got = prog->Run(in, b);
+    if (past > 0) {
+      for (float x : want[0].ToFloats()) ASSERT_TRUE(std::isfinite(x)) << "interpreter, past=" << past;
+      testing::ExpectClose(want, got, 1e-5, 1e-4, "poisoned cache, past=" + std::to_string(past));
+    }
+    past += n;
+  }
+}
+
+// The paged form gathers only the blocks a token's window touches: a sequence's blocks scattered over the
+// pool, its first three positions poisoned, then decode tokens (alone and two at once) whose windows start
+// after them; each equals the one-sequence windowed attention over the same keys.
+TEST(WindowedAttention, PagedGathersOnlyTheWindowAndMatchesTheCausalForm) {
+  const AttentionVariant variant{.window = 6, .softcap = 3};
+  const Heads hd{2, 2, 8};
+  const int64_t block = 4, hq = hd.kv * hd.group, row = hd.kv * hd.dim;
+  Graph paged = PagedAttentionGraph(hd, block, 12, variant), causal = AttentionGraph(hd, 64, variant);
+  auto prog = Program::Compile(paged);
+  Interpreter pinterp(paged), cinterp(causal);
+  const std::vector<int32_t> blocks = {7, 3, 11, 0, 5, 9};  // the sequence's block table
+  auto run = [&](int64_t p0, int64_t n, uint64_t seed, bool poison) {
+    auto q = testing::RandomFloats(n * hq * hd.dim, seed), k = testing::RandomFloats(n * row, seed + 1),
+         v = testing::RandomFloats(n * row, seed + 2);
+    if (poison)
+      for (int64_t i = 0; i < 3 * row; ++i) k[i] = v[i] = NAN;
+    std::vector<int32_t> slots, table, pos;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t p = p0 + i;
+      slots.push_back(blocks[p / block] * (int32_t)block + (int32_t)(p % block));
+      pos.push_back((int32_t)p);
+      table.insert(table.end(), blocks.begin(), blocks.end());
+    }
+    std::map<std::string, HostTensor> in = {
+        {"q", HostTensor::FromFloats({n, hq, hd.dim}, q)},
+        {"k", HostTensor::FromFloats({n, hd.kv, hd.dim}, k)},
+        {"v", HostTensor::FromFloats({n, hd.kv, hd.dim}, v)},
+        {"slots", HostTensor::FromInts({n}, slots)},
+        {"positions", HostTensor::FromInts({n}, pos)},
+        {"block_table", HostTensor::FromInts({n, (int64_t)blocks.size()}, table)}};
+    SymbolBindings pb{{"seq", n}, {"blocks", (int64_t)blocks.size()}}, cb{{"seq", n}, {"past", p0}};
+    auto want = cinterp.Run({{"q", in["q"]}, {"k", in["k"]}, {"v", in["v"]}}, cb);
+    auto interp_out = pinterp.Run(in, pb), got = prog->Run(in, pb);
+    return std::make_tuple(want, interp_out, got);
+  };
+  run(0, 13, 5, true);
+  int64_t p = 13;
+  for (int64_t n : {1, 2, 1}) {
+    auto [want, interp_out, got] = run(p, n, 50 + p, false);
+    const std::string what = "paged, positions " + std::to_string(p) + ".." + std::to_string(p + n - 1);
+    for (float x : interp_out[0].ToFloats()) ASSERT_TRUE(std::isfinite(x)) << what;
+    testing::ExpectClose(want, interp_out, 1e-5, 1e-4, what + " (interpreter)");
+    testing::ExpectClose(want, got, 1e-5, 1e-4, what + " (compiled)");
+    p += n;
   }
 }
 

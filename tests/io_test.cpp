@@ -926,6 +926,52 @@ TEST(HfConfigTest, QwenMistralAndGpt2) {
   EXPECT_EQ(g.eos_token_id, 50256);
 }
 
+// Gemma 2 and 3 and Phi-3 as their Hub config.json files have them: what each key turns into, and
+// the family defaults where a key is absent (soft-capping absent = the default, null = none).
+TEST(HfConfigTest, GemmaAndPhi3) {
+  TempDir tmp;
+  const std::string sizes = R"("vocab_size": 256000, "hidden_size": 4608, "intermediate_size": 36864,
+    "num_hidden_layers": 4, "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128)";
+  ModelConfig g2 = ParseConfigText(tmp, R"({"model_type": "gemma2", "query_pre_attn_scalar": 144,
+    "sliding_window": 4096, "final_logit_softcapping": null, )" + sizes + "}");
+  EXPECT_EQ(g2.architecture, "gemma2");
+  EXPECT_DOUBLE_EQ(g2.attention_scale, 1.0 / 12);  // 27B: 1/sqrt(144), not 1/sqrt(head_dim)
+  EXPECT_EQ(g2.attn_softcap, 50);                  // absent: Gemma 2's default
+  EXPECT_EQ(g2.final_softcap, 0);                  // null: none
+  EXPECT_EQ(g2.sliding_layers, (std::vector<bool>{true, false, true, false}));
+  EXPECT_DOUBLE_EQ(g2.embed_scale, std::sqrt(4608.0));
+  EXPECT_EQ(g2.norm_weight_offset, 1);
+  EXPECT_TRUE(g2.sandwich_norms && g2.tie_word_embeddings);
+  EXPECT_EQ(g2.hidden_act, "gelu_pytorch_tanh");
+
+  ModelConfig g3 = ParseConfigText(tmp, R"({"model_type": "gemma3_text", "rope_theta": 1000000.0,
+    "rope_local_base_freq": 10000.0, "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+    "sliding_window_pattern": 2, "sliding_window": 1024, )" + sizes + "}");
+  EXPECT_EQ(g3.architecture, "gemma3");
+  EXPECT_TRUE(g3.qk_norm);
+  EXPECT_EQ(g3.attn_softcap, 0);
+  EXPECT_EQ(g3.rope_theta, 1e6);
+  EXPECT_EQ(g3.rope_local_theta, 1e4);
+  EXPECT_EQ(g3.rope_linear_factor, 8);
+  EXPECT_EQ(g3.sliding_window, 1024);
+  EXPECT_EQ(g3.sliding_layers, (std::vector<bool>{true, false, true, false}));
+
+  ModelConfig p = ParseConfigText(tmp, R"({"model_type": "phi3", "vocab_size": 32064, "hidden_size": 3072,
+    "intermediate_size": 8192, "num_hidden_layers": 32, "num_attention_heads": 32, "max_position_embeddings": 131072,
+    "original_max_position_embeddings": 4096, "sliding_window": 262144, "rope_scaling": {"type": "su",
+    "short_factor": [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                     1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],
+    "long_factor": [2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+                    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2]}})");
+  EXPECT_EQ(p.architecture, "phi3");
+  EXPECT_EQ(p.rope_short_factor.size(), 48u);
+  EXPECT_EQ(p.rope_long_factor[0], 2);
+  EXPECT_EQ(p.rope_original_max_position, 4096);
+  EXPECT_NEAR(p.rope_attention_factor, std::sqrt(1 + std::log(32.0) / std::log(4096.0)), 1e-12);
+  EXPECT_EQ(p.sliding_window, 262144);
+  EXPECT_TRUE(p.sliding_layers.empty());  // every layer
+}
+
 TEST(HfConfigTest, ErrorsNameTheFileAndTheProblem) {
   TempDir tmp;
   const std::string path = tmp / "config.json";
@@ -936,7 +982,7 @@ TEST(HfConfigTest, ErrorsNameTheFileAndTheProblem) {
     ExpectError([&] { ParseHfConfig(path); }, all);
   };
   expect(R"({"model_type": "bert"})",
-         {"unsupported model_type 'bert'", "llama, mistral, qwen2, qwen3, gpt2"});
+         {"unsupported model_type 'bert'", "llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, phi3, gpt2"});
   expect(R"({"architectures": ["T5ForConditionalGeneration"]})", {"no 'model_type'", "supported"});
   expect("{not json", {"not valid JSON"});
   expect(R"({"model_type": "llama", "vocab_size": 10})", {"missing required key 'hidden_size'"});
@@ -950,6 +996,21 @@ TEST(HfConfigTest, ErrorsNameTheFileAndTheProblem) {
   expect(R"({"model_type": "llama", "vocab_size": 10, "hidden_size": 8, "intermediate_size": 16,
     "num_hidden_layers": 1, "num_attention_heads": 2, "hidden_act": "relu"})",
          {"unsupported activation 'relu'"});
+  const std::string small = R"("vocab_size": 10, "hidden_size": 8, "intermediate_size": 16,
+    "num_hidden_layers": 2, "num_attention_heads": 2, "head_dim": 4)";
+  expect(R"({"model_type": "gemma3", "text_config": {}, )" + small + "}", {"multimodal Gemma 3"});
+  expect(R"({"model_type": "gemma2", "layer_types": ["sliding_attention"], )" + small + "}",
+         {"'layer_types' must list 2 layer types"});
+  expect(R"({"model_type": "gemma2", "layer_types": ["sliding_attention", "chunked_attention"], )" + small + "}",
+         {"layer type \"chunked_attention\" is not supported"});
+  expect(R"({"model_type": "phi3", "rope_scaling": {"type": "longrope", "short_factor": [1],
+    "long_factor": [1, 2]}, )" + small + "}",
+         {"short_factor and long_factor need head_dim / 2 = 2 entries, got 1 and 2"});
+  expect(R"({"model_type": "phi3", "rope_scaling": {"type": "longrope", "short_factor": [1, "x"],
+    "long_factor": [1, 2]}, )" + small + "}",
+         {"'short_factor' must be an array of numbers"});
+  expect(R"({"model_type": "phi3", "partial_rotary_factor": 0.75, )" + small + "}",
+         {"partial_rotary_factor 0.750000 is not supported"});
   ExpectError([&] { ParseHfConfig(tmp / "missing.json"); }, {"missing.json", "cannot open"});
 }
 

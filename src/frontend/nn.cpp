@@ -141,6 +141,19 @@ Tensor RopeInvFreq(Graph* g, int64_t head_dim, double theta, const RopeScaling& 
   return Where(very_long, inv / s.factor, Where(longw, mid, inv));
 }
 
+Tensor ConstVector(Graph* g, const std::vector<double>& values) {
+  if (values.empty()) throw Error("constant vector: no values");
+  // A chain of selects on the index, built from the last value back: v[i] where i < i + 1 first holds.
+  const Expr n((int64_t)values.size());
+  Tensor i = Arange(g, n, DType::F32);
+  Tensor out = Full(g, values.back(), {n});
+  for (size_t j = values.size() - 1; j-- > 0;)
+    out = Where(Less(i, Full(g, (double)j + 1, {n})), Full(g, values[j], {n}), out);
+  return out;
+}
+
+Tensor SoftCap(const Tensor& x, double cap) { return (x * (1.0 / cap)).tanh() * cap; }
+
 Tensor Rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, RopeStyle style) {
   if (x.rank() != 3) throw Error("rope: expected [seq, heads, head_dim], got " + x.graph()->Describe(x.id()));
   Expr seq = x.dim(0), heads = x.dim(1), d = x.dim(2);
@@ -169,7 +182,7 @@ Tensor Rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, Ro
 }
 
 Tensor CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
-                       const Tensor& v_cache, const Expr& past, double scale) {
+                       const Tensor& v_cache, const Expr& past, double scale, const AttentionVariant& variant) {
   Graph* g = q.graph();
   Expr seq = q.dim(0), hq = q.dim(1), d = q.dim(2), hkv = k.dim(1);
   if (!hq.IsConst() || !hkv.IsConst() || hq.value() % hkv.value())
@@ -177,20 +190,28 @@ Tensor CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const 
   int64_t group = hq.value() / hkv.value();
   Tensor kc{g, g->StateWrite(k_cache.id(), k.cast(k_cache.dtype()).id(), 0, past)};
   Tensor vc{g, g->StateWrite(v_cache.id(), v.cast(v_cache.dtype()).id(), 0, past)};
-  Expr total = past + seq;
-  Tensor keys = kc.slice(0, 0, total).cast(DType::F32);   // [T, Hkv, D]
-  Tensor vals = vc.slice(0, 0, total).cast(DType::F32);
+  // Keys [first, past + seq): a windowed layer's first query sees none before past + 1 - window.
+  const bool windowed = variant.window > 0;
+  Expr first = windowed ? Max(Expr(0), past + Expr(1 - variant.window)) : Expr(0);
+  Expr total = past + seq, keys_n = windowed ? total - first : total;
+  Tensor keys = kc.slice(0, first, keys_n).cast(DType::F32);  // [T, Hkv, D]
+  Tensor vals = vc.slice(0, first, keys_n).cast(DType::F32);
   // Queries grouped by their key/value head: [Hkv, group, seq, D]
   Tensor qg = q.cast(DType::F32).reshape({seq, hkv, Expr(group), d}).permute({1, 2, 0, 3});
   Tensor kt = keys.permute({1, 0, 2}).unsqueeze(1);  // [Hkv, 1, T, D]
   Tensor scores = Matmul(qg, kt.transpose(-1, -2)) * scale;  // [Hkv, group, seq, T]
-  // Query s sits at absolute position past + s and sees keys t <= past + s.
-  std::vector<Expr> sshape = {hkv, Expr(group), seq, total};
+  if (variant.softcap > 0) scores = SoftCap(scores, variant.softcap);
+  // Query s sits at absolute position past + s and sees keys first + t <= past + s (and, windowed,
+  // first + t > past + s - window).
+  std::vector<Expr> sshape = {hkv, Expr(group), seq, keys_n};
   Tensor t_idx{g, g->Iota(sshape, 3, DType::I32)};
   Tensor s_idx{g, g->Iota(sshape, 2, DType::I32)};
-  Tensor limit = s_idx + BroadcastTo(ExprValue(g, past + Expr(1), DType::I32), sshape);
-  Tensor visible = Less(t_idx, limit);
-  Tensor masked = Where(visible, scores, Full(g, -INFINITY, sshape));
+  auto shifted = [&](const Expr& by) { return s_idx + BroadcastTo(ExprValue(g, by, DType::I32), sshape); };
+  Tensor limit = shifted(windowed ? past + Expr(1) - first : past + Expr(1));
+  Tensor masked = Where(Less(t_idx, limit), scores, Full(g, -INFINITY, sshape));
+  if (windowed)  // t + window < limit: before the window (compared so, no operand is negative)
+    masked = Where(Less(t_idx + Full(g, (double)variant.window, sshape, DType::I32), limit), Full(g, -INFINITY, sshape),
+                   masked);
   Tensor p = Softmax(masked, -1);
   Tensor vt = vals.permute({1, 0, 2}).unsqueeze(1);  // [Hkv, 1, T, D]
   Tensor out = Matmul(p, vt);                          // [Hkv, group, seq, D]
@@ -199,7 +220,7 @@ Tensor CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const 
 
 Tensor PagedAttention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_pool,
                       const Tensor& v_pool, const Tensor& slots, const Tensor& table, const Tensor& positions,
-                      int64_t block, double scale) {
+                      int64_t block, double scale, const AttentionVariant& variant) {
   Graph* g = q.graph();
   Expr seq = q.dim(0), hq = q.dim(1), d = q.dim(2), hkv = k.dim(1), nblocks = table.dim(1);
   if (!hq.IsConst() || !hkv.IsConst() || hq.value() % hkv.value())
@@ -211,11 +232,25 @@ Tensor PagedAttention(const Tensor& q, const Tensor& k, const Tensor& v, const T
   const int64_t group = hq.value() / hkv.value();
   Tensor kp{g, g->StateScatter(k_pool.id(), k.cast(k_pool.dtype()).id(), slots.id())};
   Tensor vp{g, g->StateScatter(v_pool.id(), v.cast(v_pool.dtype()).id(), slots.id())};
-  // Pool row of key j for token i: table[i, j / block] * block + j % block, over j < nblocks * block.
-  const Expr ctx = nblocks * Expr(block);
-  std::vector<Expr> rshape = {seq, nblocks, Expr(block)};
-  Tensor base =
-      table.reshape({seq, nblocks, Expr(1)}).expand(rshape) * Full(g, (double)block, rshape, DType::I32);
+  // Key j of token i is at position first[i] + j: first = 0 over the whole table, or, windowed, the start
+  // of the block holding the window's first key, over just enough blocks to hold the window.
+  Expr nb = nblocks;
+  Tensor blocks = table, first;
+  if (variant.window > 0) {
+    const int64_t w = variant.window;
+    nb = Min(Expr((w + block - 2) / block + 1), nblocks);
+    Tensor start = Maximum(positions + (double)(1 - w), Full(g, 0, {seq}, DType::I32));
+    // start / block (exact: a multiple of block divided in f32, rounded to the nearest integer)
+    Tensor b0 = ((start - Mod(start, Full(g, (double)block, {seq}, DType::I32))).cast(DType::F32) * (1.0 / block) + 0.5)
+                    .cast(DType::I32);
+    Tensor cols = b0.reshape({seq, Expr(1)}).expand({seq, nb}) + Tensor{g, g->Iota({seq, nb}, 1, DType::I32)};
+    blocks = Tensor{g, g->Gather(table.id(), cols.id(), 1)};
+    first = b0 * (double)block;
+  }
+  // Pool row of key j for token i: blocks[i, j / block] * block + j % block, over j < nb * block.
+  const Expr ctx = nb * Expr(block);
+  std::vector<Expr> rshape = {seq, nb, Expr(block)};
+  Tensor base = blocks.reshape({seq, nb, Expr(1)}).expand(rshape) * Full(g, (double)block, rshape, DType::I32);
   Tensor rows = (base + Tensor{g, g->Iota(rshape, 2, DType::I32)}).reshape({seq, ctx});
   // Gathered along the pool's rows with each token's own index row: [T, ctx, Hkv * D], no flattening of
   // symbolic sizes (the index arithmetic stays one multiply-add per key).
@@ -231,11 +266,17 @@ Tensor PagedAttention(const Tensor& q, const Tensor& k, const Tensor& v, const T
   Tensor qg = q.cast(DType::F32).reshape({seq, hkv, Expr(group), d}).permute({1, 2, 0, 3});
   Tensor kt = keys.permute({2, 0, 1, 3}).unsqueeze(1);                  // [Hkv, 1, T, ctx, D]
   Tensor scores = (qg.unsqueeze(3) * kt).sum({4}, false) * scale;       // [Hkv, G, T, ctx]
+  if (variant.softcap > 0) scores = SoftCap(scores, variant.softcap);
   std::vector<Expr> sshape = {hkv, Expr(group), seq, ctx};
   Tensor j{g, g->Iota(sshape, 3, DType::I32)};
-  Tensor limit =
-      positions.reshape({Expr(1), Expr(1), seq, Expr(1)}).expand(sshape) + Full(g, 1, sshape, DType::I32);
+  // Visible: first[i] + j <= positions[i] (and, windowed, > positions[i] - window).
+  auto per_token = [&](const Tensor& t) { return t.reshape({Expr(1), Expr(1), seq, Expr(1)}).expand(sshape); };
+  Tensor limit = per_token(positions) + Full(g, 1, sshape, DType::I32);
+  if (variant.window > 0) limit = limit - per_token(first);
   Tensor masked = Where(Less(j, limit), scores, Full(g, -INFINITY, sshape));
+  if (variant.window > 0)  // j + window < limit: before the window
+    masked = Where(Less(j + Full(g, (double)variant.window, sshape, DType::I32), limit), Full(g, -INFINITY, sshape),
+                   masked);
   Tensor p = Softmax(masked, -1);
   Tensor vt = vals.permute({2, 0, 3, 1}).unsqueeze(1);  // [Hkv, 1, T, D, ctx]
   Tensor out = (p.unsqueeze(3) * vt).sum({4}, false);    // [Hkv, G, T, D]

@@ -35,22 +35,35 @@ struct RopeScaling {
   double original_max_position = 8192;
 };
 Tensor RopeInvFreq(Graph* g, int64_t head_dim, double theta, const RopeScaling& scaling = {});
+// [values.size()] f32 holding `values` (small tables such as LongRoPE's per-frequency factors).
+Tensor ConstVector(Graph* g, const std::vector<double>& values);
+// cap * tanh(x / cap): Gemma 2's soft-capping of attention scores and logits.
+Tensor SoftCap(const Tensor& x, double cap);
+
+// What a layer's attention adds to the causal mask: a sliding window (the query at position p sees the
+// keys at p - window < t <= p; 0: every earlier key) and soft-capped scores (SoftCap before the mask;
+// 0: none).
+struct AttentionVariant {
+  int64_t window = 0;
+  double softcap = 0;
+};
 
 // Causal grouped-query attention over a KV cache held in state buffers.
 // q [seq, Hq, D]; k, v [seq, Hkv, D]; k_cache, v_cache are State tensors [max_ctx, Hkv, D].
 // The new keys and values are written at [past, past + seq); queries attend to [0, past + seq)
-// causally. Returns [seq, Hq * D].
+// causally. Returns [seq, Hq * D]. With a window, only the cache rows some query of the step sees are read
+// (from past + 1 - window on).
 Tensor CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
-                       const Tensor& v_cache, const Expr& past, double scale);
+                       const Tensor& v_cache, const Expr& past, double scale, const AttentionVariant& variant = {});
 
 // Attention of a ragged batch through a paged KV cache: the tokens of many sequences in one step, each
 // with its own position. q [T, Hq, D]; k, v [T, Hkv, D]; k_pool, v_pool are State tensors
 // [blocks * block, Hkv, D]. Token i writes its key and value at pool row slots[i] and attends to keys
 // 0 ..= positions[i] of its sequence, key j living at row table[i, j / block] * block + j % block
 // (table [T, nblocks] i32: the block table of token i's sequence, padded with any valid block).
-// Returns [T, Hq * D].
+// Returns [T, Hq * D]. A window masks the keys before it (they are still gathered).
 Tensor PagedAttention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_pool,
                       const Tensor& v_pool, const Tensor& slots, const Tensor& table, const Tensor& positions,
-                      int64_t block, double scale);
+                      int64_t block, double scale, const AttentionVariant& variant = {});
 
 }  // namespace prism

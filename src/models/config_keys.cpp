@@ -1,6 +1,8 @@
 // Typed access to config.json keys and GGUF metadata, and the config readers every family shares.
 #include "models/config_keys.h"
 
+#include <cmath>
+
 #include "ir/error.h"
 
 namespace prism {
@@ -45,6 +47,18 @@ std::string JsonKeys::String(const std::string& key, const std::string& fallback
   if (!v) return fallback;
   if (!v->is_string()) throw Error(source_ + ": '" + key + "' must be a string, got " + v->dump());
   return v->get<std::string>();
+}
+
+std::vector<double> JsonKeys::Doubles(const std::string& key) const {
+  const json* v = Find(key);
+  if (!v) throw Error(source_ + ": missing required key '" + key + "'");
+  std::vector<double> out;
+  if (v->is_array())
+    for (const json& x : *v)
+      if (x.is_number()) out.push_back(x.get<double>());
+  if (!v->is_array() || out.size() != v->size())
+    throw Error(source_ + ": '" + key + "' must be an array of numbers, got " + v->dump().substr(0, 80));
+  return out;
 }
 
 std::optional<int64_t> GgufKeys::OptInt(const std::string& key, bool prefixed) const {
@@ -110,16 +124,45 @@ void ReadRope(const JsonKeys& keys, ModelConfig* c) {
   if (scaling && !scaling->is_object()) throw Error(source + ": 'rope_scaling' must be an object or null");
   if (!scaling) scaling = params;
   if (scaling == nullptr) return;
-  JsonKeys rs(*scaling, source);
+  ReadRopeScaling(JsonKeys(*scaling, source), keys, c);
+}
+
+void ReadRopeScaling(const JsonKeys& rs, const JsonKeys& config, ModelConfig* c) {
+  const std::string& source = rs.source();
   const std::string type = rs.String("rope_type", rs.String("type", "default"));
   if (type == "default") return;
-  if (type != "llama3")
-    throw Error(source + ": rope_scaling type '" + type + "' is not supported (supported: llama3)");
-  c->rope_factor = rs.Double("factor", 0);
-  c->rope_low_freq_factor = rs.Double("low_freq_factor", 1);
-  c->rope_high_freq_factor = rs.Double("high_freq_factor", 4);
-  c->rope_original_max_position = rs.Int("original_max_position_embeddings", 8192);
-  if (c->rope_factor <= 0) throw Error(source + ": rope_scaling factor must be positive");
+  if (type == "linear") {
+    c->rope_linear_factor = rs.Double("factor", 0);
+    if (c->rope_linear_factor <= 0) throw Error(source + ": rope_scaling factor must be positive");
+  } else if (type == "llama3") {
+    c->rope_factor = rs.Double("factor", 0);
+    c->rope_low_freq_factor = rs.Double("low_freq_factor", 1);
+    c->rope_high_freq_factor = rs.Double("high_freq_factor", 4);
+    c->rope_original_max_position = rs.Int("original_max_position_embeddings", 8192);
+    if (c->rope_factor <= 0) throw Error(source + ": rope_scaling factor must be positive");
+  } else if (type == "longrope" || type == "su") {
+    c->rope_short_factor = rs.Doubles("short_factor");
+    c->rope_long_factor = rs.Doubles("long_factor");
+    c->rope_original_max_position = rs.Int("original_max_position_embeddings",
+                                           config.Int("original_max_position_embeddings", c->max_position));
+    if (c->rope_original_max_position <= 0)
+      throw Error(source + ": original_max_position_embeddings must be positive");
+    // The attention factor the LongRoPE paper suggests, from the context extension's ratio.
+    const double factor =
+        rs.Double("factor", (double)c->max_position / (double)c->rope_original_max_position);
+    c->rope_attention_factor = rs.Double(
+        "attention_factor",
+        factor <= 1 ? 1.0
+                    : std::sqrt(1 + std::log(factor) / std::log((double)c->rope_original_max_position)));
+    const size_t half = (size_t)(c->head_dim / 2);
+    if (c->rope_short_factor.size() != half || c->rope_long_factor.size() != half)
+      throw Error(source + ": longrope short_factor and long_factor need head_dim / 2 = " +
+                  std::to_string(half) + " entries, got " + std::to_string(c->rope_short_factor.size()) +
+                  " and " + std::to_string(c->rope_long_factor.size()));
+  } else {
+    throw Error(source + ": rope_scaling type '" + type +
+                "' is not supported (supported: linear, llama3, longrope)");
+  }
 }
 
 }  // namespace prism

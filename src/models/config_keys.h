@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "io/formats/gguf.h"
 #include "io/formats/model_config.h"
@@ -26,6 +27,7 @@ class JsonKeys {
   double Double(const std::string& key, double fallback) const;
   bool Bool(const std::string& key, bool fallback) const;
   std::string String(const std::string& key, const std::string& fallback) const;
+  std::vector<double> Doubles(const std::string& key) const;  // a required array of numbers
 
  private:
   const nlohmann::json& j_;
@@ -51,7 +53,10 @@ class GgufKeys {
 std::string CheckedActivation(const std::string& act, const std::string& source);
 // bos_token_id, eos_token_id (an integer or a list) into c.
 void ReadTokenIds(const JsonKeys& keys, ModelConfig* c);
-// rope_theta (top level or in transformers 5's rope_parameters) and llama3 rope scaling into c.
+// rope_theta (top level or in transformers 5's rope_parameters) and rope scaling into c.
 void ReadRope(const JsonKeys& keys, ModelConfig* c);
+// One rope-scaling object ("rope_type" or "type": default, llama3, linear, longrope/su) into c; `config`
+// is the whole config.json (LongRoPE's original_max_position_embeddings may sit at its top level).
+void ReadRopeScaling(const JsonKeys& scaling, const JsonKeys& config, ModelConfig* c);
 
 }  // namespace prism

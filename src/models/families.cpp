@@ -1,7 +1,9 @@
 // Every model family Prism reads, one entry each: its names, defaults, readers, GGUF names and graph.
 #include "models/family.h"
+#include "models/gemma.h"
 #include "models/gpt2.h"
 #include "models/llama.h"
+#include "models/phi3.h"
 
 namespace prism {
 
@@ -36,6 +38,36 @@ const std::vector<ModelFamily>& ModelFamilies() {
        .from_hf = LlamaFromHf,
        .from_gguf = LlamaFromGguf,
        .gguf_names = &kLlamaGgufNames,
+       .build = BuildLlama},
+      {.name = "gemma",
+       .hf_classes = {"GemmaForCausalLM"},
+       .default_max_position = 8192,
+       .from_hf = GemmaFromHf,
+       .from_gguf = GemmaFromGguf,
+       .gguf_names = &kLlamaGgufNames,
+       .build = BuildLlama},
+      {.name = "gemma2",
+       .hf_classes = {"Gemma2ForCausalLM"},
+       .default_max_position = 8192,
+       .from_hf = GemmaFromHf,
+       .from_gguf = GemmaFromGguf,
+       .gguf_names = &kGemmaGgufNames,
+       .build = BuildLlama},
+      {.name = "gemma3",
+       .hf_model_types = {"gemma3_text"},
+       .hf_classes = {"Gemma3ForCausalLM"},
+       .default_max_position = 131072,
+       .qk_norm = true,
+       .from_hf = GemmaFromHf,
+       .from_gguf = GemmaFromGguf,
+       .gguf_names = &kGemmaGgufNames,
+       .build = BuildLlama},
+      {.name = "phi3",
+       .hf_classes = {"Phi3ForCausalLM"},
+       .default_max_position = 4096,
+       .from_hf = Phi3FromHf,
+       .from_gguf = Phi3FromGguf,
+       .gguf_names = &kPhi3GgufNames,
        .build = BuildLlama},
       {.name = "gpt2",
        .hf_classes = {"GPT2LMHeadModel", "GPT2Model"},

@@ -90,6 +90,9 @@ ModelConfig ParseHfConfig(const std::string& path) {
   }
   if (family.empty())
     throw Error(path + ": no 'model_type' or known 'architectures' entry (supported: " + FamilyList() + ")");
+  for (const ModelFamily& f : ModelFamilies())
+    for (const std::string& type : f.hf_model_types)
+      if (type == family) family = f.name;
   const ModelFamily& f = FamilyNamed(family, path, "model_type");
   ModelConfig c = f.from_hf(f, keys);
   c.architecture = f.name;

@@ -23,8 +23,9 @@ struct GgufNames {
 };
 
 struct ModelFamily {
-  std::string name;                     // ModelConfig::architecture, GGUF general.architecture
-  std::vector<std::string> hf_classes;  // config.json "architectures" entries naming it
+  std::string name;                              // ModelConfig::architecture, GGUF general.architecture
+  std::vector<std::string> hf_model_types = {};  // config.json model_type values naming it besides `name`
+  std::vector<std::string> hf_classes;           // config.json "architectures" entries naming it
   // Defaults where its config.json is silent, and what it always has.
   int64_t default_max_position = 2048;
   bool attention_bias = false;  // q/k/v biases (Qwen2) whatever attention_bias says
@@ -42,7 +43,7 @@ struct ModelFamily {
 const std::vector<ModelFamily>& ModelFamilies();
 // The family named so; throws prism::Error "<source>: unsupported <what> '<name>' (supported: ...)".
 const ModelFamily& FamilyNamed(const std::string& name, const std::string& source, const std::string& what);
-std::string FamilyList();  // "llama, mistral, qwen2, qwen3, gpt2"
+std::string FamilyList();  // "llama, mistral, qwen2, qwen3, gemma, ..., gpt2"
 
 // Reads a Hugging Face config.json: model_type (or architectures[0]) picks the family. Throws
 // prism::Error naming the file for an unknown family, a missing/ill-typed required key, or

@@ -1,5 +1,7 @@
 // The Llama family's decoder (Llama, Mistral, Qwen2, Qwen3 differ only in defaults, biases and q/k
-// norms; families.cpp gives each its line): config.json and GGUF readers, GGUF names, the graph.
+// norms; families.cpp gives each its line): config.json and GGUF readers, GGUF names, the graph, which
+// Gemma and Phi-3 share (their sandwich norms, scaled embeddings and fused projections are switched on by
+// their configs and files).
 #include "models/llama.h"
 
 #include <cmath>
@@ -26,6 +28,7 @@ ModelConfig LlamaFromHf(const ModelFamily& f, const JsonKeys& k) {
   c.attention_bias = f.attention_bias || k.Bool("attention_bias", false);
   c.qk_norm = f.qk_norm;
   c.hidden_act = CheckedActivation(k.String("hidden_act", "silu"), k.source());
+  if (f.name == "mistral") c.sliding_window = k.Int("sliding_window", 0);
   ReadRope(k, &c);
   ReadTokenIds(k, &c);
   return c;
@@ -67,29 +70,60 @@ const GgufNames kLlamaGgufNames = {{{"token_embd.weight", "model.embed_tokens.we
 
 namespace {
 
+// Projects x through `fused` when the file has it (Phi-3's qkv_proj, gate_up_proj: one GEMM whose output
+// columns are the parts in order), else through each part's own weight.
+std::vector<Tensor> Projections(LmBuilder& b, const Tensor& x, const std::string& fused,
+                                const std::vector<std::pair<std::string, int64_t>>& parts, int64_t in,
+                                bool bias) {
+  std::vector<Tensor> out;
+  if (b.Has(fused + ".weight")) {
+    int64_t total = 0;
+    for (const auto& part : parts) total += part.second;
+    Tensor y = b.Proj(x, fused, total, in, false);
+    int64_t at = 0;
+    for (const auto& part : parts) {
+      out.push_back(y.slice(-1, Expr(at), Expr(part.second)));
+      at += part.second;
+    }
+    return out;
+  }
+  for (const auto& [name, size] : parts) out.push_back(b.Proj(x, name, size, in, bias));
+  return out;
+}
+
 Tensor LlamaLayer(LmBuilder& b, int64_t l, Tensor h, const Tensor& inv_freq) {
   const ModelConfig& cfg = b.cfg();
   const int64_t d = cfg.hidden_size, hd = cfg.head_dim, nh = cfg.num_heads, nkv = cfg.num_kv_heads;
   const std::string p = "model.layers." + std::to_string(l) + ".";
   Expr seq = h.dim(0);
-  Tensor x = RmsNorm(h, b.W(p + "input_layernorm.weight", {d}), cfg.norm_eps);
-  const bool bias = cfg.attention_bias;
-  Tensor q = b.Proj(x, p + "self_attn.q_proj", nh * hd, d, bias).reshape({seq, Expr(nh), Expr(hd)});
-  Tensor k = b.Proj(x, p + "self_attn.k_proj", nkv * hd, d, bias).reshape({seq, Expr(nkv), Expr(hd)});
-  Tensor v = b.Proj(x, p + "self_attn.v_proj", nkv * hd, d, bias).reshape({seq, Expr(nkv), Expr(hd)});
+  Tensor x = b.Norm(h, p + "input_layernorm.weight", d);
+  auto qkv = Projections(b, x, p + "self_attn.qkv_proj",
+                         {{p + "self_attn.q_proj", nh * hd},
+                          {p + "self_attn.k_proj", nkv * hd},
+                          {p + "self_attn.v_proj", nkv * hd}},
+                         d, cfg.attention_bias);
+  Tensor q = qkv[0].reshape({seq, Expr(nh), Expr(hd)});
+  Tensor k = qkv[1].reshape({seq, Expr(nkv), Expr(hd)});
+  Tensor v = qkv[2].reshape({seq, Expr(nkv), Expr(hd)});
   if (cfg.qk_norm) {
-    q = RmsNorm(q, b.W(p + "self_attn.q_norm.weight", {hd}), cfg.norm_eps);
-    k = RmsNorm(k, b.W(p + "self_attn.k_norm.weight", {hd}), cfg.norm_eps);
+    q = b.Norm(q, p + "self_attn.q_norm.weight", hd);
+    k = b.Norm(k, p + "self_attn.k_norm.weight", hd);
   }
-  RopeStyle style = cfg.rope_interleaved ? RopeStyle::Interleaved : RopeStyle::HalfSplit;
-  q = Rope(q, b.positions(), inv_freq, style);
-  k = Rope(k, b.positions(), inv_freq, style);
-  Tensor a = b.Attention(q, k, v, l, 1.0 / std::sqrt((double)hd));
-  h = h + b.Proj(a, p + "self_attn.o_proj", d, nh * hd, false);
-  x = RmsNorm(h, b.W(p + "post_attention_layernorm.weight", {d}), cfg.norm_eps);
+  q = b.Rope(q, inv_freq);
+  k = b.Rope(k, inv_freq);
+  Tensor a = b.Proj(b.Attention(q, k, v, l, b.AttentionScale()), p + "self_attn.o_proj", d, nh * hd, false);
+  // Gemma 2 and 3 norm each block's output as well as its input (their pre-MLP norm has its own name).
+  if (cfg.sandwich_norms) a = b.Norm(a, p + "post_attention_layernorm.weight", d);
+  h = h + a;
+  x = b.Norm(
+      h, p + (cfg.sandwich_norms ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"),
+      d);
   const int64_t f = cfg.intermediate_size;
-  Tensor gate = b.Proj(x, p + "mlp.gate_proj", f, d, false), up = b.Proj(x, p + "mlp.up_proj", f, d, false);
-  return h + b.Proj(b.Activation(gate) * up, p + "mlp.down_proj", d, f, false);
+  auto gate_up =
+      Projections(b, x, p + "mlp.gate_up_proj", {{p + "mlp.gate_proj", f}, {p + "mlp.up_proj", f}}, d, false);
+  Tensor m = b.Proj(b.Activation(gate_up[0]) * gate_up[1], p + "mlp.down_proj", d, f, false);
+  if (cfg.sandwich_norms) m = b.Norm(m, p + "post_feedforward_layernorm.weight", d);
+  return h + m;
 }
 
 }  // namespace
@@ -99,13 +133,13 @@ void BuildLlama(LmBuilder& b) {
   const int64_t d = cfg.hidden_size, vocab = cfg.vocab_size;
   Tensor emb = b.W("model.embed_tokens.weight", {vocab, d});
   Tensor h = Embedding(emb, b.tokens()).cast(DType::F32);  // activations stay f32 whatever the weights' dtype
-  RopeScaling rs{cfg.rope_factor, cfg.rope_low_freq_factor, cfg.rope_high_freq_factor,
-                 (double)cfg.rope_original_max_position};
-  Tensor inv_freq = RopeInvFreq(&b.graph(), cfg.head_dim, cfg.rope_theta, rs);
-  // llama.cpp stores Llama 3 frequency scaling as per-frequency divisors in rope_freqs.weight.
-  if (b.Has("rope_freqs.weight")) inv_freq = inv_freq / b.W("rope_freqs.weight", {cfg.head_dim / 2});
-  for (int64_t l = 0; l < cfg.num_layers; ++l) h = LlamaLayer(b, l, h, inv_freq);
-  h = RmsNorm(b.LastOrAll(h), b.W("model.norm.weight", {d}), cfg.norm_eps);
+  if (cfg.embed_scale != 1) h = h * cfg.embed_scale;
+  // One frequency table for the global layers and one for the windowed ones (they differ in Gemma 3).
+  Tensor global_freq = b.RopeFreqs(false),
+         local_freq = cfg.rope_local_theta > 0 ? b.RopeFreqs(true) : global_freq;
+  for (int64_t l = 0; l < cfg.num_layers; ++l)
+    h = LlamaLayer(b, l, h, b.Windowed(l) ? local_freq : global_freq);
+  h = b.Norm(b.LastOrAll(h), "model.norm.weight", d);
   const bool tied = cfg.tie_word_embeddings || !b.Has("lm_head.weight");
   b.Logits(Linear(h, tied ? emb : b.W("lm_head.weight", {vocab, d})));
 }

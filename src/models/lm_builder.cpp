@@ -1,6 +1,8 @@
 // What every family's graph is built with: weights by name, the step's inputs, the KV cache, the logits.
 #include "models/lm_builder.h"
 
+#include <cmath>
+
 #include "ir/error.h"
 
 namespace prism {
@@ -54,6 +56,51 @@ Tensor LmBuilder::Activation(const Tensor& x) {
               "' (supported: silu, gelu, gelu_new, gelu_pytorch_tanh)");
 }
 
+Tensor LmBuilder::Norm(const Tensor& x, const std::string& name, int64_t dim) {
+  Tensor w = W(name, {dim});
+  return RmsNorm(x, cfg_.norm_weight_offset != 0 ? w.cast(DType::F32) + cfg_.norm_weight_offset : w,
+                 cfg_.norm_eps);
+}
+
+Tensor LmBuilder::RopeFreqs(bool windowed) {
+  const int64_t hd = cfg_.head_dim;
+  if (windowed && cfg_.rope_local_theta > 0) return RopeInvFreq(g_, hd, cfg_.rope_local_theta);
+  RopeScaling rs{cfg_.rope_factor, cfg_.rope_low_freq_factor, cfg_.rope_high_freq_factor,
+                 (double)cfg_.rope_original_max_position};
+  Tensor inv = RopeInvFreq(g_, hd, cfg_.rope_theta, rs);
+  if (cfg_.rope_linear_factor != 1) inv = inv / cfg_.rope_linear_factor;
+  // LongRoPE: the long factors where the context outgrows training's (config.json lists them; llama.cpp
+  // stores them as rope_factors_long.weight and rope_factors_short.weight).
+  const int64_t ctx = paged() ? opts_.kv_blocks * opts_.kv_block : opts_.max_context;
+  const bool long_ctx = ctx > cfg_.rope_original_max_position;
+  if (!cfg_.rope_short_factor.empty())
+    inv = inv / ConstVector(g_, long_ctx ? cfg_.rope_long_factor : cfg_.rope_short_factor);
+  else if (Has("rope_factors_short.weight"))
+    inv = inv / W(long_ctx ? "rope_factors_long.weight" : "rope_factors_short.weight", {hd / 2});
+  // llama.cpp stores Llama 3 frequency scaling as per-frequency divisors in rope_freqs.weight.
+  if (Has("rope_freqs.weight")) inv = inv / W("rope_freqs.weight", {hd / 2});
+  return inv;
+}
+
+Tensor LmBuilder::Rope(const Tensor& x, const Tensor& inv_freq) {
+  Tensor r =
+      prism::Rope(x, pos_, inv_freq, cfg_.rope_interleaved ? RopeStyle::Interleaved : RopeStyle::HalfSplit);
+  return cfg_.rope_attention_factor != 1 ? r * cfg_.rope_attention_factor : r;
+}
+
+bool LmBuilder::Windowed(int64_t l) const {
+  return cfg_.sliding_window > 0 &&
+         (cfg_.sliding_layers.empty() || (l < (int64_t)cfg_.sliding_layers.size() && cfg_.sliding_layers[l]));
+}
+
+AttentionVariant LmBuilder::Variant(int64_t l) const {
+  return {.window = Windowed(l) ? cfg_.sliding_window : 0, .softcap = cfg_.attn_softcap};
+}
+
+double LmBuilder::AttentionScale() const {
+  return cfg_.attention_scale > 0 ? cfg_.attention_scale : 1.0 / std::sqrt((double)cfg_.head_dim);
+}
+
 Tensor LmBuilder::KvCache(const std::string& kind, int64_t l, int64_t heads) {
   const int64_t rows = paged() ? opts_.kv_blocks * opts_.kv_block : opts_.max_context;
   return {g_, g_->State(kind + "." + std::to_string(l), DType::F32,
@@ -63,8 +110,9 @@ Tensor LmBuilder::KvCache(const std::string& kind, int64_t l, int64_t heads) {
 Tensor LmBuilder::Attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t l, double scale) {
   const int64_t nkv = k.dim(1).value();
   Tensor kc = KvCache("k_cache", l, nkv), vc = KvCache("v_cache", l, nkv);
-  if (paged()) return PagedAttention(q, k, v, kc, vc, slots_, table_, pos_, opts_.kv_block, scale);
-  return CausalAttention(q, k, v, kc, vc, past_, scale);
+  if (paged())
+    return PagedAttention(q, k, v, kc, vc, slots_, table_, pos_, opts_.kv_block, scale, Variant(l));
+  return CausalAttention(q, k, v, kc, vc, past_, scale, Variant(l));
 }
 
 Tensor LmBuilder::LastOrAll(const Tensor& h) {
@@ -73,6 +121,9 @@ Tensor LmBuilder::LastOrAll(const Tensor& h) {
   return h.slice(0, h.dim(0) - Expr(1), Expr(1));
 }
 
-void LmBuilder::Logits(const Tensor& logits) { g_->MarkOutput(logits.cast(DType::F32).id(), "logits"); }
+void LmBuilder::Logits(const Tensor& logits) {
+  Tensor l = logits.cast(DType::F32);
+  g_->MarkOutput((cfg_.final_softcap > 0 ? SoftCap(l, cfg_.final_softcap) : l).id(), "logits");
+}
 
 }  // namespace prism

@@ -30,12 +30,25 @@ class LmBuilder {
   // x · Wᵀ (+ bias) with weight name + ".weight" [out, in] (and name + ".bias" [out]).
   Tensor Proj(const Tensor& x, const std::string& name, int64_t out, int64_t in, bool bias);
   Tensor Activation(const Tensor& x);  // cfg().hidden_act
+  // RMS norm of x over its last axis with weight `name` [dim] (plus the config's norm_weight_offset).
+  Tensor Norm(const Tensor& x, const std::string& name, int64_t dim);
+  // Rope frequencies [head_dim / 2]: windowed layers with a local base (Gemma 3) get it unscaled; all others
+  // the config's base and scaling (llama3, linear, LongRoPE by max_context) and llama.cpp's
+  // rope_freqs.weight divisors where the file has them.
+  Tensor RopeFreqs(bool windowed);
+  // Rope on q or k [seq, heads, head_dim] at the step's positions, in the config's layout (times LongRoPE's
+  // attention factor).
+  Tensor Rope(const Tensor& x, const Tensor& inv_freq);
+  bool Windowed(int64_t l) const;  // layer l has sliding-window attention
+  // Layer l's attention variant: its window, the config's score soft-capping.
+  AttentionVariant Variant(int64_t l) const;
   // Layer l's cache of `kind` ("k_cache", "v_cache"): state [max_context, heads, head_dim].
   Tensor KvCache(const std::string& kind, int64_t l, int64_t heads);
   // Layer l's causal attention (q [seq, Hq, D], k and v [seq, Hkv, D]) over its KV cache: [seq, Hq * D].
   Tensor Attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t l, double scale);
+  double AttentionScale() const;      // the config's attention_scale, else 1 / sqrt(head_dim)
   Tensor LastOrAll(const Tensor& h);  // the last position only, unless every position's logits are wanted
-  void Logits(const Tensor& logits);  // marks the graph's output "logits" (f32)
+  void Logits(const Tensor& logits);  // marks the graph's output "logits" (f32), soft-capped if configured
 
  private:
   Graph* g_;

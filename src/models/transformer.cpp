@@ -31,6 +31,8 @@ WeightLookup SyntheticWeights(const ModelConfig& cfg, DType t) {
     DType norm = IsQuantized(t) ? DType::F32 : t;  // norms and biases stay unquantized
     if (name == "lm_head.weight")
       return cfg.tie_word_embeddings ? std::nullopt : std::optional<WeightSpec>({t, {cfg.vocab_size, d}});
+    // Separate projections (Phi-3's fused qkv_proj and gate_up_proj would end like k_proj and up_proj).
+    if (ends("qkv_proj.weight") || ends("gate_up_proj.weight")) return std::nullopt;
     if (ends("embed_tokens.weight") || ends("wte.weight")) return WeightSpec{t, {cfg.vocab_size, d}};
     if (ends("wpe.weight")) return WeightSpec{t, {cfg.max_position, d}};
     if (ends("q_proj.weight")) return WeightSpec{t, {cfg.num_heads * hd, d}};

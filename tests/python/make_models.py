@@ -28,9 +28,9 @@ class Family:
     """One model family: the transformers config, the tokenizer it ships with, its GGUF layout."""
 
     def __init__(self, name, arch, config, tokenizer, gguf_arch, seed, gguf_skip=None,
-                 legacy_config=False, tokenizer_pre=None, variant_of=None):
+                 legacy_config=False, tokenizer_pre=None, variant_of=None, spm_model=None):
         self.name = name
-        self.arch = arch                # transformers family: llama, mistral, qwen2, qwen3, gpt2
+        self.arch = arch                # transformers family: llama, mistral, qwen2, qwen3, gemma*, phi3, gpt2
         self.config = config            # kwargs of the transformers config class
         self.tokenizer = tokenizer      # folder name under tests/data/tokenizers
         self.gguf_arch = gguf_arch      # general.architecture llama.cpp's converter writes
@@ -43,6 +43,14 @@ class Family:
         # Another family's model under a different config.json layout: only its safetensors
         # logits are tested (no GGUF, no second perplexity run).
         self.variant_of = variant_of
+        # The tokenizer folder whose tokenizer.model the GGUF writer reads when the family's own folder
+        # lacks one (Phi-3 ships Llama 2's: the same vocabulary and merges as TinyLlama's tokenizer.json).
+        self.spm_model = spm_model
+
+
+def _gemma3_layers(n, pattern):
+    """Gemma 3's layer types: every pattern-th layer global, the others windowed."""
+    return ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(n)]
 
 
 _LLAMA_COMMON = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=256,
@@ -95,8 +103,59 @@ FAMILIES = {
                                              vocab_size=49152, rms_norm_eps=1e-5, rope_theta=100000.0,
                                              tie_word_embeddings=True, bos_token_id=1, eos_token_id=2),
                      "smollm2", "llama", seed=7, legacy_config=True, tokenizer_pre="smollm"),
+    # Gemma: (1 + w) norms, embeddings scaled by sqrt(hidden), GeGLU, MQA, head_dim apart from hidden / heads.
+    "gemma": Family("gemma", "gemma", dict(hidden_size=48, num_hidden_layers=2, num_attention_heads=3,
+                                           num_key_value_heads=1, head_dim=16, intermediate_size=104,
+                                           max_position_embeddings=256, hidden_act="gelu_pytorch_tanh",
+                                           vocab_size=32000, rms_norm_eps=1e-6, rope_theta=10000.0,
+                                           bos_token_id=1, eos_token_id=2),
+                    "tinyllama-1.1b-chat", "gemma", seed=8),
+    # Gemma 2: sandwich norms, scores and logits soft-capped (caps low enough to bend these models' values),
+    # alternating windowed and global layers with a window shorter than the prompt. query_pre_attn_scalar
+    # is head_dim, as in the 2B and 9B models: llama.cpp's GGUF files carry no query scale.
+    "gemma2": Family("gemma2", "gemma2", dict(hidden_size=48, num_hidden_layers=4, num_attention_heads=4,
+                                              num_key_value_heads=2, head_dim=16, intermediate_size=104,
+                                              max_position_embeddings=256, hidden_activation="gelu_pytorch_tanh",
+                                              vocab_size=32000, rms_norm_eps=1e-6, rope_theta=10000.0,
+                                              query_pre_attn_scalar=16, sliding_window=5,
+                                              attn_logit_softcapping=3.0, final_logit_softcapping=4.0,
+                                              bos_token_id=1, eos_token_id=2),
+                     "tinyllama-1.1b-chat", "gemma2", seed=9),
+    # Gemma 3: q/k norms, windowed layers with their own rope base, linear rope scaling on the global
+    # one, Gemma 3's pattern (five windowed layers, then a global one), untied head.
+    "gemma3": Family("gemma3", "gemma3", dict(hidden_size=48, num_hidden_layers=6, num_attention_heads=4,
+                                              num_key_value_heads=2, head_dim=16, intermediate_size=104,
+                                              max_position_embeddings=256, hidden_activation="gelu_pytorch_tanh",
+                                              vocab_size=32000, rms_norm_eps=1e-6, query_pre_attn_scalar=16,
+                                              sliding_window=6, layer_types=_gemma3_layers(6, 6),
+                                              rope_parameters={
+                                                  "full_attention": {"rope_type": "linear", "factor": 4.0,
+                                                                     "rope_theta": 1000000.0},
+                                                  "sliding_attention": {"rope_type": "default",
+                                                                        "rope_theta": 10000.0}},
+                                              tie_word_embeddings=False, bos_token_id=1, eos_token_id=2),
+                     "tinyllama-1.1b-chat", "gemma3", seed=10),
+    # The same Gemma 3 weights with the config.json of Hub checkpoints (rope_local_base_freq,
+    # rope_scaling, sliding_window_pattern, no layer_types).
+    "gemma3_legacy": Family("gemma3_legacy", "gemma3", None, "tinyllama-1.1b-chat", "gemma3", seed=10,
+                            legacy_config=True, variant_of="gemma3"),
+    # Phi-3: fused qkv and gate-up weights, LongRoPE (short factors: the context stays under the
+    # original 64 positions, with the attention factor of a 4x extension), a window on every layer.
+    "phi3": Family("phi3", "phi3", dict(_LLAMA_COMMON, intermediate_size=112, num_key_value_heads=2,
+                                        vocab_size=32064, rms_norm_eps=1e-5, original_max_position_embeddings=64,
+                                        rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                                         "short_factor": [1.0, 1.3, 1.9, 2.4, 3.1, 4.2, 5.0, 6.5],
+                                                         "long_factor": [1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 20.0, 30.0]},
+                                        sliding_window=7, tie_word_embeddings=False, bos_token_id=1,
+                                        eos_token_id=32000, pad_token_id=32000),
+                   "phi-3-mini", "phi3", seed=11, spm_model="tinyllama-1.1b-chat"),
+    # The same Phi-3 weights with a Hub-style config.json (rope_scaling at the top level).
+    "phi3_legacy": Family("phi3_legacy", "phi3", None, "phi-3-mini", "phi3", seed=11, legacy_config=True,
+                          variant_of="phi3"),
 }
 FAMILIES["llama3_legacy"].config = FAMILIES["llama3"].config
+FAMILIES["phi3_legacy"].config = FAMILIES["phi3"].config
+FAMILIES["gemma3_legacy"].config = FAMILIES["gemma3"].config
 
 
 def _config_class(arch):
@@ -105,6 +164,10 @@ def _config_class(arch):
             "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
             "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
             "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
+            "gemma": (transformers.GemmaConfig, transformers.GemmaForCausalLM),
+            "gemma2": (transformers.Gemma2Config, transformers.Gemma2ForCausalLM),
+            "gemma3": (transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM),
+            "phi3": (transformers.Phi3Config, transformers.Phi3ForCausalLM),
             "gpt2": (transformers.GPT2Config, transformers.GPT2LMHeadModel)}[arch]
 
 
@@ -142,6 +205,18 @@ def _legacy_config_json(path, family):
     Hub checkpoints written by transformers 4."""
     with open(path) as f:
         cfg = json.load(f)
+    if family.arch == "gemma3":  # per-layer-type rope, layer_types as sliding_window_pattern
+        rp = cfg.pop("rope_parameters")
+        full, local = rp["full_attention"], rp["sliding_attention"]
+        cfg["rope_theta"], cfg["rope_local_base_freq"] = full["rope_theta"], local["rope_theta"]
+        cfg["rope_scaling"] = {k: v for k, v in full.items() if k != "rope_theta"}
+        types = cfg.pop("layer_types")
+        pattern = types.index("full_attention") + 1
+        assert types == _gemma3_layers(len(types), pattern), types
+        cfg["sliding_window_pattern"] = pattern
+        with open(path, "w") as f:
+            json.dump(cfg, f, indent=2)
+        return
     rp = cfg.pop("rope_parameters", None) or {}
     cfg["rope_theta"] = rp.get("rope_theta", family.config.get("rope_theta", 10000.0))
     scaling = {k: v for k, v in rp.items() if k != "rope_theta"}
@@ -236,24 +311,34 @@ def add_tokenizer(writer, family, folder, vocab_size):
     """tokenizer.ggml.* from the model folder's tokenizer, as llama.cpp's converter builds it."""
     tok = load_tokenizer(folder)
     spm = os.path.join(folder, "tokenizer.model")
+    if not os.path.exists(spm) and family.spm_model:
+        spm = os.path.join(TOKENIZERS_DIR, family.spm_model, "tokenizer.model")
     if family.tokenizer_pre is None:
-        # SentencePiece: pieces, scores and types straight from tokenizer.model; rows of the
-        # embedding past the tokenizer become [PAD<id>] unused tokens.
+        # SentencePiece: pieces, scores and types straight from tokenizer.model, then the tokenizer's
+        # added tokens (control when special); other rows of the embedding past the tokenizer become
+        # [PAD<id>] unused tokens.
         pieces = _sentencepiece_pieces(spm)
         tokens = [p for p, _, _ in pieces]
         scores = [s for _, s, _ in pieces]
         types = [t for _, _, t in pieces]
+        added = tok.added_tokens_decoder
         for i in range(len(tokens), vocab_size):
-            tokens.append(f"[PAD{i}]")
-            scores.append(-1000.0)
-            types.append(TT_UNUSED)
+            if i in added:
+                tokens.append(added[i].content)
+                scores.append(0.0)
+                types.append(TT_CONTROL if added[i].special else TT_USER_DEFINED)
+            else:
+                tokens.append(f"[PAD{i}]")
+                scores.append(-1000.0)
+                types.append(TT_UNUSED)
         writer.add_tokenizer_model("llama")
         writer.add_tokenizer_pre("default")
         writer.add_token_list(tokens)
         writer.add_token_scores(scores)
         writer.add_token_types(types)
         writer.add_unk_token_id(tok.unk_token_id)
-        writer.add_add_bos_token(True)
+        # As the tokenizer behaves (Phi-3's adds no BOS; transformers 5 no longer says so in an attribute).
+        writer.add_add_bos_token(tok.bos_token_id is not None and tok("a").input_ids[:1] == [tok.bos_token_id])
         writer.add_add_eos_token(False)
     else:
         # Byte-level BPE: the vocabulary in id order, added tokens as control (special) or
@@ -297,6 +382,16 @@ _LLAMA_LAYER_NAMES = {
     "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
 }
+_GEMMA_LAYER_NAMES = dict(_LLAMA_LAYER_NAMES, **{
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+    "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+})
+_PHI3_LAYER_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight", "self_attn.qkv_proj.weight": "attn_qkv.weight",
+    "self_attn.o_proj.weight": "attn_output.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
+    "mlp.gate_up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight",
+}
 _GPT2_LAYER_NAMES = {
     "ln_1.weight": "attn_norm.weight", "ln_1.bias": "attn_norm.bias",
     "attn.c_attn.weight": "attn_qkv.weight", "attn.c_attn.bias": "attn_qkv.bias",
@@ -330,13 +425,17 @@ def gguf_tensors(model, family):
                 if gname == "output.weight" and cfg.tie_word_embeddings:
                     continue
         else:
+            if family.arch.startswith("gemma") and name.endswith("norm.weight"):
+                w = w + 1  # llama.cpp's converter stores Gemma's norms as 1 + weight
             if name.startswith("model.layers."):
                 _, _, layer, rest = name.split(".", 3)
                 if family.gguf_arch == "llama" and rest == "self_attn.q_proj.weight":
                     w = _permute_rope(w, cfg.num_attention_heads)
                 elif family.gguf_arch == "llama" and rest == "self_attn.k_proj.weight":
                     w = _permute_rope(w, cfg.num_key_value_heads)
-                gname = f"blk.{layer}.{_LLAMA_LAYER_NAMES[rest]}"
+                names = {"gemma2": _GEMMA_LAYER_NAMES, "gemma3": _GEMMA_LAYER_NAMES,
+                         "phi3": _PHI3_LAYER_NAMES}.get(family.arch, _LLAMA_LAYER_NAMES)
+                gname = f"blk.{layer}.{names[rest]}"
             else:
                 gname = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
                          "lm_head.weight": "output.weight"}[name]
@@ -390,7 +489,27 @@ def write_gguf(model, family, hf_folder, path, quant=None):
         w.add_head_count(cfg.num_attention_heads)
         w.add_head_count_kv(cfg.num_key_value_heads)
         w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-        w.add_rope_freq_base(family.config["rope_theta"])
+        if family.arch == "phi3":  # LongRoPE: the factors are tensors (added below), the rest metadata
+            rp = family.config["rope_parameters"]
+            orig = family.config["original_max_position_embeddings"]
+            factor = cfg.max_position_embeddings / orig
+            w.add_rope_freq_base(rp["rope_theta"])
+            w.add_rope_scaling_orig_ctx_len(orig)
+            w.add_rope_scaling_attn_factors(float(np.sqrt(1 + np.log(factor) / np.log(orig))))
+            w.add_sliding_window(cfg.sliding_window)
+        elif family.arch == "gemma3":
+            full = family.config["rope_parameters"]["full_attention"]
+            w.add_rope_freq_base(full["rope_theta"])
+            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            w.add_rope_scaling_factor(full["factor"])
+        else:
+            w.add_rope_freq_base(family.config["rope_theta"])
+        if family.arch in ("gemma2", "gemma3"):
+            w.add_sliding_window(cfg.sliding_window)
+            if cfg.attn_logit_softcapping:
+                w.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
+            if cfg.final_logit_softcapping:
+                w.add_final_logit_softcapping(cfg.final_logit_softcapping)
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
         w.add_rope_dimension_count(head_dim)
@@ -401,6 +520,10 @@ def write_gguf(model, family, hf_folder, path, quant=None):
     scaling = family.config.get("rope_scaling") or {}
     if scaling.get("rope_type") == "llama3":
         tensors.insert(0, ("rope_freqs.weight", llama3_rope_factors(family.config["rope_theta"], head_dim, scaling)))
+    if family.arch == "phi3":
+        rp = family.config["rope_parameters"]
+        tensors.insert(0, ("rope_factors_long.weight", np.asarray(rp["long_factor"], dtype=np.float32)))
+        tensors.insert(0, ("rope_factors_short.weight", np.asarray(rp["short_factor"], dtype=np.float32)))
     for name, arr in tensors:
         if quant == "Q8_0" and arr.ndim == 2:
             q = gguf.quants.quantize(arr, gguf.GGMLQuantizationType.Q8_0)

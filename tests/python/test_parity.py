@@ -224,7 +224,7 @@ def test_unsupported_architecture(prism, zoo, tmp_path):
     (bad / "config.json").write_text(json.dumps(cfg))
     line = _one_line_error(prism.run("logits", bad, "--prompt-ids", "1,2", "-o", tmp_path / "o.json", check=False))
     assert "bert" in line, line
-    for arch in ("llama", "mistral", "qwen2", "qwen3", "gpt2"):
+    for arch in ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "gpt2"):
         assert arch in line, f"the message should list the supported architectures: {line}"
 
 

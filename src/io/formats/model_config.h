@@ -20,6 +20,21 @@ struct ModelConfig {
   // llama3 rope scaling (rope_scaling.rope_type == "llama3"); factor 0 = none.
   double rope_factor = 0, rope_low_freq_factor = 1, rope_high_freq_factor = 4;
   int64_t rope_original_max_position = 8192;
+  // Linear rope scaling (Gemma 3's global layers): positions divided by this; 1 = none.
+  double rope_linear_factor = 1;
+  // LongRoPE (Phi-3 "longrope"/"su"): per-frequency divisors, the short ones for contexts up to
+  // rope_original_max_position and the long ones past it; rope_attention_factor multiplies cos and sin.
+  std::vector<double> rope_short_factor, rope_long_factor;
+  double rope_attention_factor = 1;
+  // Sliding-window attention: a windowed layer's query sees itself and the window - 1 keys before it.
+  int64_t sliding_window = 0;                  // 0: none
+  std::vector<bool> sliding_layers;            // which layers are windowed (empty: all of them)
+  double rope_local_theta = 0;                 // rope base of the windowed layers (Gemma 3); 0: rope_theta
+  double attn_softcap = 0, final_softcap = 0;  // cap * tanh(x / cap) on scores / logits (Gemma 2); 0: none
+  double attention_scale = 0;                  // scores = q · k * this; 0: 1 / sqrt(head_dim)
+  double embed_scale = 1;                      // token embeddings times this (Gemma: sqrt(hidden_size))
+  double norm_weight_offset = 0;  // RMS norms scale by offset + weight (Gemma's HF files store w - 1)
+  bool sandwich_norms = false;    // norms after attention and after the MLP as well (Gemma 2, 3)
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v projections have biases (Qwen2)
   bool qk_norm = false;         // per-head RMS norm on q and k (Qwen3)
