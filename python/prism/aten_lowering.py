@@ -225,21 +225,36 @@ def _full_like(L: Lowering, node: Any, x: Any, value: Any, **kw: Any) -> Any:
     val = node.meta["val"]
     return L.full(value, prism_dtype(val.dtype), shape_of(val))
 
+def _int_pow(x: Any, n: int) -> Any:
+    """x ** n for an integer n >= 1 by repeated squaring: exact signs for negative bases."""
+    result, base = None, x
+    while n:
+        if n & 1:
+            result = base if result is None else result.mul(base)
+        n >>= 1
+        if n:
+            base = base.mul(base)
+    return result
+
 def _pow(L: Lowering, node: Any, x: Any, p: Any) -> Any:
     if _t(p):
         raise Unsupported("pow with a tensor exponent")
-    if isinstance(p, (int, float)) and float(p).is_integer() and 1 <= p <= 4:
-        out = x
-        for _ in range(int(p) - 1):
-            out = out.mul(x)
-        return _as_result(L, node, out)
     if p == 0.5:
         return x.sqrt()
     if p == -0.5:
         return x.rsqrt()
-    if p == -1:
-        return x.recip()
-    return x.pow(float(p))
+    if isinstance(p, (int, float)) and float(p).is_integer():
+        n = int(p)
+        if n == 0:  # torch: x ** 0 is 1 everywhere, NaN included
+            val = node.meta["val"]
+            return L.full(1, prism_dtype(val.dtype), shape_of(val))
+        if abs(n) <= 64:
+            out = _int_pow(x, abs(n))
+        else:  # |x| ** n through exp2/log2, negated for a negative base and an odd n
+            mag = x.abs().pow(float(abs(n)))
+            out = _prism.where(*_bc(L, x.less(L.full(0, x.dtype, [])), mag.neg(), mag)) if n % 2 else mag
+        return _as_result(L, node, out if n > 0 else out.recip())
+    return x.pow(float(p))  # a negative base gives NaN, as in torch
 
 def _pow_scalar_base(L: Lowering, node: Any, base: Any, x: Any) -> Any:
     if base <= 0:

@@ -116,6 +116,19 @@ def test_mlp_and_convnet_match_eager(backend):
             assert frames[1:] == frames[:1] * (len(frames) - 1)  # no recompiles at new batch sizes
 
 
+def test_pow_keeps_the_sign_of_negative_bases_for_every_integer_exponent(backend):
+    x = torch.tensor([-2.0, -1.5, -0.75, 0.0, 0.5, 1.25, 3.0, float("nan")])
+    for p in (-3, -2, -1, 0, 1, 2, 3, 5, 6, 7, 65, 66, 0.5, 1.5, -0.5):
+        def f(t):
+            return t ** p
+
+        compiled, _ = _compile(f)
+        got, want = compiled(x), f(x)
+        # torch: NaN ** 0 is 1; negative ** non-integer is NaN; 0 ** negative is inf
+        same = (got == want) | (torch.isnan(got) & torch.isnan(want)) | ((got - want).abs() <= 1e-5 * want.abs())
+        assert same.all(), f"x ** {p}: {got.tolist()} vs torch {want.tolist()}"
+
+
 def test_an_operator_prism_lacks_runs_in_eager_with_one_warning(backend):
     def f(x, w):
         h = torch.relu(x @ w)
