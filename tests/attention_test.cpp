@@ -216,7 +216,7 @@ TEST(WindowedAttention, PagedGathersOnlyTheWindowAndMatchesTheCausalForm) {
 }
 
 TEST(AttentionTemplate, MatchesTheInterpreterOverHeadLayoutsAndSizes) {
-  if (!AttentionTemplateSupported()) GTEST_SKIP() << "no AVX-512 here: the unfused kernels run";
+  if (!AttentionTemplateSupported()) GTEST_SKIP() << "no AVX2 or AVX-512 here: the unfused kernels run";
   // Head sizes below, at and above one 16-lane vector and one 64-wide strip; groups 1 to 4.
   for (Heads hd : std::vector<Heads>{{1, 1, 5}, {2, 3, 20}, {2, 4, 64}, {1, 2, 72}, {3, 1, 130}, {4, 2, 8}})
     for (int threads : {1, 2}) {
@@ -231,7 +231,7 @@ TEST(AttentionTemplate, MatchesTheInterpreterOverHeadLayoutsAndSizes) {
 // The kernel itself against a double-precision loop, including queries that see no key (offset 0):
 // those are NaN in the unfused graph, and must be here too.
 TEST(AttentionTemplate, KernelMatchesClosedFormAndKeepsNaNForRowsWithoutKeys) {
-  if (!AttentionTemplateSupported()) GTEST_SKIP() << "no AVX-512 here";
+  if (!AttentionTemplateSupported()) GTEST_SKIP() << "no AVX2 or AVX-512 here";
   const AttentionDims a{2, 3, 24, 9, 13, 0, 0.3f, 1.4426950408889634f};
   const int64_t hd = a.heads_kv * a.head_dim, hq = a.heads_kv * a.group;
   auto q = testing::RandomFloats(a.seq * hq * a.head_dim, 1, -2, 2);
@@ -272,7 +272,7 @@ TEST(AttentionTemplate, KernelMatchesClosedFormAndKeepsNaNForRowsWithoutKeys) {
 // The search offers the fused form beside the unfused kernels, checks both against the reference
 // and times the unfused one with the kernels it would skip.
 TEST(AttentionTemplate, SearchChecksFusedAgainstUnfusedAndTheChoiceRuns) {
-  if (!AttentionTemplateSupported()) GTEST_SKIP() << "no AVX-512 here";
+  if (!AttentionTemplateSupported()) GTEST_SKIP() << "no AVX2 or AVX-512 here";
   Graph g = AttentionGraph({2, 2, 32}, 160);
   CompileOptions copts;
   copts.threads = 2;

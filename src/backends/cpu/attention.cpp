@@ -1,8 +1,8 @@
-// Template-tier CPU causal attention (AVX-512). A block of 16 (query, group head) rows of one K/V head
-// keeps its queries transposed in a D x 16 panel, so each key's scores for all 16 rows are one FMA
-// chain of broadcast key elements; the scores of the block then sit as [key][row], where the softmax's
-// max, exp and sum run down the keys for 16 rows at once; P·V reads each value row once per 4 rows.
-// Keys past a row's causal limit are never computed.
+// Template-tier CPU causal attention (AVX-512; attention_avx2.cpp has the AVX2 block). A block of 16 (query,
+// group head) rows of one K/V head keeps its queries transposed in a D x 16 panel, so each key's scores for
+// all 16 rows are one FMA chain of broadcast key elements; the scores of the block then sit as [key][row],
+// where the softmax's max, exp and sum run down the keys for 16 rows at once; P·V reads each value row once
+// per 4 rows. Keys past a row's causal limit are never computed.
 #include "backends/cpu/attention.h"
 
 // GCC 12 warns inside its own AVX-512 intrinsics (_mm512_undefined_ps in max/roundscale/scalef).
@@ -11,9 +11,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <utility>
 #include <vector>
 
+#include "backends/cpu/attention_block.h"
 #include "backends/cpu/gemm.h"
 
 #define PRISM_ATTN __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
@@ -206,16 +208,28 @@ PRISM_ATTN void AttentionBlock(const float* q, const float* k, const float* v, f
   }
 }
 
+// The block kernel this CPU runs and its rows per block: AVX-512 (16 rows), else AVX2 (8).
+struct BlockKernel {
+  AttentionBlockFn fn;
+  int rows;
+};
+
+BlockKernel Kernel() {
+  if (Avx512TemplatesEnabled()) return {AttentionBlock, kRows};
+  return {AttentionBlockAvx2, kAvx2AttentionRows};
+}
+
 }  // namespace
 
-bool AttentionTemplateSupported() { return Avx512TemplatesEnabled(); }
+bool AttentionTemplateSupported() { return std::strcmp(GemmIsa(), "scalar") != 0; }
 
 void CausalAttentionF32(const float* q, const float* k, const float* v, float* out, const AttentionDims& a,
                         int thread, int threads) {
   thread_local std::vector<float> scratch;
-  const int64_t blocks = (a.seq * a.group + kRows - 1) / kRows, items = a.heads_kv * blocks;
+  const BlockKernel kb = Kernel();
+  const int64_t blocks = (a.seq * a.group + kb.rows - 1) / kb.rows, items = a.heads_kv * blocks;
   for (int64_t i = thread; i < items; i += threads)
-    AttentionBlock(q, k, v, out, a, i / blocks, i % blocks * kRows, scratch);
+    kb.fn(q, k, v, out, a, i / blocks, i % blocks * kb.rows, scratch);
 }
 
 void PagedAttentionF32(const float* q, const float* k_pool, const float* v_pool, float* out,
@@ -248,9 +262,10 @@ void PagedAttentionF32(const float* q, const float* k_pool, const float* v_pool,
       std::copy_n(k_pool + row * HD, HD, keys.data() + t * HD);
       std::copy_n(v_pool + row * HD, HD, vals.data() + t * HD);
     }
-    const int64_t blocks = (n * a.group + kRows - 1) / kRows, items = a.heads_kv * blocks;
+    const BlockKernel kb = Kernel();
+    const int64_t blocks = (n * a.group + kb.rows - 1) / kb.rows, items = a.heads_kv * blocks;
     for (int64_t i = whole ? 0 : thread; i < items; i += whole ? 1 : threads)
-      AttentionBlock(q + s0 * QD, keys.data(), vals.data(), out, ra, i / blocks, i % blocks * kRows, scratch);
+      kb.fn(q + s0 * QD, keys.data(), vals.data(), out, ra, i / blocks, i % blocks * kb.rows, scratch);
   }
 }
 

@@ -21,14 +21,14 @@ struct PagedKv {
   int64_t blocks, block, pool_rows;
 };
 
-// True where this CPU runs the template (AVX-512, unless PRISM_GEMM_ISA rules it out).
+// True where this CPU runs the template: AVX-512 or AVX2 + FMA, unless PRISM_GEMM_ISA=scalar rules it out.
 bool AttentionTemplateSupported();
 
 // out[h, g, s, d] = sum_t p[t] v[t, h, d], p = softmax over visible t of scale * q[s, h*G+g, :] · k[t, h, :]
 // (the softmax as exp2((x - max) * exp_scale), normalized). q: [seq, H*G*D]; k, v: [>= total, H, D];
 // out: [H, G, seq, D]; all f32 row-major. A query that sees no key gets NaN, as the unfused graph does.
-// Work comes in blocks of 16 (query, group head) rows per K/V head; thread t of n takes blocks t,
-// t + n, ..., which balances the causal triangle.
+// Work comes in blocks of 16 (AVX-512; 8 with AVX2) (query, group head) rows per K/V head; thread t of n
+// takes blocks t, t + n, ..., which balances the causal triangle.
 void CausalAttentionF32(const float* q, const float* k, const float* v, float* out, const AttentionDims& a,
                         int thread, int threads);
 
