@@ -117,23 +117,13 @@ PRISM_ATTN void AttentionBlock(const float* q, const float* k, const float* v, f
                                const AttentionDims& a, int64_t h, int64_t row0, std::vector<float>& scratch) {
   const int64_t G = a.group, D = a.head_dim, S = a.seq, HD = a.heads_kv * D;
   const int64_t So = a.out_seq > 0 ? a.out_seq : S;  // out rows per (head, group head)
-  const int rows = (int)std::min<int64_t>(kRows, S * G - row0);
-  // Row r of the block is query s = (row0 + r) / G of group head (row0 + r) % G; it sees n[r] keys.
-  alignas(64) int32_t n[kRows] = {};
-  int64_t keys = 0;
-  for (int r = 0; r < rows; ++r) {
-    const int64_t s = (row0 + r) / G;
-    n[r] = (int32_t)std::clamp<int64_t>(s + a.offset, 0, a.total);
-    keys = std::max<int64_t>(keys, n[r]);
-  }
-  scratch.resize((size_t)(D + keys) * kRows);
-  float* qt = scratch.data();  // [D][16] queries, transposed, pre-scaled
-  float* p = qt + D * kRows;   // [keys][16] scores, then probabilities
-  for (int64_t e = 0; e < D; ++e)
-    for (int r = 0; r < kRows; ++r) {
-      const int64_t s = (row0 + r) / G, g = (row0 + r) % G;
-      qt[e * kRows + r] = r < rows ? q[s * G * HD + (h * G + g) * D + e] * a.scale : 0.0f;
-    }
+  // Row r of the block is query (row0 + r) / G of group head (row0 + r) % G; it sees n[r] keys.
+  alignas(64) int32_t n[kRows];
+  const BlockSetup b = SetUpBlock<kRows>(q, a, h, row0, n, scratch);
+  const int rows = b.rows;
+  const int64_t keys = b.keys;
+  float *qt = b.qt,
+        *p = b.p;  // [D][16] queries, transposed, pre-scaled; [keys][16] scores, then probabilities
   const float* kh = k + h * D;
   int64_t t = 0;
   for (; t + 4 <= keys; t += 4) {
