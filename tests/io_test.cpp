@@ -999,6 +999,8 @@ TEST(HfConfigTest, ErrorsNameTheFileAndTheProblem) {
   const std::string small = R"("vocab_size": 10, "hidden_size": 8, "intermediate_size": 16,
     "num_hidden_layers": 2, "num_attention_heads": 2, "head_dim": 4)";
   expect(R"({"model_type": "gemma3", "text_config": {}, )" + small + "}", {"multimodal Gemma 3"});
+  expect(R"({"model_type": "gemma3_text", "rope_parameters": {"full_attention": 5}, )" + small + "}",
+         {"'rope_parameters' per layer type must hold objects"});
   expect(R"({"model_type": "gemma2", "layer_types": ["sliding_attention"], )" + small + "}",
          {"'layer_types' must list 2 layer types"});
   expect(R"({"model_type": "gemma2", "layer_types": ["sliding_attention", "chunked_attention"], )" + small + "}",

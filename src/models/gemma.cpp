@@ -56,8 +56,11 @@ ModelConfig GemmaFromHf(const ModelFamily& f, const JsonKeys& k) {
     json flat = k.object();
     flat.erase("rope_parameters");
     c = LlamaFromHf(f, JsonKeys(flat, k.source()));
-    const JsonKeys global((*params)["full_attention"], k.source()),
-        local((*params)["sliding_attention"], k.source());
+    const json full = params->value("full_attention", json::object()),
+               sliding = params->value("sliding_attention", json::object());
+    if (!full.is_object() || !sliding.is_object())
+      throw Error(k.source() + ": 'rope_parameters' per layer type must hold objects");
+    const JsonKeys global(full, k.source()), local(sliding, k.source());
     c.rope_theta = global.Double("rope_theta", 1e6);
     ReadRopeScaling(global, k, &c);
     c.rope_local_theta = local.Double("rope_theta", 10000);

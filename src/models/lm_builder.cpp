@@ -69,10 +69,9 @@ Tensor LmBuilder::RopeFreqs(bool windowed) {
                  (double)cfg_.rope_original_max_position};
   Tensor inv = RopeInvFreq(g_, hd, cfg_.rope_theta, rs);
   if (cfg_.rope_linear_factor != 1) inv = inv / cfg_.rope_linear_factor;
-  // LongRoPE: the long factors where the context outgrows training's (config.json lists them; llama.cpp
-  // stores them as rope_factors_long.weight and rope_factors_short.weight).
-  const int64_t ctx = paged() ? opts_.kv_blocks * opts_.kv_block : opts_.max_context;
-  const bool long_ctx = ctx > cfg_.rope_original_max_position;
+  // LongRoPE: the long factors where a sequence's context (max_context, batched or not) outgrows
+  // training's (config.json lists them; llama.cpp stores rope_factors_long.weight and _short.weight).
+  const bool long_ctx = opts_.max_context > cfg_.rope_original_max_position;
   if (!cfg_.rope_short_factor.empty())
     inv = inv / ConstVector(g_, long_ctx ? cfg_.rope_long_factor : cfg_.rope_short_factor);
   else if (Has("rope_factors_short.weight"))

@@ -20,7 +20,7 @@ struct WeightSpec {
 using WeightLookup = std::function<std::optional<WeightSpec>(const std::string& name)>;
 
 struct LmGraphOptions {
-  int64_t max_context = 2048;  // KV-cache capacity in tokens
+  int64_t max_context = 2048;  // one sequence's context in tokens (unbatched: the KV cache's capacity)
   bool all_logits = false;     // logits for every position (perplexity) or only the last (generation)
   // GPT-2 Conv1D weights are [in, out] in Hugging Face files and [out, in] in GGUF files.
   bool conv1d_transposed = false;
