@@ -143,7 +143,8 @@ Tensor RopeInvFreq(Graph* g, int64_t head_dim, double theta, const RopeScaling& 
 
 Tensor ConstVector(Graph* g, const std::vector<double>& values) {
   if (values.empty()) throw Error("constant vector: no values");
-  // A chain of selects on the index, built from the last value back: v[i] where i < i + 1 first holds.
+  // A chain of selects on the index i, built from the last value back: out[i] = values[j] for the first j
+  // with i < j + 1, which is j = i.
   const Expr n((int64_t)values.size());
   Tensor i = Arange(g, n, DType::F32);
   Tensor out = Full(g, values.back(), {n});
