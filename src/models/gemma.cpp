@@ -90,24 +90,10 @@ ModelConfig GemmaFromHf(const ModelFamily& f, const JsonKeys& k) {
 }
 
 void GemmaFromGguf(const ModelFamily& f, const GgufKeys& k, ModelConfig* c) {
-  c->norm_eps = k.Double("attention.layer_norm_rms_epsilon", 1e-6);
-  c->rope_theta = k.Double("rope.freq_base", 10000);
-  c->rope_interleaved = false;  // llama.cpp's converter keeps Gemma's half-split layout
-  c->qk_norm = k.HasTensor("blk.0.attn_q_norm.weight");
+  LlamaFromGguf(f, k, c);  // norms, rope base and linear scaling, q/k norms; Gemma keeps half-split rope
   c->hidden_act = "gelu_pytorch_tanh";
   c->embed_scale = std::sqrt((double)c->hidden_size);
   c->norm_weight_offset = 0;  // the converter stores 1 + weight
-  const auto& meta = k.file().Metadata();
-  auto scaling = meta.find(f.name + ".rope.scaling.type");
-  const std::string type =
-      scaling != meta.end() && scaling->is_string() ? scaling->get<std::string>() : "none";
-  if (type == "linear") {
-    c->rope_linear_factor = k.Double("rope.scaling.factor", 1);
-    if (c->rope_linear_factor <= 0) throw Error(k.file().Source() + ": rope.scaling.factor must be positive");
-  } else if (type != "none") {
-    throw Error(k.file().Source() + ": rope scaling type '" + type +
-                "' is not supported (supported: linear)");
-  }
   if (f.name == "gemma") return;
   c->sandwich_norms = true;
   // As llama.cpp: queries scale by 1/sqrt(head_dim), except in the 27B models (46 and 62 layers), whose
@@ -120,6 +106,7 @@ void GemmaFromGguf(const ModelFamily& f, const GgufKeys& k, ModelConfig* c) {
   c->sliding_window = k.OptInt("attention.sliding_window").value_or(0);
   // attention.sliding_window_pattern: every n-th layer global, or a flag per layer; else llama.cpp's fixed
   // patterns (Gemma 2 alternates, Gemma 3 has five windowed layers to each global one).
+  const auto& meta = k.file().Metadata();
   auto pattern = meta.find(f.name + ".attention.sliding_window_pattern");
   if (pattern != meta.end() && pattern->is_array()) {
     if ((int64_t)pattern->size() != c->num_layers)

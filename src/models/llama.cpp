@@ -37,15 +37,22 @@ ModelConfig LlamaFromHf(const ModelFamily& f, const JsonKeys& k) {
 void LlamaFromGguf(const ModelFamily& f, const GgufKeys& k, ModelConfig* c) {
   c->norm_eps = k.Double("attention.layer_norm_rms_epsilon", 1e-6);
   c->rope_theta = k.Double("rope.freq_base", 10000);
-  // llama.cpp's converter permutes Llama and Mistral Q/K rows to the interleaved rope layout; Qwen keeps
-  // the half-split one.
+  // llama.cpp's converter permutes Llama and Mistral Q/K rows to the interleaved rope layout; Qwen and Gemma
+  // keep the half-split one.
   c->rope_interleaved = f.name == "llama" || f.name == "mistral";
   c->attention_bias = f.attention_bias || k.HasTensor("blk.0.attn_q.bias");
   c->qk_norm = k.HasTensor("blk.0.attn_q_norm.weight");
   const auto& meta = k.file().Metadata();
   auto scaling = meta.find(f.name + ".rope.scaling.type");
-  if (scaling != meta.end() && *scaling != "none")
-    throw Error(k.file().Source() + ": rope scaling type " + scaling->dump() + " is not supported");
+  const std::string type =
+      scaling != meta.end() && scaling->is_string() ? scaling->get<std::string>() : "none";
+  if (type == "linear") {
+    c->rope_linear_factor = k.Double("rope.scaling.factor", 1);
+    if (c->rope_linear_factor <= 0) throw Error(k.file().Source() + ": rope.scaling.factor must be positive");
+  } else if (type != "none") {
+    throw Error(k.file().Source() + ": rope scaling type '" + type +
+                "' is not supported (supported: linear)");
+  }
 }
 
 const GgufNames kLlamaGgufNames = {{{"token_embd.weight", "model.embed_tokens.weight"},

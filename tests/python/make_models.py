@@ -53,6 +53,10 @@ def _gemma3_layers(n, pattern):
     return ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(n)]
 
 
+# What the Gemma fixtures share: head_dim 16 apart from hidden / heads, TinyLlama's vocabulary.
+_GEMMA_COMMON = dict(hidden_size=48, head_dim=16, intermediate_size=104, max_position_embeddings=256,
+                     vocab_size=32000, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2)
+
 _LLAMA_COMMON = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=256,
                      hidden_act="silu")
 
@@ -104,36 +108,30 @@ FAMILIES = {
                                              tie_word_embeddings=True, bos_token_id=1, eos_token_id=2),
                      "smollm2", "llama", seed=7, legacy_config=True, tokenizer_pre="smollm"),
     # Gemma: (1 + w) norms, embeddings scaled by sqrt(hidden), GeGLU, MQA, head_dim apart from hidden / heads.
-    "gemma": Family("gemma", "gemma", dict(hidden_size=48, num_hidden_layers=2, num_attention_heads=3,
-                                           num_key_value_heads=1, head_dim=16, intermediate_size=104,
-                                           max_position_embeddings=256, hidden_act="gelu_pytorch_tanh",
-                                           vocab_size=32000, rms_norm_eps=1e-6, rope_theta=10000.0,
-                                           bos_token_id=1, eos_token_id=2),
+    "gemma": Family("gemma", "gemma", dict(_GEMMA_COMMON, num_hidden_layers=2, num_attention_heads=3,
+                                           num_key_value_heads=1, hidden_act="gelu_pytorch_tanh",
+                                           rope_theta=10000.0),
                     "tinyllama-1.1b-chat", "gemma", seed=8),
     # Gemma 2: sandwich norms, scores and logits soft-capped (caps low enough to bend these models' values),
     # alternating windowed and global layers with a window shorter than the prompt. query_pre_attn_scalar
     # is head_dim, as in the 2B and 9B models: llama.cpp's GGUF files carry no query scale.
-    "gemma2": Family("gemma2", "gemma2", dict(hidden_size=48, num_hidden_layers=4, num_attention_heads=4,
-                                              num_key_value_heads=2, head_dim=16, intermediate_size=104,
-                                              max_position_embeddings=256, hidden_activation="gelu_pytorch_tanh",
-                                              vocab_size=32000, rms_norm_eps=1e-6, rope_theta=10000.0,
-                                              query_pre_attn_scalar=16, sliding_window=5,
-                                              attn_logit_softcapping=3.0, final_logit_softcapping=4.0,
-                                              bos_token_id=1, eos_token_id=2),
+    "gemma2": Family("gemma2", "gemma2", dict(_GEMMA_COMMON, num_hidden_layers=4, num_attention_heads=4,
+                                              num_key_value_heads=2, hidden_activation="gelu_pytorch_tanh",
+                                              rope_theta=10000.0, query_pre_attn_scalar=16, sliding_window=5,
+                                              attn_logit_softcapping=3.0, final_logit_softcapping=4.0),
                      "tinyllama-1.1b-chat", "gemma2", seed=9),
     # Gemma 3: q/k norms, windowed layers with their own rope base, linear rope scaling on the global
     # one, Gemma 3's pattern (five windowed layers, then a global one), untied head.
-    "gemma3": Family("gemma3", "gemma3", dict(hidden_size=48, num_hidden_layers=6, num_attention_heads=4,
-                                              num_key_value_heads=2, head_dim=16, intermediate_size=104,
-                                              max_position_embeddings=256, hidden_activation="gelu_pytorch_tanh",
-                                              vocab_size=32000, rms_norm_eps=1e-6, query_pre_attn_scalar=16,
-                                              sliding_window=6, layer_types=_gemma3_layers(6, 6),
+    "gemma3": Family("gemma3", "gemma3", dict(_GEMMA_COMMON, num_hidden_layers=6, num_attention_heads=4,
+                                              num_key_value_heads=2, hidden_activation="gelu_pytorch_tanh",
+                                              query_pre_attn_scalar=16, sliding_window=6,
+                                              layer_types=_gemma3_layers(6, 6),
                                               rope_parameters={
                                                   "full_attention": {"rope_type": "linear", "factor": 4.0,
                                                                      "rope_theta": 1000000.0},
                                                   "sliding_attention": {"rope_type": "default",
                                                                         "rope_theta": 10000.0}},
-                                              tie_word_embeddings=False, bos_token_id=1, eos_token_id=2),
+                                              tie_word_embeddings=False),
                      "tinyllama-1.1b-chat", "gemma3", seed=10),
     # The same Gemma 3 weights with the config.json of Hub checkpoints (rope_local_base_freq,
     # rope_scaling, sliding_window_pattern, no layer_types).
