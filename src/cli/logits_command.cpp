@@ -30,7 +30,7 @@ Runner AddLogitsCommand(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("logits", "Write logits as JSON: a prefill, then teacher-forced decode steps");
   struct Opts {
-    std::string model, prompt_ids, decode_ids, out, tokenizer, text;
+    std::string model, prompt_ids, decode_ids, out, tokenizer, text, device = "cpu";
     bool all = false;
     int64_t ctx = 0;
   };
@@ -43,8 +43,11 @@ Runner AddLogitsCommand(CLI::App& app) {
   cmd->add_option("--ctx", o->ctx, "context size");
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file");
   cmd->add_option("-o,--out", o->out, "output JSON file")->required();
+  AddDeviceOption(cmd, o->device);
   return [o]() {
-    auto lm = LanguageModel::Load(o->model, {o->tokenizer, o->ctx, 1});
+    LoadOptions lo{o->tokenizer, o->ctx, 1};
+    lo.device = o->device;
+    auto lm = LanguageModel::Load(o->model, lo);
     std::vector<int32_t> prompt =
         o->text.empty() ? ParseIds(o->prompt_ids, "--prompt-ids") : lm->tokenizer().Encode(o->text, true);
     if (prompt.empty()) throw Error("logits: give --prompt-ids or --text");

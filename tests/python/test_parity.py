@@ -2,6 +2,7 @@
 # random-initialised models of every family Prism builds, loaded from safetensors and from GGUF.
 import json
 import math
+import os
 import shutil
 
 import numpy as np
@@ -68,10 +69,14 @@ def _reference(zoo, name):
     return zoo.cache[key]
 
 
+# PRISM_TEST_DEVICE=cuda (or opencl, interp) runs Prism's side of the logits checks on that device.
+DEVICE = os.environ.get("PRISM_TEST_DEVICE", "cpu")
+
+
 def _prism_logits(prism, model_path, prompt, decode, tmp_path, tag):
     out = tmp_path / f"logits-{tag}.json"
     prism.run("logits", model_path, "--prompt-ids", ",".join(map(str, prompt)), "--decode-ids",
-              ",".join(map(str, decode)), "--all", "--ctx", 64, "-o", out)
+              ",".join(map(str, decode)), "--all", "--ctx", 64, "--device", DEVICE, "-o", out)
     with open(out) as f:
         j = json.load(f)
     assert j["prompt_ids"] == prompt
