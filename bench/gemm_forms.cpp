@@ -72,6 +72,10 @@ int main(int argc, char** argv) {
     if (BlockQ8KSupported(wt, k))
       time(wt, "q8k (int8)", (size_t)w.nbytes(),
            [&] { GemmRowsBlockQ8K(a.data(), m, k, w.data, wt, y.data(), n, 0, n); });
+    if (PanelGemmSupported(wt)) {
+      PanelPackedWeight p = PackPanels(w.data, wt, n, k);
+      time(wt, "panels (int8 VNNI)", p.bytes, [&] { GemmPanels(a.data(), m, p, y.data(), n, 0, n); });
+    }
   }
   return 0;
 }

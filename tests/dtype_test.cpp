@@ -5,6 +5,7 @@
 
 #include "ir/dtype.h"
 #include "ir/error.h"
+#include "ir/quant_formats.h"
 #include "test_util.h"
 
 namespace prism {
@@ -41,6 +42,33 @@ TEST(DType, QuantizedBlocksRoundTripWithinHalfAStep) {
   }
   EXPECT_EQ(StorageBytes(DType::Q4_0, 64), 36);
   EXPECT_EQ(StorageBytes(DType::Q8_0, 32), 34);
+}
+
+// The integer view of every block format (bytes 0..255, per-16 scales and offsets) holds the same
+// values as the reference dequantizer: scale * q - offset, exact in double, is the reference's f32
+// value before its one rounding. Random blocks, never zeros.
+TEST(DType, BlockFormatIntsEqualTheReferenceValues) {
+  for (DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS, DType::Q4_1,
+                  DType::Q5_0, DType::Q5_1, DType::IQ4_NL}) {
+    const int elems = BlockFormatElems(t);
+    HostTensor blocks = testing::RandomBlocks(t, {5 * elems}, 17);
+    std::vector<uint8_t> q(elems);
+    std::vector<float> scale(elems / 16), offset(elems / 16);
+    int nonzero = 0;
+    for (int b = 0; b < 5; ++b) {
+      BlockFormatInts(t, static_cast<const uint8_t*>(blocks.data) + b * BlockFormatBytes(t), q.data(), scale.data(),
+                      offset.data());
+      for (int j = 0; j < elems; ++j) {
+        const double exact = (double)scale[j / 16] * q[j] - (double)offset[j / 16];
+        const float ref = DequantBlockFormat(t, blocks.data, (int64_t)b * elems + j);
+        ASSERT_LE(std::fabs(exact - ref), std::fabs(ref) * 0x1p-24 + 1e-30)
+            << DTypeName(t) << " block " << b << " value " << j << ": q " << (int)q[j];
+        nonzero += ref != 0;
+      }
+    }
+    EXPECT_GT(nonzero, elems) << DTypeName(t);
+  }
+  EXPECT_THROW(BlockFormatInts(DType::F32, nullptr, nullptr, nullptr, nullptr), Error);
 }
 
 TEST(DType, UnknownNameIsAClearError) {

@@ -257,6 +257,56 @@ TEST(Gemm, Int8PanelsAgreeWithTheOneRowPathOverOddShapes) {
   EXPECT_THROW(GemmPanels(a.data(), 1, p, y.data(), 64, 16, 64), Error) << "a split inside a panel";
 }
 
+// GGUF's block formats as int8 panels (bytes 0..255 with per-16 or per-32 scales and offsets, the
+// activation rounded per 32 values): within the int8 forms' rounding bound of the exact sum, with
+// the rounding visible (the form ran), over odd row counts, a column split inside the second panel's
+// range and K past a 32-block slice. A NaN in the activation reaches its outputs as NaN.
+TEST(Gemm, Int8PanelsOverBlockFormatsStayWithinTheRoundingBound) {
+  if (!PanelGemmSupported(DType::Q4_K)) GTEST_SKIP() << "this CPU has no AVX512-VNNI";
+  for (DType wt : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS,
+                   DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL})
+    for (int64_t m : {1, 5, 13})
+      for (int64_t blocks : {1, 5}) {
+        const int64_t n = 37, split = 32, k = blocks * BlockElems(wt);
+        auto a = testing::RandomFloats(m * k, 31 + m);
+        a[k / 2 + 3] = -9.0f;  // an outlier
+        HostTensor w = testing::RandomBlocks(wt, {n, k}, 32);
+        PanelPackedWeight panels = PackPanels(w.data, wt, n, k);
+        std::vector<float> y(m * n, NAN);
+        GemmPanels(a.data(), m, panels, y.data(), n, 0, split);
+        GemmPanels(a.data(), m, panels, y.data(), n, split, n);
+        double worst = 0;
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double exact = 0, magnitude = 0;
+            for (int64_t kk = 0; kk < k; ++kk) {
+              const double p = (double)a[i * k + kk] * LoadAsDouble(w.data, wt, j * k + kk);
+              exact += p;
+              magnitude += std::fabs(p);
+            }
+            const double got = y[i * n + j], bound = Int8DotErrorBound(a.data() + i * k, w.data, wt, k, j);
+            ASSERT_FALSE(std::isnan(got))
+                << DTypeName(wt) << " k=" << k << " m=" << m << " at " << i << "," << j;
+            ASSERT_LE(std::fabs(got - exact), bound * 1.01 + 1e-6 * magnitude)
+                << DTypeName(wt) << " k=" << k << " m=" << m << " at " << i << "," << j;
+            worst = std::max(worst, std::fabs(got - exact) / (1e-6 * magnitude));
+          }
+        EXPECT_GT(worst, 1.0) << DTypeName(wt) << " k=" << k
+                              << ": no rounding visible; did the int8 form run?";
+      }
+  const int64_t k = 256, n = 32;
+  auto a = testing::RandomFloats(3 * k, 5);
+  a[k + 40] = NAN;  // row 1
+  HostTensor w = testing::RandomBlocks(DType::Q6_K, {n, k}, 6);
+  PanelPackedWeight panels = PackPanels(w.data, DType::Q6_K, n, k);
+  std::vector<float> y(3 * n, 0.0f);
+  GemmPanels(a.data(), 3, panels, y.data(), n, 0, n);
+  for (int64_t j = 0; j < n; ++j) {
+    EXPECT_FALSE(std::isnan(y[j])) << "row 0 column " << j;
+    EXPECT_TRUE(std::isnan(y[n + j])) << "row 1 column " << j;
+  }
+}
+
 TEST(Gemm, Bf16DotStaysWithinItsActivationRoundingBound) {
   if (!Bf16DotSupported()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
   for (int64_t k : {1, 31, 32, 33, 200, 2048})

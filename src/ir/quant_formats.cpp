@@ -1,7 +1,11 @@
-// Reference dequantization of GGUF's Q4_1/Q5_x, K-quant and IQ4 blocks, one element at a time.
+// Reference dequantization of GGUF's Q4_1/Q5_x, K-quant and IQ4 blocks, one element at a time, and
+// their integer view (values, per-16 scales and offsets) for integer kernels.
 #include "ir/quant_formats.h"
 
 #include <cstring>
+#include <string>
+
+#include "ir/error.h"
 
 namespace prism {
 
@@ -165,6 +169,100 @@ float DequantBlockFormat(DType t, const void* blocks, int64_t i) {
       return dl * (float)kIq4NlValues[Nibble32(x.qs + ib * 16, jj)];
     }
     default: return 0;
+  }
+}
+
+void BlockFormatInts(DType t, const void* block, uint8_t* q, float* scale, float* offset) {
+  const uint8_t* p = static_cast<const uint8_t*>(block);
+  const int n = BlockFormatElems(t);
+  // Formats with one scale per 32 values write it to both 16-value halves.
+  auto per32 = [&](int sub, float s, float o) {
+    scale[2 * sub] = scale[2 * sub + 1] = s;
+    offset[2 * sub] = offset[2 * sub + 1] = o;
+  };
+  switch (t) {
+    case DType::Q4_1:
+    case DType::Q5_1: {
+      const uint16_t* dm = reinterpret_cast<const uint16_t*>(p);  // d, m lead both layouts
+      for (int j = 0; j < n; ++j)
+        q[j] = (uint8_t)(t == DType::Q4_1 ? Nibble32(reinterpret_cast<const BlockQ4_1*>(p)->qs, j)
+                                          : Five32(reinterpret_cast<const BlockQ5_1*>(p)->qh,
+                                                   reinterpret_cast<const BlockQ5_1*>(p)->qs, j));
+      return per32(0, HalfToFloat(dm[0]), -HalfToFloat(dm[1]));
+    }
+    case DType::Q5_0: {
+      const BlockQ5_0& x = *reinterpret_cast<const BlockQ5_0*>(p);
+      for (int j = 0; j < n; ++j) q[j] = (uint8_t)Five32(x.qh, x.qs, j);
+      return per32(0, HalfToFloat(x.d), 16 * HalfToFloat(x.d));
+    }
+    case DType::IQ4_NL: {
+      const BlockIQ4_NL& x = *reinterpret_cast<const BlockIQ4_NL*>(p);
+      for (int j = 0; j < n; ++j) q[j] = (uint8_t)(kIq4NlValues[Nibble32(x.qs, j)] + 128);
+      return per32(0, HalfToFloat(x.d), 128 * HalfToFloat(x.d));
+    }
+    case DType::Q2_K:
+    case DType::Q3_K:
+      for (int j = 0; j < n; ++j) {
+        const int half = j / 128, r = j % 128, shift = 2 * (r / 32), g = (r % 32) / 16, l = r % 16;
+        if (t == DType::Q2_K) {
+          const BlockQ2_K& x = *reinterpret_cast<const BlockQ2_K*>(p);
+          q[j] = (uint8_t)((x.qs[half * 32 + g * 16 + l] >> shift) & 3);
+          const uint8_t sc = x.scales[j / 16];  // half * 8 + (r / 32) * 2 + g
+          scale[j / 16] = HalfToFloat(x.d) * (float)(sc & 0xF);
+          offset[j / 16] = HalfToFloat(x.dmin) * (float)(sc >> 4);
+        } else {
+          const BlockQ3_K& x = *reinterpret_cast<const BlockQ3_K*>(p);
+          const bool high = x.hmask[g * 16 + l] & (1 << (half * 4 + r / 32));
+          q[j] = (uint8_t)(((x.qs[half * 32 + g * 16 + l] >> shift) & 3) + (high ? 4 : 0));
+          scale[j / 16] = HalfToFloat(x.d) * (float)ScaleQ3K(x.scales, j / 16);
+          offset[j / 16] = 4 * scale[j / 16];
+        }
+      }
+      return;
+    case DType::Q4_K:
+    case DType::Q5_K: {
+      const uint16_t* dm = reinterpret_cast<const uint16_t*>(p);  // d, dmin, then the 12 scale bytes
+      const uint8_t* scales = p + 4;
+      for (int j = 0; j < n; ++j) {
+        if (t == DType::Q4_K) {
+          q[j] = (uint8_t)NibbleK(reinterpret_cast<const BlockQ4_K*>(p)->qs, j);
+        } else {
+          const BlockQ5_K& x = *reinterpret_cast<const BlockQ5_K*>(p);
+          q[j] = (uint8_t)(NibbleK(x.qs, j) + (((x.qh[j % 32] >> (j / 32)) & 1) << 4));
+        }
+      }
+      for (int sub = 0; sub < 8; ++sub) {
+        int sc, mn;
+        ScaleMinK4(scales, sub, &sc, &mn);
+        per32(sub, HalfToFloat(dm[0]) * (float)sc, HalfToFloat(dm[1]) * (float)mn);
+      }
+      return;
+    }
+    case DType::Q6_K: {
+      const BlockQ6_K& x = *reinterpret_cast<const BlockQ6_K*>(p);
+      for (int j = 0; j < n; ++j) {
+        const int half = j / 128, g = (j % 128) / 32, l = j % 32;
+        const uint8_t b = x.ql[half * 64 + l + 32 * (g % 2)];
+        q[j] = (uint8_t)((g < 2 ? b & 0xF : b >> 4) | (((x.qh[half * 32 + l] >> (2 * g)) & 3) << 4));
+      }
+      for (int g = 0; g < 16; ++g) {  // scale index half * 8 + l / 16 + 2 * group is j / 16
+        scale[g] = HalfToFloat(x.d) * (float)x.scales[g];
+        offset[g] = 32 * scale[g];
+      }
+      return;
+    }
+    case DType::IQ4_XS: {
+      const BlockIQ4_XS& x = *reinterpret_cast<const BlockIQ4_XS*>(p);
+      for (int ib = 0; ib < 8; ++ib) {
+        const int ls = ((x.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((x.scales_h >> (2 * ib)) & 3) << 4);
+        const float dl = HalfToFloat(x.d) * (float)(ls - 32);
+        for (int jj = 0; jj < 32; ++jj)
+          q[32 * ib + jj] = (uint8_t)(kIq4NlValues[Nibble32(x.qs + ib * 16, jj)] + 128);
+        per32(ib, dl, 128 * dl);
+      }
+      return;
+    }
+    default: throw Error("BlockFormatInts: " + std::string(DTypeName(t)) + " is not a block format");
   }
 }
 

@@ -105,4 +105,9 @@ int BlockFormatBytes(DType t);
 // Element i of an array of blocks of type t, exactly as ggml's dequantize_row_* computes it.
 float DequantBlockFormat(DType t, const void* blocks, int64_t i);
 
+// One block of type t as integers: q[j] in 0..255 for each of its BlockFormatElems(t) values and, per
+// 16 values g, a scale and an offset with value j = scale[j / 16] * q[j] - offset[j / 16] (in exact
+// arithmetic; DequantBlockFormat is that value rounded to f32 once). The integer kernels' view.
+void BlockFormatInts(DType t, const void* block, uint8_t* q, float* scale, float* offset);
+
 }  // namespace prism

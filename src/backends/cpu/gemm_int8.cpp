@@ -52,6 +52,8 @@ PRISM_VNNI float QuantizeActivationBlock(const float* x, int8_t* q, int32_t* sum
   __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
   float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
   float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
+  // A NaN in the block makes its scale NaN (the max above may drop it), so every output it reaches is NaN.
+  if (_mm512_cmp_ps_mask(x0, x0, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(x1, x1, _CMP_UNORD_Q)) d = NAN;
   __m512i q0 = _mm512_cvtps_epi32(
       _mm512_roundscale_ps(_mm512_mul_ps(x0, _mm512_set1_ps(id)), _MM_FROUND_TO_NEAREST_INT));
   __m512i q1 = _mm512_cvtps_epi32(
@@ -216,127 +218,6 @@ PRISM_VNNI void GemmVnni(const uint8_t* a, int64_t m, const Int8PackedWeight& w,
   }
 }
 
-// ---- Many activation rows (GemmPanelsInt8): one output column per 32-bit lane. The tile above holds
-// one output per register (a lane per block), which suits a GEMV; over a prompt's rows this form
-// keeps 16 outputs per register and broadcasts each row's 4 activation bytes instead.
-
-constexpr int kPanelRows = 6;                // activation rows per register tile (24 accumulators)
-constexpr int64_t kPanelWidth = 32;          // weight rows (output columns) per panel: two vectors
-constexpr int64_t kSliceBlocks = 32;         // blocks of K per slice: 37 KB, kept in L1 across the tiles
-constexpr int64_t kSteps = kQuantBlock / 4;  // 4-value steps per block
-// A panel block: kSteps x kPanelWidth x 4 weight bytes (stored +128 for Q8_0, as nibbles (+8) for
-// Q4_0), then the kPanelWidth weight scales as f32.
-constexpr int64_t kSliceBlockBytes = kSteps * kPanelWidth * 4 + kPanelWidth * 4;
-
-// A packed activation block of a row tile: kSteps x kPanelRows x 4 value bytes, then the rows' f32
-// scales, then their offset corrections (block sum times the weights' storage offset), as i32. Rows
-// past the end are zero and contribute nothing.
-constexpr int64_t kTileBlockBytes = kSteps * kPanelRows * 4 + kPanelRows * 8;
-
-// Rows [i0, i0 + kPanelRows) of the quantized activation (rows a_row bytes apart, m in all) x blocks
-// [b0, b0 + nb) into tile layout.
-template <DType T>
-void PackTile(const uint8_t* a, int64_t a_row, int64_t m, int64_t i0, int64_t b0, int64_t nb, uint8_t* out) {
-  constexpr int kOffsetShift = T == DType::Q8_0 ? 7 : 3;
-  std::memset(out, 0, (size_t)(nb * kTileBlockBytes));
-  for (int64_t i = 0; i < kPanelRows && i0 + i < m; ++i)
-    for (int64_t bi = 0; bi < nb; ++bi) {
-      const int64_t b = b0 + bi;
-      const uint8_t* src = a + (i0 + i) * a_row + b / kGroupBlocks * kActGroupBytes + b % kGroupBlocks * 4;
-      uint8_t* dst = out + bi * kTileBlockBytes;
-      for (int64_t s = 0; s < kSteps; ++s) std::memcpy(dst + (s * kPanelRows + i) * 4, src + s * 64, 4);
-      int32_t sum;
-      std::memcpy(dst + kSteps * kPanelRows * 4 + i * 4, src + kGroupValues, 4);
-      std::memcpy(&sum, src + kGroupValues + kGroupBlocks * 4, 4);
-      sum *= 1 << kOffsetShift;
-      std::memcpy(dst + kSteps * kPanelRows * 4 + kPanelRows * 4 + i * 4, &sum, 4);
-    }
-}
-
-// One packed row tile x one panel slice of nb blocks, stored into y (rows ldy apart) when first,
-// else added to it.
-PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, float* y, int64_t ldy,
-                          bool first) {
-  constexpr int MR = kPanelRows;
-  __m512 acc[MR][2];
-#pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i) {
-    acc[i][0] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + i * ldy);
-    acc[i][1] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + i * ldy + 16);
-  }
-  for (int64_t bi = 0; bi < nb; ++bi, at += kTileBlockBytes, slice += kSliceBlockBytes) {
-    __m512i p[MR][2];
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) p[i][0] = p[i][1] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-    for (int s = 0; s < kSteps; ++s) {
-      const __m512i w0 = _mm512_load_si512(slice + s * 128), w1 = _mm512_load_si512(slice + s * 128 + 64);
-      const int32_t* four = reinterpret_cast<const int32_t*>(at) + s * MR;
-#pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) {
-        const __m512i av = _mm512_set1_epi32(four[i]);
-        p[i][0] = _mm512_dpbusd_epi32(p[i][0], w0, av);
-        p[i][1] = _mm512_dpbusd_epi32(p[i][1], w1, av);
-      }
-    }
-    const float* dw = reinterpret_cast<const float*>(slice + kSteps * 128);
-    const float* da = reinterpret_cast<const float*>(at + kSteps * MR * 4);
-    const int32_t* offset = reinterpret_cast<const int32_t*>(da + MR);
-    const __m512 d0 = _mm512_load_ps(dw), d1 = _mm512_load_ps(dw + 16);
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) {
-      const __m512 dav = _mm512_set1_ps(da[i]);
-      const __m512i off = _mm512_set1_epi32(offset[i]);
-      acc[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(p[i][0], off)), _mm512_mul_ps(d0, dav),
-                                  acc[i][0]);
-      acc[i][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(p[i][1], off)), _mm512_mul_ps(d1, dav),
-                                  acc[i][1]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i) {
-    _mm512_storeu_ps(y + i * ldy, acc[i][0]);
-    _mm512_storeu_ps(y + i * ldy + 16, acc[i][1]);
-  }
-}
-
-// For each slice of K (outermost: its packed activation tiles stay in L2), every row tile passes
-// over each of our panels' slice, which stays in L1 meanwhile.
-template <DType T>
-PRISM_VNNI void GemmVnniPanels(const uint8_t* a, int64_t m, const uint8_t* panels, int64_t k, float* y,
-                               int64_t n_total, int64_t n_begin, int64_t n_end) {
-  const int64_t a_row = GroupsOf(k) * kActGroupBytes, blocks = k / kQuantBlock;
-  const int64_t tiles = (m + kPanelRows - 1) / kPanelRows;
-  thread_local std::vector<uint8_t> packed;
-  packed.resize((size_t)(tiles * kSliceBlocks * kTileBlockBytes));
-  alignas(64) float edge[kPanelRows * kPanelWidth];
-  for (int64_t b0 = 0; b0 < blocks; b0 += kSliceBlocks) {
-    const int64_t nb = std::min(kSliceBlocks, blocks - b0);
-    const bool first = b0 == 0;
-    for (int64_t t = 0; t < tiles; ++t)
-      PackTile<T>(a, a_row, m, t * kPanelRows, b0, nb, packed.data() + t * nb * kTileBlockBytes);
-    for (int64_t n0 = n_begin; n0 < n_end; n0 += kPanelWidth) {
-      const int64_t cols = std::min(kPanelWidth, n_end - n0);
-      const uint8_t* slice = panels + (n0 / kPanelWidth * blocks + b0) * kSliceBlockBytes;
-      for (int64_t t = 0; t < tiles; ++t) {
-        const uint8_t* at = packed.data() + t * nb * kTileBlockBytes;
-        const int64_t rows = std::min<int64_t>(kPanelRows, m - t * kPanelRows);
-        float* yt = y + t * kPanelRows * n_total + n0;
-        if (cols == kPanelWidth && rows == kPanelRows) {
-          PanelTile(at, nb, slice, yt, n_total, first);
-          continue;
-        }
-        // A partial tile goes through a full-size buffer; only its valid part touches y.
-        for (int64_t r = 0; r < rows && !first; ++r)
-          std::memcpy(edge + r * kPanelWidth, yt + r * n_total, (size_t)cols * sizeof(float));
-        PanelTile(at, nb, slice, edge, kPanelWidth, first);
-        for (int64_t r = 0; r < rows; ++r)
-          std::memcpy(yt + r * n_total, edge + r * kPanelWidth, (size_t)cols * sizeof(float));
-      }
-    }
-  }
-}
-
 }  // namespace
 
 bool Int8DotSupported(DType wt, int64_t k) {
@@ -384,47 +265,6 @@ void GemmRowsInt8(const float* a, int64_t m, const Int8PackedWeight& w, float* y
     GemmVnni<DType::Q8_0>(act, m, w, y, n_total, n_begin, n_end);
   else
     GemmVnni<DType::Q4_0>(act, m, w, y, n_total, n_begin, n_end);
-}
-
-size_t Int8PanelBytes(int64_t n, int64_t k) {
-  return (size_t)((n + kPanelWidth - 1) / kPanelWidth * (k / kQuantBlock) * kSliceBlockBytes);
-}
-
-void PackPanelsInt8(const void* w, DType wt, int64_t n, int64_t k, uint8_t* out) {
-  const int64_t blocks = k / kQuantBlock;
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t b = 0; b < blocks; ++b) {
-      uint8_t* dst = out + (r / kPanelWidth * blocks + b) * kSliceBlockBytes;
-      const int64_t c = r % kPanelWidth;
-      uint16_t d;
-      uint8_t v[kQuantBlock];
-      if (wt == DType::Q8_0) {
-        const auto* blk = static_cast<const BlockQ8_0*>(w) + r * blocks + b;
-        d = blk->d;
-        for (int64_t kk = 0; kk < kQuantBlock; ++kk) v[kk] = (uint8_t)(blk->qs[kk] + 128);
-      } else {  // the GGUF byte j holds values j (low nibble) and j + 16 (high nibble)
-        const auto* blk = static_cast<const BlockQ4_0*>(w) + r * blocks + b;
-        d = blk->d;
-        for (int64_t j = 0; j < kQuantBlock / 2; ++j) {
-          v[j] = blk->qs[j] & 0x0f;
-          v[j + kQuantBlock / 2] = blk->qs[j] >> 4;
-        }
-      }
-      for (int64_t kk = 0; kk < kQuantBlock; ++kk) dst[(kk / 4 * kPanelWidth + c) * 4 + kk % 4] = v[kk];
-      reinterpret_cast<float*>(dst + kSteps * kPanelWidth * 4)[c] = HalfToFloat(d);
-    }
-}
-
-void GemmPanelsInt8(const float* a, int64_t m, const uint8_t* panels, DType wt, int64_t k, float* y,
-                    int64_t n_total, int64_t n_begin, int64_t n_end) {
-  if (n_begin >= n_end || m <= 0) return;
-  if (n_begin % kPanelWidth != 0)
-    throw Error("int8 panels: a thread's columns must start at a panel, not at " + std::to_string(n_begin));
-  const uint8_t* act = QuantizeRows(a, m, k);
-  if (wt == DType::Q8_0)
-    GemmVnniPanels<DType::Q8_0>(act, m, panels, k, y, n_total, n_begin, n_end);
-  else
-    GemmVnniPanels<DType::Q4_0>(act, m, panels, k, y, n_total, n_begin, n_end);
 }
 
 double Int8DotErrorBound(const float* a, const void* w, DType wt, int64_t k, int64_t n, int64_t block) {

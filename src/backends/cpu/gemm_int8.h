@@ -35,15 +35,6 @@ Int8PackedWeight PackForInt8Dot(const void* w, DType wt, int64_t n, int64_t k);
 void GemmRowsInt8(const float* a, int64_t m, const Int8PackedWeight& w, float* y, int64_t n_total,
                   int64_t n_begin, int64_t n_end);
 
-// The same products over many activation rows (a prompt), with one output column per vector lane:
-// Q8_0 or Q4_0 weights (GGUF blocks, N x K) as panels of 32 columns, block by block (4-value steps
-// x 32 columns, then the 32 scales as f32), Int8PanelBytes in all (zero-padded past N). Rounds the
-// activations exactly as GemmRowsInt8 does; threads split N at multiples of 32.
-size_t Int8PanelBytes(int64_t n, int64_t k);
-void PackPanelsInt8(const void* w, DType wt, int64_t n, int64_t k, uint8_t* out);
-void GemmPanelsInt8(const float* a, int64_t m, const uint8_t* panels, DType wt, int64_t k, float* y,
-                    int64_t n_total, int64_t n_begin, int64_t n_end);
-
 // One 32-value activation block as every int8 form quantizes it (CPUs with AVX512-VNNI only):
 // q = round(x / d), d = max|x| / 127 (returned; 0 for a block of zeros); `sum`, where given, gets the
 // sum of q.

@@ -3,7 +3,7 @@
 #include "backends/cpu/gemm_panels.h"
 
 #include "backends/cpu/gemm.h"
-#include "backends/cpu/gemm_int8.h"
+#include "backends/cpu/gemm_int8_panels.h"
 #include "backends/cpu/weight_memory.h"
 
 // GCC 12 warns inside its own AVX-512 conversion intrinsics (_mm512_cvtph_ps): false positives.
@@ -138,7 +138,7 @@ PRISM_PANELS void Gemm(const float* a, int64_t m, const PanelPackedWeight& w, fl
 }  // namespace
 
 bool PanelGemmSupported(DType wt) {
-  if (wt == DType::Q8_0 || wt == DType::Q4_0) return Avx512TemplatesEnabled() && Int8DotSupported(wt, 32);
+  if (IsQuantized(wt)) return Avx512TemplatesEnabled() && Int8PanelsSupported(wt, BlockElems(wt));
   return HasAvx512() && Avx512TemplatesEnabled() &&
          (wt == DType::F32 || wt == DType::F16 || wt == DType::BF16);
 }
@@ -153,8 +153,8 @@ PanelPackedWeight PackPanels(const void* w, DType wt, int64_t n, int64_t k) {
   p.k = k;
   p.panels = (n + kPanelCols - 1) / kPanelCols;
   if (IsQuantized(wt)) {
-    if (k % kQuantBlock != 0) throw Error("panel gemm: K=" + std::to_string(k) + " is not whole blocks");
-    p.bytes = Int8PanelBytes(n, k);
+    if (k % BlockElems(wt) != 0) throw Error("panel gemm: K=" + std::to_string(k) + " is not whole blocks");
+    p.bytes = Int8PanelBytes(wt, n, k);
     p.data = AllocateWeightMemory(p.bytes, "int8 panels: packed weights");
     PackPanelsInt8(w, wt, n, k, p.data.get());
     return p;
@@ -177,9 +177,8 @@ void GemmPanels(const float* a, int64_t m, const PanelPackedWeight& w, float* y,
   switch (w.type) {
     case DType::F32: return Gemm<DType::F32>(a, m, w, y, n_total, n_begin, n_end);
     case DType::F16: return Gemm<DType::F16>(a, m, w, y, n_total, n_begin, n_end);
-    case DType::Q8_0:
-    case DType::Q4_0: return GemmPanelsInt8(a, m, w.data.get(), w.type, w.k, y, n_total, n_begin, n_end);
-    default: return Gemm<DType::BF16>(a, m, w, y, n_total, n_begin, n_end);
+    case DType::BF16: return Gemm<DType::BF16>(a, m, w, y, n_total, n_begin, n_end);
+    default: return GemmPanelsInt8(a, m, w.data.get(), w.type, w.k, y, n_total, n_begin, n_end);
   }
 }
 

@@ -24,7 +24,7 @@ struct PanelPackedWeight {
 constexpr int64_t kPanelCols = 32;
 
 // True when this CPU has AVX-512 (F, BW, VL; F16C for f16) and the dtype is a plain float type, or
-// AVX512-VNNI and the dtype is Q8_0 or Q4_0 (GemmPanelsInt8: activations rounded to 8 bits).
+// AVX512-VNNI and the dtype is quantized (GemmPanelsInt8: activations rounded to 8 bits).
 bool PanelGemmSupported(DType wt);
 
 PanelPackedWeight PackPanels(const void* w, DType wt, int64_t n, int64_t k);

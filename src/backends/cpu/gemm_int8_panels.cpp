@@ -1,0 +1,233 @@
+// Template-tier CPU GEMM for many activation rows over quantized weights (Q8_0, Q4_0 and GGUF's block
+// formats) with AVX512-VNNI: weights decoded once into panels of 8-bit values, one column per lane.
+#include "backends/cpu/gemm_int8_panels.h"
+
+// GCC 12 warns inside its own AVX-512 reduction intrinsics: false positives.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/gemm_int8.h"
+#include "ir/error.h"
+#include "ir/quant_formats.h"
+
+namespace prism {
+namespace {
+
+#define PRISM_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
+
+constexpr int64_t kPanelWidth = 32;          // weight rows (output columns) per panel: two vectors
+constexpr int64_t kSliceBlocks = 32;         // blocks of K per slice: kept in L1 across the row tiles
+constexpr int64_t kSteps = kQuantBlock / 4;  // 4-value steps per 32-value block
+
+// Scales per 32-value block: Q2_K, Q3_K and Q6_K scale every 16 values, the others every 32.
+int SubsOf(DType wt) { return wt == DType::Q2_K || wt == DType::Q3_K || wt == DType::Q6_K ? 2 : 1; }
+
+// A panel block (32 values of K x 32 columns): kSteps x kPanelWidth x 4 value bytes (0..255), then
+// Subs x kPanelWidth f32 scales, then as many f32 offsets; column c's weight is scale * q - offset.
+constexpr int64_t PanelBlockBytes(int subs) { return kSteps * kPanelWidth * 4 + 2 * subs * kPanelWidth * 4; }
+
+// Activation rows per register tile: 6 x 2 accumulators and 12 integer sums with one scale per block,
+// 4 rows when two halves are summed apart (16 integer sums).
+constexpr int RowsOf(int subs) { return subs == 1 ? 6 : 4; }
+
+// A packed activation block of a row tile: kSteps x rows x 4 value bytes (int8), then the rows' f32
+// scales d, then per half (subs of them) d x the sum of that half's values, which multiplies the
+// weights' offsets. Rows past the end are zero and contribute nothing.
+constexpr int64_t TileBlockBytes(int subs) {
+  return kSteps * RowsOf(subs) * 4 + RowsOf(subs) * 4 * (1 + subs);
+}
+
+// Rows [i0, i0 + rows) of the activation (k values each, m rows in all) x blocks [b0, b0 + nb),
+// quantized as every int8 form does (QuantizeActivationBlock) into tile layout.
+template <int Subs>
+void PackTile(const float* a, int64_t k, int64_t m, int64_t i0, int64_t b0, int64_t nb, uint8_t* out) {
+  constexpr int MR = RowsOf(Subs);
+  std::memset(out, 0, (size_t)(nb * TileBlockBytes(Subs)));
+  for (int64_t i = 0; i < MR && i0 + i < m; ++i)
+    for (int64_t bi = 0; bi < nb; ++bi) {
+      uint8_t* dst = out + bi * TileBlockBytes(Subs);
+      alignas(64) int8_t q[kQuantBlock];
+      const float d = QuantizeActivationBlock(a + (i0 + i) * k + (b0 + bi) * kQuantBlock, q);
+      for (int64_t s = 0; s < kSteps; ++s) std::memcpy(dst + (s * MR + i) * 4, q + 4 * s, 4);
+      float* scales = reinterpret_cast<float*>(dst + kSteps * MR * 4);
+      scales[i] = d;
+      for (int h = 0; h < Subs; ++h) {
+        int32_t sum = 0;
+        for (int64_t j = h * kQuantBlock / Subs; j < (h + 1) * kQuantBlock / Subs; ++j) sum += q[j];
+        scales[MR * (1 + h) + i] = d * (float)sum;
+      }
+    }
+}
+
+// One packed row tile x one panel slice of nb blocks, stored into y (rows ldy apart) when first,
+// else added to it. Integer sums per half, then in f32: y += (q . a) * scale * d - offset * d * sum(a).
+template <int Subs>
+PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, float* y, int64_t ldy,
+                          bool first) {
+  constexpr int MR = RowsOf(Subs);
+  constexpr int kHalfSteps = kSteps / Subs;
+  __m512 acc[MR][2];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    acc[i][0] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + i * ldy);
+    acc[i][1] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + i * ldy + 16);
+  }
+  for (int64_t bi = 0; bi < nb; ++bi, at += TileBlockBytes(Subs), slice += PanelBlockBytes(Subs)) {
+    __m512i p[Subs][MR][2];
+#pragma GCC unroll 8
+    for (int h = 0; h < Subs; ++h)
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) p[h][i][0] = p[h][i][1] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int s = 0; s < kSteps; ++s) {
+      const int h = s / kHalfSteps;
+      const __m512i w0 = _mm512_load_si512(slice + s * 128), w1 = _mm512_load_si512(slice + s * 128 + 64);
+      const int32_t* four = reinterpret_cast<const int32_t*>(at) + s * MR;
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        const __m512i av = _mm512_set1_epi32(four[i]);
+        p[h][i][0] = _mm512_dpbusd_epi32(p[h][i][0], w0, av);
+        p[h][i][1] = _mm512_dpbusd_epi32(p[h][i][1], w1, av);
+      }
+    }
+    const float* ws = reinterpret_cast<const float*>(slice + kSteps * kPanelWidth * 4);  // scales, offsets
+    const float* as = reinterpret_cast<const float*>(at + kSteps * MR * 4);              // d, d x sums
+#pragma GCC unroll 2
+    for (int h = 0; h < Subs; ++h) {
+      const __m512 s0 = _mm512_load_ps(ws + h * kPanelWidth), s1 = _mm512_load_ps(ws + h * kPanelWidth + 16);
+      const float* off = ws + (Subs + h) * kPanelWidth;
+      const __m512 o0 = _mm512_load_ps(off), o1 = _mm512_load_ps(off + 16);
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        const __m512 d = _mm512_set1_ps(as[i]), ds = _mm512_set1_ps(as[MR * (1 + h) + i]);
+        acc[i][0] = _mm512_fnmadd_ps(
+            o0, ds, _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[h][i][0]), _mm512_mul_ps(s0, d), acc[i][0]));
+        acc[i][1] = _mm512_fnmadd_ps(
+            o1, ds, _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[h][i][1]), _mm512_mul_ps(s1, d), acc[i][1]));
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    _mm512_storeu_ps(y + i * ldy, acc[i][0]);
+    _mm512_storeu_ps(y + i * ldy + 16, acc[i][1]);
+  }
+}
+
+// For each slice of K (outermost: its packed activation tiles stay in L2), every row tile passes
+// over each of our panels' slice, which stays in L1 meanwhile.
+template <int Subs>
+void GemmSlices(const float* a, int64_t m, const uint8_t* panels, int64_t k, float* y, int64_t n_total,
+                int64_t n_begin, int64_t n_end) {
+  constexpr int MR = RowsOf(Subs);
+  const int64_t blocks = k / kQuantBlock, tiles = (m + MR - 1) / MR;
+  thread_local std::vector<uint8_t> packed;
+  packed.resize((size_t)(tiles * kSliceBlocks * TileBlockBytes(Subs)));
+  alignas(64) float edge[MR * kPanelWidth];
+  for (int64_t b0 = 0; b0 < blocks; b0 += kSliceBlocks) {
+    const int64_t nb = std::min(kSliceBlocks, blocks - b0);
+    const bool first = b0 == 0;
+    for (int64_t t = 0; t < tiles; ++t)
+      PackTile<Subs>(a, k, m, t * MR, b0, nb, packed.data() + t * nb * TileBlockBytes(Subs));
+    for (int64_t n0 = n_begin; n0 < n_end; n0 += kPanelWidth) {
+      const int64_t cols = std::min(kPanelWidth, n_end - n0);
+      const uint8_t* slice = panels + (n0 / kPanelWidth * blocks + b0) * PanelBlockBytes(Subs);
+      for (int64_t t = 0; t < tiles; ++t) {
+        const uint8_t* at = packed.data() + t * nb * TileBlockBytes(Subs);
+        const int64_t rows = std::min<int64_t>(MR, m - t * MR);
+        float* yt = y + t * MR * n_total + n0;
+        if (cols == kPanelWidth && rows == MR) {
+          PanelTile<Subs>(at, nb, slice, yt, n_total, first);
+          continue;
+        }
+        // A partial tile goes through a full-size buffer; only its valid part touches y.
+        for (int64_t r = 0; r < rows && !first; ++r)
+          std::memcpy(edge + r * kPanelWidth, yt + r * n_total, (size_t)cols * sizeof(float));
+        PanelTile<Subs>(at, nb, slice, edge, kPanelWidth, first);
+        for (int64_t r = 0; r < rows; ++r)
+          std::memcpy(yt + r * n_total, edge + r * kPanelWidth, (size_t)cols * sizeof(float));
+      }
+    }
+  }
+}
+
+// Weight row r's values [0, elems) of one storage block as integers, scales and offsets per 16.
+void DecodeBlock(const uint8_t* block, DType wt, uint8_t* q, float* scale, float* offset) {
+  if (wt == DType::Q8_0 || wt == DType::Q4_0) {
+    const float d = HalfToFloat(wt == DType::Q8_0 ? reinterpret_cast<const BlockQ8_0*>(block)->d
+                                                  : reinterpret_cast<const BlockQ4_0*>(block)->d);
+    for (int j = 0; j < kQuantBlock; ++j)
+      if (wt == DType::Q8_0) {
+        q[j] = (uint8_t)(reinterpret_cast<const BlockQ8_0*>(block)->qs[j] + 128);
+      } else {  // the GGUF byte j holds values j (low nibble) and j + 16 (high nibble)
+        const uint8_t b = reinterpret_cast<const BlockQ4_0*>(block)->qs[j % 16];
+        q[j] = j < 16 ? b & 0x0f : b >> 4;
+      }
+    scale[0] = scale[1] = d;
+    offset[0] = offset[1] = d * (wt == DType::Q8_0 ? 128 : 8);
+    return;
+  }
+  BlockFormatInts(wt, block, q, scale, offset);
+}
+
+int64_t StorageElems(DType wt) { return IsBlockFormat(wt) ? BlockFormatElems(wt) : kQuantBlock; }
+
+}  // namespace
+
+bool Int8PanelsSupported(DType wt, int64_t k) {
+  static const bool vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  const bool type_ok = wt == DType::Q8_0 || wt == DType::Q4_0 || IsBlockFormat(wt);
+  return vnni && type_ok && k > 0 && k % StorageElems(wt) == 0;
+}
+
+size_t Int8PanelBytes(DType wt, int64_t n, int64_t k) {
+  return (size_t)((n + kPanelWidth - 1) / kPanelWidth * (k / kQuantBlock) * PanelBlockBytes(SubsOf(wt)));
+}
+
+void PackPanelsInt8(const void* w, DType wt, int64_t n, int64_t k, uint8_t* out) {
+  if (!Int8PanelsSupported(wt, k))
+    throw Error("int8 panels: weights of type " + std::string(DTypeName(wt)) +
+                " with K=" + std::to_string(k) + " cannot be packed on this CPU");
+  const int subs = SubsOf(wt);
+  const int64_t blocks = k / kQuantBlock, elems = StorageElems(wt);
+  const int64_t row_bytes = StorageBytes(wt, k), block_bytes = StorageBytes(wt, elems);
+  std::vector<uint8_t> q((size_t)elems);
+  std::vector<float> scale((size_t)elems / 16), offset((size_t)elems / 16);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t sb = 0; sb < k / elems; ++sb) {
+      DecodeBlock(static_cast<const uint8_t*>(w) + r * row_bytes + sb * block_bytes, wt, q.data(),
+                  scale.data(), offset.data());
+      for (int64_t j0 = 0; j0 < elems; j0 += kQuantBlock) {
+        const int64_t b = (sb * elems + j0) / kQuantBlock, c = r % kPanelWidth;
+        uint8_t* dst = out + (r / kPanelWidth * blocks + b) * PanelBlockBytes(subs);
+        for (int64_t kk = 0; kk < kQuantBlock; ++kk)
+          dst[(kk / 4 * kPanelWidth + c) * 4 + kk % 4] = q[j0 + kk];
+        float* fs = reinterpret_cast<float*>(dst + kSteps * kPanelWidth * 4);
+        for (int h = 0; h < subs; ++h) {
+          // With one scale per 32 values, both 16-value halves carry the same one: take the first.
+          fs[h * kPanelWidth + c] = scale[j0 / 16 + h];
+          fs[(subs + h) * kPanelWidth + c] = offset[j0 / 16 + h];
+        }
+      }
+    }
+}
+
+void GemmPanelsInt8(const float* a, int64_t m, const uint8_t* panels, DType wt, int64_t k, float* y,
+                    int64_t n_total, int64_t n_begin, int64_t n_end) {
+  if (n_begin >= n_end || m <= 0) return;
+  if (n_begin % kPanelWidth != 0)
+    throw Error("int8 panels: a thread's columns must start at a panel, not at " + std::to_string(n_begin));
+  if (SubsOf(wt) == 1)
+    GemmSlices<1>(a, m, panels, k, y, n_total, n_begin, n_end);
+  else
+    GemmSlices<2>(a, m, panels, k, y, n_total, n_begin, n_end);
+}
+
+}  // namespace prism

@@ -1,0 +1,29 @@
+// Template-tier CPU GEMM for many activation rows over quantized weights (Q8_0, Q4_0, and GGUF's
+// block formats: K-quants, Q4_1/Q5_x, IQ4) as AVX512-VNNI integer dot products, one column per lane.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ir/dtype.h"
+
+namespace prism {
+
+// True when this CPU has AVX512-BW/VL and AVX512-VNNI, the type is Q8_0, Q4_0 or a block format of
+// ir/quant_formats.h, and K is whole storage blocks.
+bool Int8PanelsSupported(DType wt, int64_t k);
+
+// Weights (GGUF blocks, N x K) as panels of 32 columns, 32 values of K at a time: the values as bytes
+// 0..255 (4-value steps x 32 columns), then the 32 columns' f32 scales and offsets (value = scale *
+// byte - offset, exactly; per 16 values for Q2_K, Q3_K and Q6_K, per 32 for the others),
+// Int8PanelBytes in all (zero-padded past N).
+size_t Int8PanelBytes(DType wt, int64_t n, int64_t k);
+void PackPanelsInt8(const void* w, DType wt, int64_t n, int64_t k, uint8_t* out);
+
+// Y[m, n] = sum_k A[m, k] * W[n, k] for n in [n_begin, n_end), the activations rounded to 8 bits per
+// 32 values exactly as the one-row int8 form rounds them (QuantizeActivationBlock), so each output
+// is within Int8DotErrorBound of the exact sum. Threads split N at multiples of 32.
+void GemmPanelsInt8(const float* a, int64_t m, const uint8_t* panels, DType wt, int64_t k, float* y,
+                    int64_t n_total, int64_t n_begin, int64_t n_end);
+
+}  // namespace prism
