@@ -1,5 +1,6 @@
 // GEMM over K-quant, Q4_1/Q5_x and IQ4 weights on AVX2: blocks decoded in registers for f32 FMA tiles,
-// and for Q4_K/Q6_K the q8k form's integer dot products against Q8_K-rounded activations.
+// and for Q4_K/Q6_K the q8k form's integer dot products against Q8_K-rounded activations (its
+// AVX512-VNNI kernels are gemm_q8k_vnni.cpp's).
 #include "backends/cpu/gemm_blocks.h"
 
 #include <immintrin.h>
@@ -12,6 +13,7 @@
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/gemm_avx2.h"
 #include "backends/cpu/gemm_int8.h"
+#include "backends/cpu/gemm_q8k_vnni.h"
 #include "ir/quant_formats.h"
 
 namespace prism {
@@ -286,14 +288,7 @@ PRISM_AVX2 void Gemm(const float* a, int64_t m, int64_t k, const void* w, float*
   }
 }
 
-// The activation rows as llama.cpp's Q8_K rounds them: per 256 values, scale d = max|a| / 127 and
-// q = round(a / d) in int8, with the per-16 sums of q (for the formats' offsets and mins).
-struct Q8KRows {
-  std::vector<int8_t> q;
-  std::vector<float> d;
-  std::vector<int16_t> bsum16;  // 16 per block
-  std::vector<int16_t> bsum32;  // 8 per block
-};
+}  // namespace
 
 void QuantizeQ8K(const float* a, int64_t m, int64_t k, Q8KRows* out) {
   const int64_t blocks = m * k / kSuperBlock;
@@ -322,6 +317,8 @@ void QuantizeQ8K(const float* a, int64_t m, int64_t k, Q8KRows* out) {
       out->bsum32[b * 8 + g] = (int16_t)(out->bsum16[b * 16 + 2 * g] + out->bsum16[b * 16 + 2 * g + 1]);
   }
 }
+
+namespace {
 
 PRISM_AVX2 PRISM_INLINE __m256i Madd16(__m256i u8, const int8_t* s8, __m256i scales) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u8, Load32(reinterpret_cast<const uint8_t*>(s8))), scales);
@@ -443,6 +440,7 @@ void GemmQ8K(const float* a, int64_t m, int64_t k, const void* w, float* y, int6
              int64_t n_end) {
   thread_local Q8KRows act;
   QuantizeQ8K(a, m, k, &act);
+  if (Q8KVnniSupported()) return GemmQ8KVnni(act, m, k, w, T, y, n_total, n_begin, n_end);
   const uint8_t* wb = static_cast<const uint8_t*>(w);
   const int64_t rb = StorageBytes(T, k);
   constexpr int64_t kMBlock = 64;  // activation rows kept hot while the weight rows stream past

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "ir/dtype.h"
 
@@ -23,6 +24,18 @@ void DequantizeBlocksAvx2(const void* w, DType wt, int64_t blocks, float* out);
 // (int8 per 256 values, scale max|a| / 127), then integer dot products. Its bound on one output's
 // error (activation row a against weight row n): sum over blocks of (max|a| / 254) * sum |w|.
 bool BlockQ8KSupported(DType wt, int64_t k);
+
+// Activation rows as llama.cpp's Q8_K rounds them: per 256 values, scale d = max|a| / 127 (NaN for a
+// block holding a NaN or infinity) and q = round(a / d) in int8, with the per-16 and per-32 sums of q
+// (for the formats' offsets and mins). Row i's block b is entry i * k / 256 + b.
+struct Q8KRows {
+  std::vector<int8_t> q;
+  std::vector<float> d;
+  std::vector<int16_t> bsum16;  // 16 per block
+  std::vector<int16_t> bsum32;  // 8 per block
+};
+void QuantizeQ8K(const float* a, int64_t m, int64_t k, Q8KRows* out);
+
 void GemmRowsBlockQ8K(const float* a, int64_t m, int64_t k, const void* w, DType wt, float* y,
                       int64_t n_total, int64_t n_begin, int64_t n_end);
 double BlockQ8KErrorBound(const float* a, const void* w, DType wt, int64_t k, int64_t n);

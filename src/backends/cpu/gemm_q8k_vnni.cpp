@@ -1,0 +1,204 @@
+// The q8k form's kernels on AVX-512 (BW, VNNI): Q4_K and Q6_K weights as stored against Q8_K-rounded
+// activations, 64 values per two instructions (pair products, then scaled pair sums), one f32 step per block.
+#include "backends/cpu/gemm_q8k_vnni.h"
+
+// GCC 12 warns inside its own AVX-512 reduction intrinsics: false positives.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/gemm.h"
+#include "ir/quant_formats.h"
+
+namespace prism {
+namespace {
+
+#define PRISM_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
+#define PRISM_INLINE __attribute__((always_inline)) inline
+
+PRISM_VNNI PRISM_INLINE __m512i Join(__m256i lo, __m256i hi) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+PRISM_VNNI PRISM_INLINE float Half(uint16_t h) { return _cvtsh_ss(h); }
+
+// Row i0 + i's activation: its int8 values of block b, its scale, and its block's index.
+struct ActRow {
+  const int8_t* q;
+  float d;
+  int64_t block;  // index into the per-block arrays
+};
+
+template <int MR>
+PRISM_VNNI PRISM_INLINE void SetUpRows(const Q8KRows& act, int64_t i0, int64_t blocks, int64_t b, ActRow* a,
+                                       __m512i* isum) {
+  for (int i = 0; i < MR; ++i) {
+    a[i].block = (i0 + i) * blocks + b;
+    a[i].q = act.q.data() + a[i].block * kSuperBlock;
+    a[i].d = act.d[a[i].block];
+    isum[i] = _mm512_setzero_si512();
+  }
+}
+
+// 64 weight bytes (0..63) times 64 activation bytes, pairs summed in 16 bits, then each pair sum times
+// its 16-bit scale and pairs of those summed into the 32-bit lanes of isum (vpdpwssd).
+PRISM_VNNI PRISM_INLINE __m512i Accumulate(__m512i isum, __m512i w, const int8_t* a, __m512i scale16) {
+  return _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(w, _mm512_loadu_si512(a)), scale16);
+}
+
+// One Q4_K weight row against MR activation rows. A 64-value chunk c is 32 bytes (low nibbles: sub-block
+// 2c, high: 2c + 1), widened to 64 bytes; 16-bit lanes 0-15 take sub-block 2c's 6-bit scale and 16-31
+// 2c + 1's. Per block, one f32 multiply-add by d x the row's scale; the mins through the activation's
+// per-32 sums, accumulated apart.
+template <int MR>
+PRISM_VNNI void DotQ4K(const BlockQ4_K* row, int64_t blocks, const Q8KRows& act, int64_t i0, float* out,
+                       int64_t ldo) {
+  __m512 acc[MR];
+  __m128 min_acc[MR];
+  for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps(), min_acc[i] = _mm_setzero_ps();
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const BlockQ4_K& x = row[b];
+    // The 6-bit scales and mins as 8 + 8 bytes (ggml's unpacking of the 12 packed bytes).
+    uint32_t u[4];
+    std::memcpy(u, x.scales, 12);
+    u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+    const uint32_t aux = u[1] & 0x3f3f3f3f;
+    u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+    u[2] = aux;
+    u[0] &= 0x3f3f3f3f;
+    // 16-bit lanes 0-7: the scales; 8-15: the mins.
+    const __m256i sm = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u)));
+    const __m512i sm512 = _mm512_zextsi256_si512(sm);
+    ActRow a[MR];
+    __m512i isum[MR];
+    SetUpRows<MR>(act, i0, blocks, b, a, isum);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * c));
+      const __m512i w = _mm512_and_si512(Join(bytes, _mm256_srli_epi16(bytes, 4)), nib);
+      const __m512i scale = _mm512_permutexvar_epi16(
+          Join(_mm256_set1_epi16((short)(2 * c)), _mm256_set1_epi16((short)(2 * c + 1))), sm512);
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) isum[i] = Accumulate(isum[i], w, a[i].q + 64 * c, scale);
+    }
+    const float d = Half(x.d), dmin = Half(x.dmin);
+    const __m128i mins = _mm256_extracti128_si256(sm, 1);
+    for (int i = 0; i < MR; ++i) {
+      const __m128i bs =
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(act.bsum32.data() + a[i].block * 8));
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i]), _mm512_set1_ps(d * a[i].d), acc[i]);
+      min_acc[i] =
+          _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_madd_epi16(mins, bs)), _mm_set1_ps(dmin * a[i].d), min_acc[i]);
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    out[i * ldo] = _mm512_reduce_add_ps(acc[i]) - _mm512_reduce_add_ps(_mm512_zextps128_ps512(min_acc[i]));
+}
+
+// One Q6_K weight row against MR activation rows. Per half (128 values), 64 ql bytes hold values
+// 0-63 in their low nibbles and 64-127 in their high ones; the 32 qh bytes give each its top two bits
+// (bits 2g, 2g + 1 for 32-value group g), shifted per 256-bit half. Values are 0..63 with offset 32:
+// the offset goes through the per-16 activation sums. 16-bit lane j of 64-value chunk t covers
+// 16-value group 4t + j / 8, whose signed scale it takes.
+template <int MR>
+PRISM_VNNI void DotQ6K(const BlockQ6_K* row, int64_t blocks, const Q8KRows& act, int64_t i0, float* out,
+                       int64_t ldo) {
+  __m512 acc[MR];
+  __m256 off_acc[MR];
+  for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps(), off_acc[i] = _mm256_setzero_ps();
+  const __m512i nib = _mm512_set1_epi8(0x0F), two = _mm512_set1_epi8(0x03);
+  // Per-16-bit-lane shifts of the duplicated qh bytes: groups 0, 1 (chunk 2h) and 2, 3 (chunk 2h + 1).
+  const __m512i shift_lo = Join(_mm256_set1_epi16(0), _mm256_set1_epi16(2));
+  const __m512i shift_hi = Join(_mm256_set1_epi16(4), _mm256_set1_epi16(6));
+  // 16-bit lane j -> group j / 8 of the chunk (plus 4t, added per chunk).
+  const __m512i group =
+      _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15,
+                                         14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                        3);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const BlockQ6_K& x = row[b];
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales)));
+    const __m512i sc512 = _mm512_zextsi256_si512(sc16);
+    ActRow a[MR];
+    __m512i isum[MR];
+    SetUpRows<MR>(act, i0, blocks, b, a, isum);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m512i ql = _mm512_loadu_si512(x.ql + 64 * h);
+      const __m256i qh256 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh + 32 * h));
+      const __m512i qh = Join(qh256, qh256);
+      const __m512i top[2] = {_mm512_and_si512(_mm512_srlv_epi16(qh, shift_lo), two),
+                              _mm512_and_si512(_mm512_srlv_epi16(qh, shift_hi), two)};
+      const __m512i low[2] = {_mm512_and_si512(ql, nib), _mm512_and_si512(_mm512_srli_epi16(ql, 4), nib)};
+#pragma GCC unroll 2
+      for (int s = 0; s < 2; ++s) {
+        const int t = 2 * h + s;  // 64-value chunk
+        const __m512i w = _mm512_or_si512(low[s], _mm512_slli_epi16(top[s], 4));
+        const __m512i scale =
+            _mm512_permutexvar_epi16(_mm512_add_epi16(group, _mm512_set1_epi16((short)(4 * t))), sc512);
+#pragma GCC unroll 4
+        for (int i = 0; i < MR; ++i) isum[i] = Accumulate(isum[i], w, a[i].q + 64 * t, scale);
+      }
+    }
+    const float d = Half(x.d);
+    for (int i = 0; i < MR; ++i) {
+      const __m256i bs =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act.bsum16.data() + a[i].block * 16));
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i]), _mm512_set1_ps(d * a[i].d), acc[i]);
+      off_acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(sc16, bs)),
+                                   _mm256_set1_ps(32.0f * d * a[i].d), off_acc[i]);
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    out[i * ldo] = _mm512_reduce_add_ps(acc[i]) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(off_acc[i]));
+}
+
+template <DType T, int MR>
+void Dot(const uint8_t* row, int64_t blocks, const Q8KRows& act, int64_t i0, float* out, int64_t ldo) {
+  if constexpr (T == DType::Q4_K)
+    DotQ4K<MR>(reinterpret_cast<const BlockQ4_K*>(row), blocks, act, i0, out, ldo);
+  else
+    DotQ6K<MR>(reinterpret_cast<const BlockQ6_K*>(row), blocks, act, i0, out, ldo);
+}
+
+template <DType T>
+void Gemm(const Q8KRows& act, int64_t m, int64_t k, const uint8_t* w, float* y, int64_t n_total,
+          int64_t n_begin, int64_t n_end) {
+  const int64_t rb = StorageBytes(T, k), blocks = k / kSuperBlock;
+  constexpr int64_t kMBlock = 64;  // activation rows kept hot while the weight rows stream past
+  for (int64_t m0 = 0; m0 < m; m0 += kMBlock) {
+    const int64_t m1 = std::min(m, m0 + kMBlock);
+    for (int64_t n = n_begin; n < n_end; ++n)
+      for (int64_t i = m0; i < m1; i += 4) {
+        const uint8_t* wr = w + n * rb;
+        float* yi = y + i * n_total + n;
+        switch (std::min<int64_t>(4, m1 - i)) {
+          case 4: Dot<T, 4>(wr, blocks, act, i, yi, n_total); break;
+          case 3: Dot<T, 3>(wr, blocks, act, i, yi, n_total); break;
+          case 2: Dot<T, 2>(wr, blocks, act, i, yi, n_total); break;
+          default: Dot<T, 1>(wr, blocks, act, i, yi, n_total); break;
+        }
+      }
+  }
+}
+
+}  // namespace
+
+bool Q8KVnniSupported() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  return has && Avx512TemplatesEnabled();
+}
+
+void GemmQ8KVnni(const Q8KRows& act, int64_t m, int64_t k, const void* w, DType wt, float* y, int64_t n_total,
+                 int64_t n_begin, int64_t n_end) {
+  const uint8_t* wb = static_cast<const uint8_t*>(w);
+  if (wt == DType::Q4_K) return Gemm<DType::Q4_K>(act, m, k, wb, y, n_total, n_begin, n_end);
+  if (wt == DType::Q6_K) return Gemm<DType::Q6_K>(act, m, k, wb, y, n_total, n_begin, n_end);
+}
+
+}  // namespace prism
