@@ -20,10 +20,13 @@ void GemmRowsBlockFormat(const float* a, int64_t m, int64_t k, const void* w, DT
 // Dequantizes `blocks` whole blocks of type wt into out (AVX2), for tests and the prefill panels.
 void DequantizeBlocksAvx2(const void* w, DType wt, int64_t blocks, float* out);
 
-// The rounded form for Q4_K and Q6_K weights (AVX2): activation rows rounded as llama.cpp's Q8_K
-// (int8 per 256 values, scale max|a| / 127), then integer dot products. Its bound on one output's
-// error (activation row a against weight row n): sum over blocks of (max|a| / 254) * sum |w|.
+// The rounded form for Q4_K and Q6_K weights (AVX2; gemm_q8k_vnni.h on AVX-512): activation rows rounded as
+// llama.cpp's Q8_K (int8 per 256 values, scale max|a| / 127), then integer dot products. Its bound on one
+// output's error (activation row a against weight row n): sum over blocks of (max|a| / 254) * sum |w|.
 bool BlockQ8KSupported(DType wt, int64_t k);
+void GemmRowsBlockQ8K(const float* a, int64_t m, int64_t k, const void* w, DType wt, float* y,
+                      int64_t n_total, int64_t n_begin, int64_t n_end);
+double BlockQ8KErrorBound(const float* a, const void* w, DType wt, int64_t k, int64_t n);
 
 // Activation rows as llama.cpp's Q8_K rounds them: per 256 values, scale d = max|a| / 127 (NaN for a
 // block holding a NaN or infinity) and q = round(a / d) in int8, with the per-16 and per-32 sums of q
@@ -35,9 +38,5 @@ struct Q8KRows {
   std::vector<int16_t> bsum32;  // 8 per block
 };
 void QuantizeQ8K(const float* a, int64_t m, int64_t k, Q8KRows* out);
-
-void GemmRowsBlockQ8K(const float* a, int64_t m, int64_t k, const void* w, DType wt, float* y,
-                      int64_t n_total, int64_t n_begin, int64_t n_end);
-double BlockQ8KErrorBound(const float* a, const void* w, DType wt, int64_t k, int64_t n);
 
 }  // namespace prism
