@@ -1,7 +1,8 @@
 // prism_roofline_probe: measures this machine's roofline ceilings and prints them as JSON.
 //
-//   memory read bandwidth  a streaming sum over a 2 GiB float array (far beyond any L3), every
-//                          thread reading its own contiguous slice; best of several passes.
+//   memory read bandwidth  Prism's own probe (MeasureReadBandwidth): a 2 GiB array (far beyond any
+//                          L3), every thread reading its own slice as 1, 2 or 4 interleaved streams
+//                          with and without software prefetch; best variant of several passes.
 //   peak compute           register-only loops of one instruction over independent accumulators
 //                          (enough chains to cover latency x ports), so the number is the issue
 //                          rate of the vector and tile units, not of memory; Prism's own probe
@@ -62,85 +63,6 @@ double RunParallel(int threads, const std::function<void(int)>& fn) {
   go.store(true, std::memory_order_release);
   for (auto& t : team) t.join();
   return Seconds(t0, Clock::now());
-}
-
-// Horizontal sums through memory (GCC 12's _mm512_reduce_* headers warn under -Wuninitialized).
-__attribute__((target("avx512f"))) float HSum(__m512 v) {
-  alignas(64) float t[16];
-  _mm512_store_ps(t, v);
-  float s = 0;
-  for (float x : t) s += x;
-  return s;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Memory read bandwidth.
-
-__attribute__((target("avx512f"))) float SumAvx512(const float* p, size_t n) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  size_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
-    a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
-    a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
-    a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
-  }
-  float s = HSum(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-  for (; i < n; ++i) s += p[i];
-  return s;
-}
-
-__attribute__((target("avx2"))) float SumAvx2(const float* p, size_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  size_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
-    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
-    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
-    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
-  }
-  __m256 a = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-  float t[8];
-  _mm256_storeu_ps(t, a);
-  float s = 0;
-  for (float x : t) s += x;
-  for (; i < n; ++i) s += p[i];
-  return s;
-}
-
-float SumScalar(const float* p, size_t n) {
-  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) s0 += p[i], s1 += p[i + 1], s2 += p[i + 2], s3 += p[i + 3];
-  for (; i < n; ++i) s0 += p[i];
-  return s0 + s1 + s2 + s3;
-}
-
-volatile float g_sink_f;
-
-struct BandwidthResult {
-  double gbps;
-  std::vector<double> passes;
-};
-
-BandwidthResult MeasureBandwidth(float* data, size_t n, int threads, int passes, const char* isa) {
-  auto sum = std::string(isa) == "avx512f" ? SumAvx512 : std::string(isa) == "avx2" ? SumAvx2 : SumScalar;
-  // Slices start on 64-byte boundaries (16 floats).
-  size_t per = (n / threads) & ~size_t(15);
-  std::vector<float> partial(threads);
-  BandwidthResult r{0, {}};
-  for (int pass = 0; pass <= passes; ++pass) {  // pass 0 warms the page tables and TLBs
-    double sec = RunParallel(threads, [&](int t) {
-      size_t begin = per * t, len = t == threads - 1 ? n - begin : per;
-      partial[t] = sum(data + begin, len);
-    });
-    float s = 0;
-    for (float x : partial) s += x;
-    g_sink_f = s;
-    if (pass > 0) r.passes.push_back(n * sizeof(float) / sec / 1e9);
-  }
-  r.gbps = *std::max_element(r.passes.begin(), r.passes.end());
-  return r;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -245,7 +167,6 @@ int main(int argc, char** argv) {
     }
   }
   if (threads.empty()) threads = {1};
-  int max_threads = *std::max_element(threads.begin(), threads.end());
 
   __builtin_cpu_init();
   struct Feature {
@@ -262,32 +183,10 @@ int main(int argc, char** argv) {
       {"avxvnni", (bool)__builtin_cpu_supports("avxvnni")},
       {"amx-tile", (bool)__builtin_cpu_supports("amx-tile")},
   };
-  auto has = [&](const char* n) {
-    for (auto& f : features)
-      if (std::strcmp(f.name, n) == 0) return f.on;
-    return false;
-  };
-
-  // ---- memory bandwidth
-  size_t n = mib * (1024 * 1024 / sizeof(float));
-  float* data = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
-  if (!data) {
-    std::fprintf(stderr, "prism_roofline_probe: cannot allocate %zu MiB\n", mib);
-    return 1;
-  }
-  // First touch from max_threads threads, in the same slices the measurement reads.
-  {
-    size_t per = (n / max_threads) & ~size_t(15);
-    RunParallel(max_threads, [&](int t) {
-      size_t begin = per * t, end = t == max_threads - 1 ? n : begin + per;
-      for (size_t i = begin; i < end; ++i) data[i] = (float)(i & 1023) * 1e-6f;
-    });
-  }
-  const char* bw_isa = has("avx512f") ? "avx512f" : has("avx2") ? "avx2" : "scalar";
-  int passes = quick ? 3 : 5;
-  std::vector<std::pair<int, BandwidthResult>> bw;
-  for (int t : threads) bw.push_back({t, MeasureBandwidth(data, n, t, passes, bw_isa)});
-  std::free(data);
+  // ---- memory bandwidth: Prism's own probe (backends/cpu/machine_probe), the best of its read variants
+  const int passes = quick ? 3 : 5;
+  std::vector<std::pair<int, prism::ReadBandwidth>> bw;
+  for (int t : threads) bw.push_back({t, prism::MeasureReadBandwidth(t, mib << 20, passes)});
 
   // ---- peak compute
   using prism::PeakLoop;
@@ -312,9 +211,8 @@ int main(int argc, char** argv) {
         std::string(i ? ", " : "") + "\"" + features[i].name + "\": " + (features[i].on ? "true" : "false");
   out += "},\n";
   char buf[256];
-  std::snprintf(buf, sizeof buf,
-                "  \"bandwidth\": {\"array_mib\": %zu, \"isa\": \"%s\", \"passes\": %d, \"gbps\": {", mib,
-                bw_isa, passes);
+  std::snprintf(buf, sizeof buf, "  \"bandwidth\": {\"array_mib\": %zu, \"passes\": %d, \"gbps\": {", mib,
+                passes);
   out += buf;
   for (size_t i = 0; i < bw.size(); ++i) {
     std::snprintf(buf, sizeof buf, "%s\"%d\": %.2f", i ? ", " : "", bw[i].first, bw[i].second.gbps);
@@ -324,12 +222,16 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < bw.size(); ++i) {
     std::snprintf(buf, sizeof buf, "%s\"%d\": [", i ? ", " : "", bw[i].first);
     out += buf;
-    for (size_t j = 0; j < bw[i].second.passes.size(); ++j) {
-      std::snprintf(buf, sizeof buf, "%s%.2f", j ? ", " : "", bw[i].second.passes[j]);
+    for (size_t j = 0; j < bw[i].second.samples.size(); ++j) {
+      std::snprintf(buf, sizeof buf, "%s%.2f", j ? ", " : "", bw[i].second.samples[j]);
       out += buf;
     }
     out += "]";
   }
+  out += "}, \"variants\": {";
+  for (size_t i = 0; i < bw.size(); ++i)
+    out += (i ? ", \"" : "\"") + std::to_string(bw[i].first) + "\": \"" + JsonEscape(bw[i].second.variant) +
+           "\"";
   out += "}},\n  \"compute\": {\n";
   bool first = true;
   for (auto& k : kernels) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "backends/cpu/machine_probe.h"
 #include "compiler/kernel_hash.h"
 #include "frontend/nn.h"
 #include "graph_check.h"
@@ -46,6 +47,20 @@ TEST(Search, KernelKeysAreStructural) {
   EXPECT_NE(key_of(DType::F32, 48, false)[1], a[1]);
   EXPECT_EQ(key_of(DType::F32, 32, true)[1], a[1]);  // another consumer: the product itself is unchanged
   EXPECT_EQ(key_of(DType::F32, 32, false), a);       // deterministic
+}
+
+// The receipts' read-bandwidth probe: every variant measured in each pass, each pass's best recorded,
+// the best of all kept and named (below AVX2 there is no probe: 0).
+TEST(Search, ReadBandwidthProbeKeepsTheBestVariantOfEachPass) {
+  const ReadBandwidth r = MeasureReadBandwidth(1, (size_t)64 << 20, 2);
+  if (!__builtin_cpu_supports("avx2")) {
+    EXPECT_EQ(r.gbps, 0);
+    return;
+  }
+  ASSERT_EQ(r.samples.size(), 2u);
+  EXPECT_GT(r.gbps, 0.1);
+  EXPECT_EQ(r.gbps, *std::max_element(r.samples.begin(), r.samples.end()));
+  EXPECT_NE(r.variant.find("per thread"), std::string::npos) << r.variant;
 }
 
 TEST(Search, EveryCandidateIsCheckedAndTimedThenTheDatabaseIsReused) {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "ir/dtype.h"
 
@@ -31,6 +32,18 @@ struct MachinePeaks {
 enum class PeakLoop { Fp32Fma, Fp32Fma256, Fp16Fma, Bf16Dot, Int8Vnni, AmxBf16, AmxInt8 };
 bool PeakLoopSupported(PeakLoop loop);
 double RunPeakLoop(PeakLoop loop, int64_t iters);
+
+// The best sustained read bandwidth `threads` threads reach over `bytes` of memory (far beyond the
+// caches; advised to huge pages): each thread reads its own slice as 1, 2 or 4 interleaved sequential
+// streams, with software prefetch none, 1 or 4 KiB ahead; every variant measured in each of `passes`
+// passes after a warm-up one, the best kept (noise only ever lowers a reading). `samples`: each
+// pass's best, for the spread between passes. 0 GB/s below AVX2.
+struct ReadBandwidth {
+  double gbps = 0;
+  std::string variant;  // the one that gave gbps
+  std::vector<double> samples;
+};
+ReadBandwidth MeasureReadBandwidth(int threads, size_t bytes, int passes);
 
 // Runs the probe (about a second) once per process and thread count.
 const MachinePeaks& ProbeMachine(int threads);
