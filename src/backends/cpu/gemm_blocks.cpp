@@ -440,7 +440,7 @@ void GemmQ8K(const float* a, int64_t m, int64_t k, const void* w, float* y, int6
              int64_t n_end) {
   thread_local Q8KRows act;
   QuantizeQ8K(a, m, k, &act);
-  if (Q8KVnniSupported()) return GemmQ8KVnni(act, m, k, w, T, y, n_total, n_begin, n_end);
+  const bool vnni = Q8KVnniSupported();
   const uint8_t* wb = static_cast<const uint8_t*>(w);
   const int64_t rb = StorageBytes(T, k);
   constexpr int64_t kMBlock = 64;  // activation rows kept hot while the weight rows stream past
@@ -450,6 +450,10 @@ void GemmQ8K(const float* a, int64_t m, int64_t k, const void* w, float* y, int6
       for (int64_t i = m0; i < m1; i += 4) {
         const uint8_t* wr = wb + n * rb;
         float* yi = y + i * n_total + n;
+        if (vnni) {
+          DotRowsQ8KVnni(T, wr, k, act, i, (int)std::min<int64_t>(4, m1 - i), yi, n_total);
+          continue;
+        }
         switch (std::min<int64_t>(4, m1 - i)) {
           case 4: DotRowQ8K<T, 4>(wr, k, act, i, yi, n_total); break;
           case 3: DotRowQ8K<T, 3>(wr, k, act, i, yi, n_total); break;

@@ -7,7 +7,6 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include "backends/cpu/gemm.h"
@@ -166,23 +165,13 @@ void Dot(const uint8_t* row, int64_t blocks, const Q8KRows& act, int64_t i0, flo
 }
 
 template <DType T>
-void Gemm(const Q8KRows& act, int64_t m, int64_t k, const uint8_t* w, float* y, int64_t n_total,
-          int64_t n_begin, int64_t n_end) {
-  const int64_t rb = StorageBytes(T, k), blocks = k / kSuperBlock;
-  constexpr int64_t kMBlock = 64;  // activation rows kept hot while the weight rows stream past
-  for (int64_t m0 = 0; m0 < m; m0 += kMBlock) {
-    const int64_t m1 = std::min(m, m0 + kMBlock);
-    for (int64_t n = n_begin; n < n_end; ++n)
-      for (int64_t i = m0; i < m1; i += 4) {
-        const uint8_t* wr = w + n * rb;
-        float* yi = y + i * n_total + n;
-        switch (std::min<int64_t>(4, m1 - i)) {
-          case 4: Dot<T, 4>(wr, blocks, act, i, yi, n_total); break;
-          case 3: Dot<T, 3>(wr, blocks, act, i, yi, n_total); break;
-          case 2: Dot<T, 2>(wr, blocks, act, i, yi, n_total); break;
-          default: Dot<T, 1>(wr, blocks, act, i, yi, n_total); break;
-        }
-      }
+void DotRows(const uint8_t* row, int64_t blocks, const Q8KRows& act, int64_t i0, int rows, float* out,
+             int64_t ldo) {
+  switch (rows) {
+    case 4: return Dot<T, 4>(row, blocks, act, i0, out, ldo);
+    case 3: return Dot<T, 3>(row, blocks, act, i0, out, ldo);
+    case 2: return Dot<T, 2>(row, blocks, act, i0, out, ldo);
+    default: return Dot<T, 1>(row, blocks, act, i0, out, ldo);
   }
 }
 
@@ -194,11 +183,10 @@ bool Q8KVnniSupported() {
   return has && Avx512TemplatesEnabled();
 }
 
-void GemmQ8KVnni(const Q8KRows& act, int64_t m, int64_t k, const void* w, DType wt, float* y, int64_t n_total,
-                 int64_t n_begin, int64_t n_end) {
-  const uint8_t* wb = static_cast<const uint8_t*>(w);
-  if (wt == DType::Q4_K) return Gemm<DType::Q4_K>(act, m, k, wb, y, n_total, n_begin, n_end);
-  if (wt == DType::Q6_K) return Gemm<DType::Q6_K>(act, m, k, wb, y, n_total, n_begin, n_end);
+void DotRowsQ8KVnni(DType wt, const uint8_t* row, int64_t k, const Q8KRows& act, int64_t i0, int rows,
+                    float* out, int64_t ldo) {
+  if (wt == DType::Q4_K) return DotRows<DType::Q4_K>(row, k / kSuperBlock, act, i0, rows, out, ldo);
+  DotRows<DType::Q6_K>(row, k / kSuperBlock, act, i0, rows, out, ldo);
 }
 
 }  // namespace prism

@@ -9,12 +9,13 @@
 namespace prism {
 
 // True when this CPU has AVX512-BW/VL and AVX512-VNNI and AVX-512 templates are enabled
-// (PRISM_GEMM_ISA); GemmRowsBlockQ8K then runs these kernels instead of its AVX2 ones.
+// (PRISM_GEMM_ISA); GemmRowsBlockQ8K then runs this kernel instead of its AVX2 ones.
 bool Q8KVnniSupported();
 
-// Y[m, n] = sum_k A[m, k] * W[n, k] for n in [n_begin, n_end) over A already rounded (act), W Q4_K or
-// Q6_K (N x K); the same integer sums as the AVX2 kernels, in another order, so within the same bound.
-void GemmQ8KVnni(const Q8KRows& act, int64_t m, int64_t k, const void* w, DType wt, float* y, int64_t n_total,
-                 int64_t n_begin, int64_t n_end);
+// Activation rows [i0, i0 + rows) of act (rows 1 to 4) against one Q4_K or Q6_K weight row of K
+// values: out[i * ldo] for row i0 + i. The same integer sums as the AVX2 kernels, in another order,
+// so within the same bound.
+void DotRowsQ8KVnni(DType wt, const uint8_t* row, int64_t k, const Q8KRows& act, int64_t i0, int rows,
+                    float* out, int64_t ldo);
 
 }  // namespace prism
