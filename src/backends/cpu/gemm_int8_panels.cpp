@@ -32,22 +32,21 @@ int SubsOf(DType wt) { return wt == DType::Q2_K || wt == DType::Q3_K || wt == DT
 // Subs x kPanelWidth f32 scales, then as many f32 offsets; column c's weight is scale * q - offset.
 constexpr int64_t PanelBlockBytes(int subs) { return kSteps * kPanelWidth * 4 + 2 * subs * kPanelWidth * 4; }
 
-// Activation rows per register tile: 6 x 2 accumulators and 12 integer sums with one scale per block,
-// 4 rows when two halves are summed apart (16 integer sums).
-constexpr int RowsOf(int subs) { return subs == 1 ? 6 : 4; }
+// Activation rows per register tile (6 x 2 accumulators and 12 integer sums).
+constexpr int kRows = 6;
 
 // A packed activation block of a row tile: kSteps x rows x 4 value bytes (int8), then the rows' f32
 // scales d, then per half (subs of them) d x the sum of that half's values, which multiplies the
 // weights' offsets. Rows past the end are zero and contribute nothing.
 constexpr int64_t TileBlockBytes(int subs) {
-  return kSteps * RowsOf(subs) * 4 + RowsOf(subs) * 4 * (1 + subs);
+  return kSteps * kRows * 4 + kRows * 4 * (1 + subs);
 }
 
 // Rows [i0, i0 + rows) of the activation (k values each, m rows in all) x blocks [b0, b0 + nb),
 // quantized as every int8 form does (QuantizeActivationBlock) into tile layout.
 template <int Subs>
 void PackTile(const float* a, int64_t k, int64_t m, int64_t i0, int64_t b0, int64_t nb, uint8_t* out) {
-  constexpr int MR = RowsOf(Subs);
+  constexpr int MR = kRows;
   std::memset(out, 0, (size_t)(nb * TileBlockBytes(Subs)));
   for (int64_t i = 0; i < MR && i0 + i < m; ++i)
     for (int64_t bi = 0; bi < nb; ++bi) {
@@ -70,7 +69,7 @@ void PackTile(const float* a, int64_t k, int64_t m, int64_t i0, int64_t b0, int6
 template <int Subs>
 PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, float* y, int64_t ldy,
                           bool first) {
-  constexpr int MR = RowsOf(Subs);
+  constexpr int MR = kRows;
   constexpr int kHalfSteps = kSteps / Subs;
   __m512 acc[MR][2];
 #pragma GCC unroll 8
@@ -79,37 +78,36 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
     acc[i][1] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + i * ldy + 16);
   }
   for (int64_t bi = 0; bi < nb; ++bi, at += TileBlockBytes(Subs), slice += PanelBlockBytes(Subs)) {
-    __m512i p[Subs][MR][2];
-#pragma GCC unroll 8
-    for (int h = 0; h < Subs; ++h)
-#pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) p[h][i][0] = p[h][i][1] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-    for (int s = 0; s < kSteps; ++s) {
-      const int h = s / kHalfSteps;
-      const __m512i w0 = _mm512_load_si512(slice + s * 128), w1 = _mm512_load_si512(slice + s * 128 + 64);
-      const int32_t* four = reinterpret_cast<const int32_t*>(at) + s * MR;
-#pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) {
-        const __m512i av = _mm512_set1_epi32(four[i]);
-        p[h][i][0] = _mm512_dpbusd_epi32(p[h][i][0], w0, av);
-        p[h][i][1] = _mm512_dpbusd_epi32(p[h][i][1], w1, av);
-      }
-    }
     const float* ws = reinterpret_cast<const float*>(slice + kSteps * kPanelWidth * 4);  // scales, offsets
     const float* as = reinterpret_cast<const float*>(at + kSteps * MR * 4);              // d, d x sums
+    // Each half's integer sums are finished into acc before the next half starts, so one set of
+    // them is live: 6 x 2 sums and 6 x 2 accumulators fit the 32 vector registers either way.
 #pragma GCC unroll 2
     for (int h = 0; h < Subs; ++h) {
+      __m512i p[MR][2];
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) p[i][0] = p[i][1] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int s = h * kHalfSteps; s < (h + 1) * kHalfSteps; ++s) {
+        const __m512i w0 = _mm512_load_si512(slice + s * 128), w1 = _mm512_load_si512(slice + s * 128 + 64);
+        const int32_t* four = reinterpret_cast<const int32_t*>(at) + s * MR;
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+          const __m512i av = _mm512_set1_epi32(four[i]);
+          p[i][0] = _mm512_dpbusd_epi32(p[i][0], w0, av);
+          p[i][1] = _mm512_dpbusd_epi32(p[i][1], w1, av);
+        }
+      }
       const __m512 s0 = _mm512_load_ps(ws + h * kPanelWidth), s1 = _mm512_load_ps(ws + h * kPanelWidth + 16);
       const float* off = ws + (Subs + h) * kPanelWidth;
       const __m512 o0 = _mm512_load_ps(off), o1 = _mm512_load_ps(off + 16);
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
         const __m512 d = _mm512_set1_ps(as[i]), ds = _mm512_set1_ps(as[MR * (1 + h) + i]);
-        acc[i][0] = _mm512_fnmadd_ps(
-            o0, ds, _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[h][i][0]), _mm512_mul_ps(s0, d), acc[i][0]));
-        acc[i][1] = _mm512_fnmadd_ps(
-            o1, ds, _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[h][i][1]), _mm512_mul_ps(s1, d), acc[i][1]));
+        acc[i][0] = _mm512_fnmadd_ps(o0, ds,
+                                     _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[i][0]), _mm512_mul_ps(s0, d), acc[i][0]));
+        acc[i][1] = _mm512_fnmadd_ps(o1, ds,
+                                     _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[i][1]), _mm512_mul_ps(s1, d), acc[i][1]));
       }
     }
   }
@@ -125,7 +123,7 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
 template <int Subs>
 void GemmSlices(const float* a, int64_t m, const uint8_t* panels, int64_t k, float* y, int64_t n_total,
                 int64_t n_begin, int64_t n_end) {
-  constexpr int MR = RowsOf(Subs);
+  constexpr int MR = kRows;
   const int64_t blocks = k / kQuantBlock, tiles = (m + MR - 1) / MR;
   thread_local std::vector<uint8_t> packed;
   packed.resize((size_t)(tiles * kSliceBlocks * TileBlockBytes(Subs)));
