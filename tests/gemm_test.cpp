@@ -18,20 +18,28 @@
 namespace prism {
 namespace {
 
+// Row i of A (k values) · row j of W, summed exactly in double, and sum |a w| (the scale of its rounding).
+struct Exact {
+  double sum = 0, magnitude = 0;
+};
+Exact ExactDot(const float* a, int64_t k, const void* w, DType wt, int64_t i, int64_t j) {
+  Exact e;
+  for (int64_t kk = 0; kk < k; ++kk) {
+    const double p = (double)a[i * k + kk] * LoadAsDouble(w, wt, j * k + kk);
+    e.sum += p;
+    e.magnitude += std::fabs(p);
+  }
+  return e;
+}
+
 // y (m x n) equals A · Wᵀ summed exactly in double, within rel x sum |a w| per output.
 void ExpectExactProducts(const float* a, int64_t m, int64_t k, const uint8_t* w, DType wt, int64_t n,
                          const std::vector<float>& y, double rel) {
-  const int64_t rb = StorageBytes(wt, k);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
-      double exact = 0, mag = 0;
-      for (int64_t kk = 0; kk < k; ++kk) {
-        const double p = (double)a[i * k + kk] * LoadAsDouble(w + j * rb, wt, kk);
-        exact += p;
-        mag += std::fabs(p);
-      }
-      ASSERT_GT(mag, 0) << DTypeName(wt);
-      ASSERT_NEAR(y[i * n + j], exact, rel * mag + 1e-7)
+      const Exact e = ExactDot(a, k, w, wt, i, j);
+      ASSERT_GT(e.magnitude, 0) << DTypeName(wt);
+      ASSERT_NEAR(y[i * n + j], e.sum, rel * e.magnitude + 1e-7)
           << DTypeName(wt) << " m=" << m << " n=" << n << " k=" << k << " at " << i << "," << j;
     }
 }
@@ -102,12 +110,8 @@ TEST(Gemm, Q8KFormStaysWithinItsBound) {
         double worst = 0;
         for (int64_t i = 0; i < m; ++i)
           for (int64_t j = 0; j < n; ++j) {
-            double exact = 0, mag = 0;
-            for (int64_t kk = 0; kk < k; ++kk) {
-              const double p = a[i * k + kk] * LoadAsDouble(w.data, wt, j * k + kk);
-              exact += p;
-              mag += std::fabs(p);
-            }
+            const Exact e = ExactDot(a.data(), k, w.data, wt, i, j);
+            const double exact = e.sum, mag = e.magnitude;
             const double bound = BlockQ8KErrorBound(a.data() + i * k, w.data, wt, k, j);
             ASSERT_LE(std::fabs(y[i * n + j] - exact), bound + 1e-6 * mag)
                 << DTypeName(wt) << " m=" << m << " n=" << n << " at " << i << "," << j;
@@ -236,12 +240,8 @@ TEST(Gemm, Int8PanelsAgreeWithTheOneRowPathOverOddShapes) {
         GemmRowsInt8(a.data(), m, rows_form, rows.data(), n, 0, n);
         for (int64_t i = 0; i < m; ++i)
           for (int64_t j = 0; j < n; ++j) {
-            double exact = 0, magnitude = 0;
-            for (int64_t kk = 0; kk < k; ++kk) {
-              const double p = (double)a[i * k + kk] * LoadAsDouble(wq.data(), wt, j * k + kk);
-              exact += p;
-              magnitude += std::fabs(p);
-            }
+            const Exact e = ExactDot(a.data(), k, wq.data(), wt, i, j);
+            const double exact = e.sum, magnitude = e.magnitude;
             const double got = y[i * n + j];
             ASSERT_FALSE(std::isnan(got))
                 << DTypeName(wt) << " k=" << k << " m=" << m << " at " << i << "," << j;
@@ -278,12 +278,8 @@ TEST(Gemm, Int8PanelsOverBlockFormatsStayWithinTheRoundingBound) {
         double worst = 0;
         for (int64_t i = 0; i < m; ++i)
           for (int64_t j = 0; j < n; ++j) {
-            double exact = 0, magnitude = 0;
-            for (int64_t kk = 0; kk < k; ++kk) {
-              const double p = (double)a[i * k + kk] * LoadAsDouble(w.data, wt, j * k + kk);
-              exact += p;
-              magnitude += std::fabs(p);
-            }
+            const Exact e = ExactDot(a.data(), k, w.data, wt, i, j);
+            const double exact = e.sum, magnitude = e.magnitude;
             const double got = y[i * n + j], bound = Int8DotErrorBound(a.data() + i * k, w.data, wt, k, j);
             ASSERT_FALSE(std::isnan(got))
                 << DTypeName(wt) << " k=" << k << " m=" << m << " at " << i << "," << j;
@@ -350,13 +346,8 @@ TEST(Gemm, PanelsMatchExactProductsOverOddShapesAndSplits) {
           GemmPanels(a.data(), m, packed, y.data(), n, split, n);
           for (int64_t i = 0; i < m; ++i)
             for (int64_t j = 0; j < n; ++j) {
-              double exact = 0, mag = 0;
-              for (int64_t kk = 0; kk < k; ++kk) {
-                double p = (double)a[i * k + kk] * LoadAsDouble(w.data(), wt, j * k + kk);
-                exact += p;
-                mag += std::fabs(p);
-              }
-              ASSERT_NEAR(y[i * n + j], exact, 1e-6 * mag + 1e-7)
+              const Exact e = ExactDot(a.data(), k, w.data(), wt, i, j);
+              ASSERT_NEAR(y[i * n + j], e.sum, 1e-6 * e.magnitude + 1e-7)
                   << DTypeName(wt) << " m=" << m << " n=" << n << " k=" << k << " at " << i << "," << j;
             }
         }
@@ -388,12 +379,8 @@ TEST(Gemm, AmxAgreesWithTheRoundedFormsOverOddShapes) {
         }
         for (int64_t i = 0; i < m; ++i)
           for (int64_t j = 0; j < n; ++j) {
-            double exact = 0, magnitude = 0;
-            for (int64_t kk = 0; kk < k; ++kk) {
-              const double p = (double)a[i * k + kk] * LoadAsDouble(w.data, wt, j * k + kk);
-              exact += p;
-              magnitude += std::fabs(p);
-            }
+            const Exact e = ExactDot(a.data(), k, w.data, wt, i, j);
+            const double exact = e.sum, magnitude = e.magnitude;
             const double got = y[i * n + j], bound = AmxErrorBound(a.data() + i * k, w.data, wt, k, j);
             const std::string at = std::string(DTypeName(wt)) + " k=" + std::to_string(k) +
                                    " m=" + std::to_string(m) + " at " + std::to_string(i) + "," +

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <random>
 
 #include "ir/dtype.h"
@@ -86,6 +87,18 @@ inline void ScaleMinK4(const uint8_t* q, int j, int* scale, int* min) {
     *scale = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
     *min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
   }
+}
+// All 8 scales and 8 mins of a Q4_K/Q5_K block as bytes (out[0..7] scales, out[8..15] mins), as
+// ggml unpacks the 12 packed bytes: ScaleMinK4 for every j at once, for the vector kernels.
+inline void UnpackScalesK4(const uint8_t* q, uint8_t* out) {
+  uint32_t u[4];
+  std::memcpy(u, q, 12);
+  u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+  const uint32_t aux = u[1] & 0x3f3f3f3f;
+  u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+  u[2] = aux;
+  u[0] &= 0x3f3f3f3f;
+  std::memcpy(out, u, 16);
 }
 // Signed scale of sub-block j (0..15) of a Q3_K block (6-bit, stored with a +32 offset).
 inline int ScaleQ3K(const uint8_t* scales, int j) {

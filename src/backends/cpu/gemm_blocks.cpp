@@ -362,15 +362,8 @@ PRISM_AVX2 void DotRowQ8K(const uint8_t* row, int64_t k, const Q8KRows& act, int
     float d, offset[MR];
     if constexpr (T == DType::Q4_K) {
       const auto& x = reinterpret_cast<const BlockQ4_K*>(row)[b];
-      // The 6-bit scales and mins as 8 + 8 bytes (ggml's unpacking of the 12 packed bytes).
-      uint32_t u[4];
-      std::memcpy(u, x.scales, 12);
-      u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
-      const uint32_t aux = u[1] & 0x3f3f3f3f;
-      u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
-      u[2] = aux;
-      u[0] &= 0x3f3f3f3f;
-      const uint8_t* sc = reinterpret_cast<const uint8_t*>(u);  // sc[0..7] scales, sc[8..15] mins
+      alignas(16) uint8_t sc[16];  // sc[0..7] scales, sc[8..15] mins
+      UnpackScalesK4(x.scales, sc);
       // The 8 scales as 16-bit lanes in both halves; scale j is broadcast by one byte shuffle.
       const __m256i sc16 = _mm256_broadcastsi128_si256(
           _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));

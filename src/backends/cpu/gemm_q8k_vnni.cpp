@@ -61,14 +61,8 @@ PRISM_VNNI void DotQ4K(const BlockQ4_K* row, int64_t blocks, const Q8KRows& act,
   const __m512i nib = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < blocks; ++b) {
     const BlockQ4_K& x = row[b];
-    // The 6-bit scales and mins as 8 + 8 bytes (ggml's unpacking of the 12 packed bytes).
-    uint32_t u[4];
-    std::memcpy(u, x.scales, 12);
-    u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
-    const uint32_t aux = u[1] & 0x3f3f3f3f;
-    u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
-    u[2] = aux;
-    u[0] &= 0x3f3f3f3f;
+    alignas(16) uint8_t u[16];  // the 6-bit scales, then the mins
+    UnpackScalesK4(x.scales, u);
     // 16-bit lanes 0-7: the scales; 8-15: the mins.
     const __m256i sm = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u)));
     const __m512i sm512 = _mm512_zextsi256_si512(sm);
