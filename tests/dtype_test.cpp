@@ -71,6 +71,23 @@ TEST(DType, BlockFormatIntsEqualTheReferenceValues) {
   EXPECT_THROW(BlockFormatInts(DType::F32, nullptr, nullptr, nullptr, nullptr), Error);
 }
 
+// The vector kernels' unpacking of a Q4_K/Q5_K block's 12 scale bytes gives every sub-block's scale
+// and min as the reference's per-sub-block ScaleMinK4 does, over random bytes (high bits set too).
+TEST(DType, UnpackScalesK4MatchesScaleMinK4) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 200; ++trial) {
+    uint8_t packed[12], out[16];
+    for (uint8_t& b : packed) b = (uint8_t)rng();
+    UnpackScalesK4(packed, out);
+    for (int j = 0; j < 8; ++j) {
+      int scale, min;
+      ScaleMinK4(packed, j, &scale, &min);
+      ASSERT_EQ(out[j], scale) << "trial " << trial << " sub-block " << j;
+      ASSERT_EQ(out[8 + j], min) << "trial " << trial << " sub-block " << j;
+    }
+  }
+}
+
 TEST(DType, UnknownNameIsAClearError) {
   EXPECT_EQ(ParseDType("bf16"), DType::BF16);
   EXPECT_THROW(ParseDType("f64"), Error);
