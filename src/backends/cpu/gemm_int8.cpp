@@ -37,12 +37,6 @@ constexpr int64_t ValueBytes(DType t) { return t == DType::Q8_0 ? kGroupValues :
 // Position of value kk (0..31) of lane l's block inside a group's value bytes, for 8-bit values.
 constexpr int64_t LaneOffset(int64_t l, int64_t kk) { return (kk / 4) * 64 + l * 4 + kk % 4; }
 
-bool HasVnni() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
-  return has;
-}
-
 #define PRISM_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
 
 }  // namespace
@@ -220,8 +214,14 @@ PRISM_VNNI void GemmVnni(const uint8_t* a, int64_t m, const Int8PackedWeight& w,
 
 }  // namespace
 
+bool HasAvx512Vnni() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  return has;
+}
+
 bool Int8DotSupported(DType wt, int64_t k) {
-  return HasVnni() && (wt == DType::Q8_0 || wt == DType::Q4_0) && k > 0 && k % kQuantBlock == 0;
+  return HasAvx512Vnni() && (wt == DType::Q8_0 || wt == DType::Q4_0) && k > 0 && k % kQuantBlock == 0;
 }
 
 Int8PackedWeight PackForInt8Dot(const void* w, DType wt, int64_t n, int64_t k) {

@@ -23,6 +23,9 @@ struct Int8PackedWeight {
   WeightMemory data{nullptr, nullptr};
 };
 
+// True when this CPU has AVX512-F/BW/VL and AVX512-VNNI, which every int8 form needs.
+bool HasAvx512Vnni();
+
 // True when this CPU has the instructions GemmRowsInt8 needs (AVX512-BW and AVX512-VNNI) and the
 // weight type and reduction size suit it.
 bool Int8DotSupported(DType wt, int64_t k);

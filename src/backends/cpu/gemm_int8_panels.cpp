@@ -38,9 +38,7 @@ constexpr int kRows = 6;
 // A packed activation block of a row tile: kSteps x rows x 4 value bytes (int8), then the rows' f32
 // scales d, then per half (subs of them) d x the sum of that half's values, which multiplies the
 // weights' offsets. Rows past the end are zero and contribute nothing.
-constexpr int64_t TileBlockBytes(int subs) {
-  return kSteps * kRows * 4 + kRows * 4 * (1 + subs);
-}
+constexpr int64_t TileBlockBytes(int subs) { return kSteps * kRows * 4 + kRows * 4 * (1 + subs); }
 
 // Rows [i0, i0 + rows) of the activation (k values each, m rows in all) x blocks [b0, b0 + nb),
 // quantized as every int8 form does (QuantizeActivationBlock) into tile layout.
@@ -52,15 +50,18 @@ void PackTile(const float* a, int64_t k, int64_t m, int64_t i0, int64_t b0, int6
     for (int64_t bi = 0; bi < nb; ++bi) {
       uint8_t* dst = out + bi * TileBlockBytes(Subs);
       alignas(64) int8_t q[kQuantBlock];
-      const float d = QuantizeActivationBlock(a + (i0 + i) * k + (b0 + bi) * kQuantBlock, q);
+      int32_t sum[2];  // per half (two-scale formats) or sum[0] for the whole block
+      const float d = QuantizeActivationBlock(a + (i0 + i) * k + (b0 + bi) * kQuantBlock, q, &sum[0]);
+      if (Subs == 2) {
+        const int32_t whole = sum[0];
+        sum[0] = 0;
+        for (int64_t j = 0; j < kQuantBlock / 2; ++j) sum[0] += q[j];
+        sum[1] = whole - sum[0];
+      }
       for (int64_t s = 0; s < kSteps; ++s) std::memcpy(dst + (s * MR + i) * 4, q + 4 * s, 4);
       float* scales = reinterpret_cast<float*>(dst + kSteps * MR * 4);
       scales[i] = d;
-      for (int h = 0; h < Subs; ++h) {
-        int32_t sum = 0;
-        for (int64_t j = h * kQuantBlock / Subs; j < (h + 1) * kQuantBlock / Subs; ++j) sum += q[j];
-        scales[MR * (1 + h) + i] = d * (float)sum;
-      }
+      for (int h = 0; h < Subs; ++h) scales[MR * (1 + h) + i] = d * (float)sum[h];
     }
 }
 
@@ -104,10 +105,10 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
         const __m512 d = _mm512_set1_ps(as[i]), ds = _mm512_set1_ps(as[MR * (1 + h) + i]);
-        acc[i][0] = _mm512_fnmadd_ps(o0, ds,
-                                     _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[i][0]), _mm512_mul_ps(s0, d), acc[i][0]));
-        acc[i][1] = _mm512_fnmadd_ps(o1, ds,
-                                     _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[i][1]), _mm512_mul_ps(s1, d), acc[i][1]));
+        acc[i][0] = _mm512_fnmadd_ps(
+            o0, ds, _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[i][0]), _mm512_mul_ps(s0, d), acc[i][0]));
+        acc[i][1] = _mm512_fnmadd_ps(
+            o1, ds, _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[i][1]), _mm512_mul_ps(s1, d), acc[i][1]));
       }
     }
   }
@@ -155,7 +156,7 @@ void GemmSlices(const float* a, int64_t m, const uint8_t* panels, int64_t k, flo
   }
 }
 
-// Weight row r's values [0, elems) of one storage block as integers, scales and offsets per 16.
+// One storage block of the weights as integers, with scales and offsets per 16 values.
 void DecodeBlock(const uint8_t* block, DType wt, uint8_t* q, float* scale, float* offset) {
   if (wt == DType::Q8_0 || wt == DType::Q4_0) {
     const float d = HalfToFloat(wt == DType::Q8_0 ? reinterpret_cast<const BlockQ8_0*>(block)->d
@@ -179,10 +180,8 @@ int64_t StorageElems(DType wt) { return IsBlockFormat(wt) ? BlockFormatElems(wt)
 }  // namespace
 
 bool Int8PanelsSupported(DType wt, int64_t k) {
-  static const bool vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
   const bool type_ok = wt == DType::Q8_0 || wt == DType::Q4_0 || IsBlockFormat(wt);
-  return vnni && type_ok && k > 0 && k % StorageElems(wt) == 0;
+  return HasAvx512Vnni() && type_ok && k > 0 && k % StorageElems(wt) == 0;
 }
 
 size_t Int8PanelBytes(DType wt, int64_t n, int64_t k) {

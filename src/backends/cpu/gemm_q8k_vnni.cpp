@@ -7,9 +7,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
-#include <cstring>
-
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/gemm_int8.h"
 #include "ir/quant_formats.h"
 
 namespace prism {
@@ -171,11 +170,7 @@ void DotRows(const uint8_t* row, int64_t blocks, const Q8KRows& act, int64_t i0,
 
 }  // namespace
 
-bool Q8KVnniSupported() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
-  return has && Avx512TemplatesEnabled();
-}
+bool Q8KVnniSupported() { return HasAvx512Vnni() && Avx512TemplatesEnabled(); }
 
 void DotRowsQ8KVnni(DType wt, const uint8_t* row, int64_t k, const Q8KRows& act, int64_t i0, int rows,
                     float* out, int64_t ldo) {

@@ -99,6 +99,11 @@ __attribute__((target("avx2"))) float ReadStreams256(const float* p, int64_t n, 
   return ReadStreams<S>(p, n, ahead);
 }
 
+// The read of 1, 2 or 4 streams (entry 0, 1, 2) with the widest loads the CPU has.
+using ReadFn = float (*)(const float*, int64_t, int64_t);
+const ReadFn kReads512[] = {ReadStreams512<1>, ReadStreams512<2>, ReadStreams512<4>};
+const ReadFn kReads256[] = {ReadStreams256<1>, ReadStreams256<2>, ReadStreams256<4>};
+
 MachinePeaks Measure(int threads) {
   MachinePeaks m;
   m.cpu = CpuModelName();
@@ -114,8 +119,7 @@ MachinePeaks Measure(int threads) {
     for (int rep = 0; rep <= 10; ++rep) {
       auto t0 = Clock::now();
       pool.ParallelFor(threads, [&](int t) { ops[t] = loop(iters); });
-      double s = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (rep > 0) best = std::max(best, ops[0] * threads / s / 1e9);
+      if (rep > 0) best = std::max(best, ops[0] * threads / Seconds(t0) / 1e9);
     }
     return best;
   };
@@ -169,16 +173,7 @@ ReadBandwidth MeasureReadBandwidth(int threads, size_t bytes, int passes) {
       pool.ParallelFor(threads, [&](int t) {
         auto [begin, len] = slice(t);
         const float* p = data + begin;
-        float x = 0;
-        switch (v.streams * 2 + (avx512 ? 1 : 0)) {
-          case 2: x = ReadStreams256<1>(p, len, v.ahead); break;
-          case 3: x = ReadStreams512<1>(p, len, v.ahead); break;
-          case 4: x = ReadStreams256<2>(p, len, v.ahead); break;
-          case 5: x = ReadStreams512<2>(p, len, v.ahead); break;
-          case 8: x = ReadStreams256<4>(p, len, v.ahead); break;
-          default: x = ReadStreams512<4>(p, len, v.ahead); break;
-        }
-        sink[t] += x;
+        sink[t] += (avx512 ? kReads512 : kReads256)[v.streams / 2](p, len, v.ahead);
       });
       const int64_t read = v.streams * (slice(0).second / v.streams / 64 * 64);  // floats per thread
       const double gbps = (double)read * threads * sizeof(float) / Seconds(t0) / 1e9;
