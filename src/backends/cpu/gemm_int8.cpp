@@ -52,9 +52,13 @@ PRISM_VNNI float QuantizeActivationBlock(const float* x, int8_t* q, int32_t* sum
       _mm512_roundscale_ps(_mm512_mul_ps(x0, _mm512_set1_ps(id)), _MM_FROUND_TO_NEAREST_INT));
   __m512i q1 = _mm512_cvtps_epi32(
       _mm512_roundscale_ps(_mm512_mul_ps(x1, _mm512_set1_ps(id)), _MM_FROUND_TO_NEAREST_INT));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(q0));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtepi32_epi8(q1));
-  if (sum) *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+  const __m128i b0 = _mm512_cvtepi32_epi8(q0), b1 = _mm512_cvtepi32_epi8(q1);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q), b0);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), b1);
+  // The sum of the bytes stored: for a NaN or an infinity the 32-bit lanes hold INT_MIN, and their sum
+  // would overflow.
+  if (sum)
+    *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_cvtepi8_epi32(b0), _mm512_cvtepi8_epi32(b1)));
   return d;
 }
 
