@@ -2,6 +2,7 @@
 #include "frontend/nn.h"
 
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include "ir/error.h"
@@ -109,6 +110,38 @@ Tensor Argmax(const Tensor& x, int64_t axis, bool keepdim) {
   Tensor cand = Where(Less(x, BroadcastTo(m, x.shape())), big, idx);
   Tensor first = -((-cand).max({axis}, keepdim));
   return first.cast(DType::I32);
+}
+
+TopKResult TopK(const Tensor& x, int64_t k) {
+  const Expr n = x.dim(-1);
+  if (k <= 0 || (n.IsConst() && k > n.value()))
+    throw Error("top-k: k = " + std::to_string(k) + " does not fit " + x.graph()->Describe(x.id()));
+  Graph* g = x.graph();
+  Tensor iota{g, g->Iota(x.shape(), x.rank() - 1, DType::I32)};
+  Tensor lowest = Full(g, -std::numeric_limits<float>::max(), x.shape(), x.dtype());
+  Tensor rest = x;
+  std::vector<Tensor> values, indices;
+  for (int64_t j = 0; j < k; ++j) {
+    values.push_back(rest.max({-1}));
+    indices.push_back(Argmax(rest, -1, true));
+    // The chosen position drops out of the running (every other one keeps its value).
+    Tensor at = BroadcastTo(indices.back(), x.shape());
+    rest = Where(Less(iota, at), rest, Where(Less(at, iota), rest, lowest));
+  }
+  return {Concat(values, -1), Concat(indices, -1)};
+}
+
+Tensor ExpertLinear(const Tensor& x, const Tensor& experts, const Tensor& expert) {
+  if (experts.rank() != 3 || x.rank() != 2 || x.dim(1) != experts.dim(2) || expert.rank() != 1 ||
+      expert.dim(0) != x.dim(0))
+    throw Error("expert linear: input " + x.graph()->Describe(x.id()) + " and rows' experts " +
+                x.graph()->Describe(expert.id()) + " do not match experts " +
+                x.graph()->Describe(experts.id()));
+  const std::vector<Expr> shape = {x.dim(0), experts.dim(1), experts.dim(2)};
+  Graph* g = x.graph();
+  Tensor at = expert.reshape({x.dim(0), Expr(1), Expr(1)}).expand(shape);
+  Tensor rows{g, g->Gather(experts.id(), at.id(), 0)};  // [R, N, K]: row r's expert
+  return (x.unsqueeze(-2) * rows).sum({-1}, false);
 }
 
 Tensor Embedding(const Tensor& table, const Tensor& ids) {

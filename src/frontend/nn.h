@@ -23,6 +23,15 @@ Tensor Erf(const Tensor& x);  // Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7)
 Tensor Concat(const std::vector<Tensor>& xs, int64_t axis);
 Tensor Argmax(const Tensor& x, int64_t axis, bool keepdim = false);  // first maximal index, i32
 Tensor Embedding(const Tensor& table, const Tensor& ids);           // table [V, D], ids [...] -> [..., D]
+// The k largest values along the last axis, largest first, and their indices (i32; the first of equal values
+// first): x [..., N] -> values [..., k], indices [..., k]. k <= N.
+struct TopKResult {
+  Tensor values, indices;
+};
+TopKResult TopK(const Tensor& x, int64_t k);
+// Each row through its own expert's weight: x [R, K], experts [E, N, K] (Linear layout per expert), expert
+// [R] i32 -> [R, N], row r being x[r] · experts[expert[r]]ᵀ. Only the chosen experts' weights are read.
+Tensor ExpertLinear(const Tensor& x, const Tensor& experts, const Tensor& expert);
 
 enum class RopeStyle { HalfSplit, Interleaved };
 // Rotary position embedding for x [seq, heads, head_dim] at positions [seq] (i32);

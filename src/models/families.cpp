@@ -3,6 +3,7 @@
 #include "models/gemma.h"
 #include "models/gpt2.h"
 #include "models/llama.h"
+#include "models/moe.h"
 #include "models/phi3.h"
 
 namespace prism {
@@ -36,6 +37,22 @@ const std::vector<ModelFamily>& ModelFamilies() {
        .default_max_position = 32768,
        .qk_norm = true,
        .from_hf = LlamaFromHf,
+       .from_gguf = LlamaFromGguf,
+       .gguf_names = &kLlamaGgufNames,
+       .build = BuildLlama},
+      {.name = "mixtral",
+       .hf_classes = {"MixtralForCausalLM"},
+       .default_max_position = 4096 * 32,
+       .from_hf = MixtralFromHf,
+       .from_gguf = LlamaFromGguf,
+       .gguf_names = &kLlamaGgufNames,
+       .build = BuildLlama},
+      {.name = "qwen3moe",
+       .hf_model_types = {"qwen3_moe"},
+       .hf_classes = {"Qwen3MoeForCausalLM"},
+       .default_max_position = 32768,
+       .qk_norm = true,
+       .from_hf = Qwen3MoeFromHf,
        .from_gguf = LlamaFromGguf,
        .gguf_names = &kLlamaGgufNames,
        .build = BuildLlama},

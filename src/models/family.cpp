@@ -122,6 +122,19 @@ ModelConfig ConfigFromGguf(const GgufFile& g) {
     for (const GgufTensorInfo& info : g.TensorInfos())
       if (info.name == "token_embd.weight" && info.shape.size() == 2) c.vocab_size = info.shape[0];
   }
+  // Mixture of experts (llama.cpp writes Mixtral as "llama" with these keys, Qwen3-MoE as "qwen3moe").
+  c.num_experts = k.OptInt("expert_count").value_or(0);
+  if (c.num_experts > 0) {
+    c.experts_per_token = k.Int("expert_used_count");
+    c.moe_intermediate_size = k.OptInt("expert_feed_forward_length").value_or(c.intermediate_size);
+    auto norm = g.Metadata().find(g.Architecture() + ".expert_weights_norm");
+    c.norm_topk_prob = norm == g.Metadata().end() || !norm->is_boolean() || norm->get<bool>();
+    // A layer with neither router nor experts has a dense MLP (Qwen3-MoE's mlp_only_layers).
+    c.moe_layers.resize(c.num_layers);
+    for (int64_t l = 0; l < c.num_layers; ++l)
+      for (const char* t : {".ffn_gate_inp.weight", ".ffn_gate_exps.weight", ".ffn_down_exps.weight"})
+        if (k.HasTensor("blk." + std::to_string(l) + t)) c.moe_layers[l] = true;
+  }
   f.from_gguf(f, k, &c);
   c.tie_word_embeddings = !k.HasTensor("output.weight");
   c.bos_token_id = k.OptInt("tokenizer.ggml.bos_token_id", false).value_or(-1);

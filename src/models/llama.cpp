@@ -1,13 +1,14 @@
 // The Llama family's decoder (Llama, Mistral, Qwen2, Qwen3 differ only in defaults, biases and q/k
-// norms; families.cpp gives each its line): config.json and GGUF readers, GGUF names, the graph, which
-// Gemma and Phi-3 share (their sandwich norms, scaled embeddings and fused projections are switched on by
-// their configs and files).
+// norms; families.cpp gives each its line; Mixtral and Qwen3-MoE route their MLPs, models/moe.cpp):
+// config.json and GGUF readers, GGUF names, the graph, which Gemma and Phi-3 share (their sandwich norms,
+// scaled embeddings and fused projections are switched on by their configs and files).
 #include "models/llama.h"
 
 #include <cmath>
 
 #include "ir/error.h"
 #include "models/lm_builder.h"
+#include "models/moe.h"
 
 namespace prism {
 
@@ -73,7 +74,12 @@ const GgufNames kLlamaGgufNames = {{{"token_embd.weight", "model.embed_tokens.we
                                     {"ffn_norm.weight", "post_attention_layernorm.weight"},
                                     {"ffn_gate.weight", "mlp.gate_proj.weight"},
                                     {"ffn_up.weight", "mlp.up_proj.weight"},
-                                    {"ffn_down.weight", "mlp.down_proj.weight"}}};
+                                    {"ffn_down.weight", "mlp.down_proj.weight"},
+                                    // Mixture of experts (Mixtral as "llama", Qwen3-MoE): experts stacked
+                                    {"ffn_gate_inp.weight", "mlp.gate.weight"},
+                                    {"ffn_gate_exps.weight", "mlp.experts.gate_proj.weight"},
+                                    {"ffn_up_exps.weight", "mlp.experts.up_proj.weight"},
+                                    {"ffn_down_exps.weight", "mlp.experts.down_proj.weight"}}};
 
 namespace {
 
@@ -126,9 +132,14 @@ Tensor LlamaLayer(LmBuilder& b, int64_t l, Tensor h, const Tensor& inv_freq) {
       h, p + (cfg.sandwich_norms ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"),
       d);
   const int64_t f = cfg.intermediate_size;
-  auto gate_up =
-      Projections(b, x, p + "mlp.gate_up_proj", {{p + "mlp.gate_proj", f}, {p + "mlp.up_proj", f}}, d, false);
-  Tensor m = b.Proj(b.Activation(gate_up[0]) * gate_up[1], p + "mlp.down_proj", d, f, false);
+  Tensor m;
+  if (RoutedLayer(cfg, l)) {
+    m = RoutedMlp(b, x, l);
+  } else {
+    auto gate_up = Projections(b, x, p + "mlp.gate_up_proj",
+                               {{p + "mlp.gate_proj", f}, {p + "mlp.up_proj", f}}, d, false);
+    m = b.Proj(b.Activation(gate_up[0]) * gate_up[1], p + "mlp.down_proj", d, f, false);
+  }
   if (cfg.sandwich_norms) m = b.Norm(m, p + "post_feedforward_layernorm.weight", d);
   return h + m;
 }

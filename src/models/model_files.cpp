@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "io/formats/expert_stack.h"
 #include "io/formats/gguf.h"
 #include "io/formats/llama2c.h"
 #include "io/formats/safetensors.h"
@@ -35,7 +36,7 @@ ModelFiles OpenModelFiles(const std::string& path, const std::string& tokenizer_
     if (!fs::exists(fs::path(path) / "config.json"))
       throw Error(path + ": not a Hugging Face model folder (no config.json)");
     mf.config = ParseHfConfig((fs::path(path) / "config.json").string());
-    mf.weights = LoadSafetensors(path);
+    mf.weights = StackExperts(LoadSafetensors(path));
     mf.tokenizer = LoadHfTokenizer(tokenizer_path.empty() ? path : tokenizer_path);
     fs::path tc = fs::path(path) / "tokenizer_config.json";
     if (fs::exists(tc)) {

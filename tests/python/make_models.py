@@ -147,6 +147,21 @@ FAMILIES = {
                                         sliding_window=7, tie_word_embeddings=False, bos_token_id=1,
                                         eos_token_id=32000, pad_token_id=32000),
                    "phi-3-mini", "phi3", seed=11, spm_model="tinyllama-1.1b-chat"),
+    # Mixtral: every MLP routed through the top 2 of 5 experts, renormalised; GGUF as "llama" with expert keys.
+    "mixtral": Family("mixtral", "mixtral", dict(_LLAMA_COMMON, intermediate_size=56, num_key_value_heads=2,
+                                                 vocab_size=32000, rms_norm_eps=1e-5, rope_theta=1000000.0,
+                                                 num_local_experts=5, num_experts_per_tok=2, sliding_window=None,
+                                                 tie_word_embeddings=False, bos_token_id=1, eos_token_id=2),
+                      "tinyllama-1.1b-chat", "llama", seed=12),
+    # Qwen3-MoE: q/k norms, top 3 of 6 experts without renormalisation, layer 1 dense (mlp_only_layers).
+    "qwen3moe": Family("qwen3moe", "qwen3_moe", dict(_LLAMA_COMMON, intermediate_size=96, num_key_value_heads=2,
+                                                     head_dim=32, vocab_size=151936, rms_norm_eps=1e-6,
+                                                     rope_theta=1000000.0, num_experts=6, num_experts_per_tok=3,
+                                                     moe_intermediate_size=40, norm_topk_prob=False,
+                                                     mlp_only_layers=[1], use_sliding_window=False,
+                                                     tie_word_embeddings=False, bos_token_id=151643,
+                                                     eos_token_id=151645),
+                       "qwen2.5", "qwen3moe", seed=13, tokenizer_pre="qwen2"),
     # The same Phi-3 weights with a Hub-style config.json (rope_scaling at the top level).
     "phi3_legacy": Family("phi3_legacy", "phi3", None, "phi-3-mini", "phi3", seed=11, legacy_config=True,
                           variant_of="phi3"),
@@ -166,6 +181,8 @@ def _config_class(arch):
             "gemma2": (transformers.Gemma2Config, transformers.Gemma2ForCausalLM),
             "gemma3": (transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM),
             "phi3": (transformers.Phi3Config, transformers.Phi3ForCausalLM),
+            "mixtral": (transformers.MixtralConfig, transformers.MixtralForCausalLM),
+            "qwen3_moe": (transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM),
             "gpt2": (transformers.GPT2Config, transformers.GPT2LMHeadModel)}[arch]
 
 
@@ -189,6 +206,8 @@ def randomize(model, seed):
                 # nn.Linear stores [out, in]; GPT-2's Conv1D stores [in, out].
                 fan_in = p.shape[0] if ".c_" in name else p.shape[1]
                 p.copy_(noise / np.sqrt(fan_in))
+            elif ".experts." in name and p.dim() == 3:  # stacked experts [experts, out, in]
+                p.copy_(noise / np.sqrt(p.shape[2]))
             else:
                 p.copy_(0.2 * noise)
 
@@ -379,6 +398,7 @@ _LLAMA_LAYER_NAMES = {
     "post_attention_layernorm.weight": "ffn_norm.weight",
     "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
+    "mlp.gate.weight": "ffn_gate_inp.weight", "mlp.experts.down_proj": "ffn_down_exps.weight",
 }
 _GEMMA_LAYER_NAMES = dict(_LLAMA_LAYER_NAMES, **{
     "post_attention_layernorm.weight": "post_attention_norm.weight",
@@ -431,6 +451,11 @@ def gguf_tensors(model, family):
                     w = _permute_rope(w, cfg.num_attention_heads)
                 elif family.gguf_arch == "llama" and rest == "self_attn.k_proj.weight":
                     w = _permute_rope(w, cfg.num_key_value_heads)
+                if rest == "mlp.experts.gate_up_proj":  # [experts, 2 * ffn, hidden]: gate rows, then up rows
+                    half = w.shape[1] // 2
+                    out.append((f"blk.{layer}.ffn_gate_exps.weight", w[:, :half].copy()))
+                    out.append((f"blk.{layer}.ffn_up_exps.weight", w[:, half:].copy()))
+                    continue
                 names = {"gemma2": _GEMMA_LAYER_NAMES, "gemma3": _GEMMA_LAYER_NAMES,
                          "phi3": _PHI3_LAYER_NAMES}.get(family.arch, _LLAMA_LAYER_NAMES)
                 gname = f"blk.{layer}.{names[rest]}"
@@ -513,6 +538,13 @@ def write_gguf(model, family, hf_folder, path, quant=None):
         w.add_rope_dimension_count(head_dim)
         if family.gguf_arch == "llama":
             w.add_vocab_size(cfg.vocab_size)
+        if family.arch in ("mixtral", "qwen3_moe"):
+            experts = getattr(cfg, "num_local_experts", None) or cfg.num_experts
+            w.add_expert_count(experts)
+            w.add_expert_used_count(cfg.num_experts_per_tok)
+            w.add_expert_weights_norm(bool(getattr(cfg, "norm_topk_prob", True)))
+            if family.arch == "qwen3_moe":
+                w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
     add_tokenizer(w, family, hf_folder, cfg.vocab_size)
     tensors = gguf_tensors(model, family)
     scaling = family.config.get("rope_scaling") or {}

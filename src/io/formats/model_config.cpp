@@ -20,6 +20,13 @@ void ValidateModelConfig(const ModelConfig& c, const std::string& source, bool r
   if (c.num_heads % c.num_kv_heads != 0)
     throw Error(source + ": num_heads " + std::to_string(c.num_heads) +
                 " is not a multiple of num_kv_heads " + std::to_string(c.num_kv_heads));
+  if (c.num_experts > 0) {
+    positive(c.experts_per_token, "experts_per_token");
+    positive(c.moe_intermediate_size, "moe_intermediate_size");
+    if (c.experts_per_token > c.num_experts)
+      throw Error(source + ": experts_per_token " + std::to_string(c.experts_per_token) +
+                  " exceeds num_experts " + std::to_string(c.num_experts));
+  }
   if (rotary && c.head_dim % 2 != 0)
     throw Error(source + ": head_dim " + std::to_string(c.head_dim) + " must be even for rope");
 }

@@ -38,6 +38,13 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v projections have biases (Qwen2)
   bool qk_norm = false;         // per-head RMS norm on q and k (Qwen3)
+  // Mixture of experts (Mixtral, Qwen3-MoE): each token's MLP is the router's top experts_per_token of
+  // num_experts expert MLPs (of moe_intermediate_size), weighted by the router's softmax (renormalised over
+  // the chosen ones when norm_topk_prob). 0 experts: a dense MLP. moe_layers: which layers route (empty:
+  // all of them; the others have a dense MLP of intermediate_size).
+  int64_t num_experts = 0, experts_per_token = 0, moe_intermediate_size = 0;
+  bool norm_topk_prob = true;
+  std::vector<bool> moe_layers;
   // "silu"; "gelu_new" / "gelu_pytorch_tanh" (tanh form); "gelu" (erf form).
   std::string hidden_act = "silu";
   int64_t bos_token_id = -1, eos_token_id = -1;  // -1: none; eos_token_id = eos_token_ids[0]

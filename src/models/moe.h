@@ -1,0 +1,20 @@
+// Mixture-of-experts decoders (Mixtral, Qwen3-MoE): config readers and the routed MLP the Llama decoder
+// uses in their layers.
+#pragma once
+
+#include "frontend/tensor.h"
+#include "models/family.h"
+
+namespace prism {
+
+ModelConfig MixtralFromHf(const ModelFamily& f, const JsonKeys& keys);
+ModelConfig Qwen3MoeFromHf(const ModelFamily& f, const JsonKeys& keys);
+// Whether layer l's MLP is routed (the config has experts and l is not one of its dense layers).
+bool RoutedLayer(const ModelConfig& c, int64_t l);
+// Layer l's routed MLP of x [seq, hidden]: the router's softmax, its top experts_per_token experts per
+// token (renormalised if the config says so), each token through its experts' gated MLPs, the results
+// weighted and summed. Weights: Mixtral's block_sparse_moe.{gate, experts.w1, w3, w2} or Qwen's
+// mlp.{gate, experts.gate_proj, up_proj, down_proj}, experts stacked [experts, out, in].
+Tensor RoutedMlp(LmBuilder& b, const Tensor& x, int64_t l);
+
+}  // namespace prism
