@@ -26,7 +26,13 @@ The f32 safetensors file is the source of every other file (read back through a 
 each tensor is generated once. Peak memory is about one tensor (the 1 GiB embedding) plus its
 quantization temporaries. Disk: ~22 GB for everything, ~6.3 GB for --only q8_0.
 
-Usage: bench/make_models.py [--only f32,f16,bf16,q8_0,q4_0,q4_k_m,q6_k] [--out DIR]
+--shape moe1b writes a mixture-of-experts model instead, named moe1b-shape-*: Mixtral's layout (every MLP
+routed to the top 2 of 8 experts, renormalised) at hidden 1024, 16 layers, 16 query heads, 4 KV heads
+(head_dim 64), expert FFN 2816, vocab 32000, tied embeddings: 1.18 B parameters, of which a token's decode
+reads 0.35 B (its 2 experts per layer, attention, the head). The f32 HF folder has Mixtral's per-expert
+tensors (block_sparse_moe.experts.E.w1 ...), the GGUF files llama.cpp's stacked ffn_*_exps under "llama".
+
+Usage: bench/make_models.py [--shape llama1b|moe1b] [--only f32,f16,bf16,q8_0,q4_0,q4_k_m,q6_k] [--out DIR]
 """
 import argparse
 import json
@@ -44,7 +50,11 @@ ROOT = HERE.parent
 TOKENIZER_DIR = ROOT / "tests" / "data" / "tokenizers" / "tinyllama-1.1b-chat"
 
 SHAPE = dict(hidden=2048, layers=16, heads=32, kv_heads=8, head_dim=64, ffn=8192, vocab=128256,
-             rope_theta=500000.0, eps=1e-5, ctx=131072)
+             rope_theta=500000.0, eps=1e-5, ctx=131072, experts=0, experts_used=0)
+SHAPES = {"llama1b": dict(SHAPE),
+          "moe1b": dict(hidden=1024, layers=16, heads=16, kv_heads=4, head_dim=64, ffn=2816, vocab=32000,
+                        rope_theta=1000000.0, eps=1e-5, ctx=32768, experts=8, experts_used=2)}
+NAME = ["llama1b"]  # the shape written: its files are named <name>-shape-*
 SEED = 20240925
 STD = 0.02
 ALL_DTYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m", "q6_k"]
@@ -58,11 +68,11 @@ def log(msg):
 
 
 def hf_dir(out, dtype):
-    return out / f"llama1b-shape-hf-{dtype}"
+    return out / f"{NAME[0]}-shape-hf-{dtype}"
 
 
 def gguf_path(out, dtype):
-    return out / f"llama1b-shape-{dtype}.gguf"
+    return out / f"{NAME[0]}-shape-{dtype}.gguf"
 
 
 def tensor_specs():
@@ -79,10 +89,16 @@ def tensor_specs():
             (p + "self_attn.v_proj.weight", (kv, h)),
             (p + "self_attn.o_proj.weight", (h, s["heads"] * s["head_dim"])),
             (p + "post_attention_layernorm.weight", (h,)),
-            (p + "mlp.gate_proj.weight", (s["ffn"], h)),
-            (p + "mlp.up_proj.weight", (s["ffn"], h)),
-            (p + "mlp.down_proj.weight", (h, s["ffn"])),
         ]
+        if s["experts"]:  # Mixtral's per-expert tensors
+            specs.append((p + "block_sparse_moe.gate.weight", (s["experts"], h)))
+            for e in range(s["experts"]):
+                q = f"{p}block_sparse_moe.experts.{e}."
+                specs += [(q + "w1.weight", (s["ffn"], h)), (q + "w2.weight", (h, s["ffn"])),
+                          (q + "w3.weight", (s["ffn"], h))]
+        else:
+            specs += [(p + "mlp.gate_proj.weight", (s["ffn"], h)), (p + "mlp.up_proj.weight", (s["ffn"], h)),
+                      (p + "mlp.down_proj.weight", (h, s["ffn"]))]
     specs.append(("model.norm.weight", (h,)))
     return specs
 
@@ -155,9 +171,11 @@ def open_safetensors_f32(path):
 def hf_config(dtype):
     s = SHAPE
     torch_dtype = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[dtype]
+    moe = {"num_local_experts": s["experts"], "num_experts_per_tok": s["experts_used"]} if s["experts"] else {}
     return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
+        **moe,
+        "architectures": ["MixtralForCausalLM" if s["experts"] else "LlamaForCausalLM"],
+        "model_type": "mixtral" if s["experts"] else "llama",
         "hidden_size": s["hidden"],
         "intermediate_size": s["ffn"],
         "num_hidden_layers": s["layers"],
@@ -227,8 +245,29 @@ def gguf_name(hf):
         "mlp.gate_proj.weight": "ffn_gate.weight",
         "mlp.up_proj.weight": "ffn_up.weight",
         "mlp.down_proj.weight": "ffn_down.weight",
+        "block_sparse_moe.gate.weight": "ffn_gate_inp.weight",
+        # Mixtral's experts, stacked by gguf_specs
+        "w1.weight": "ffn_gate_exps.weight",
+        "w3.weight": "ffn_up_exps.weight",
+        "w2.weight": "ffn_down_exps.weight",
     }
-    return f"blk.{parts[2]}.{table[suffix]}"
+    return f"blk.{parts[2]}.{table[parts[-2] + '.' + parts[-1] if '.experts.' in hf else suffix]}"
+
+
+def gguf_specs():
+    """(gguf name, shape, HF names stacked along a new first axis, or one name) in file order: the experts
+    of a layer become one [experts, out, in] tensor, as llama.cpp's converter writes them."""
+    out, stacked = [], {}
+    for hf, shape in tensor_specs():
+        g = gguf_name(hf)
+        if ".experts." not in hf:
+            out.append((g, shape, [hf]))
+        elif g in stacked:
+            stacked[g][2].append(hf)
+        else:
+            stacked[g] = (g, shape, [hf])
+            out.append(stacked[g])
+    return [(g, (len(names), *shape) if len(names) > 1 else shape, names) for g, shape, names in out]
 
 
 def read_sentencepiece(path):
@@ -310,7 +349,7 @@ def write_gguf(out, dtype, source):
     qtype = gguf_types()[dtype]
     tmp = path.with_suffix(".tmp")
     w = gguf.GGUFWriter(tmp, "llama")
-    w.add_name(f"llama1b-shape-{dtype}")
+    w.add_name(f"{NAME[0]}-shape-{dtype}")
     w.add_file_type(int(gguf_file_type(dtype)))
     w.add_context_length(s["ctx"])
     w.add_embedding_length(s["hidden"])
@@ -324,6 +363,9 @@ def write_gguf(out, dtype, source):
     w.add_rope_freq_base(s["rope_theta"])
     w.add_layer_norm_rms_eps(s["eps"])
     w.add_vocab_size(s["vocab"])
+    if s["experts"]:
+        w.add_expert_count(s["experts"])
+        w.add_expert_used_count(s["experts_used"])
 
     pieces, scores, types = read_sentencepiece(TOKENIZER_DIR / "tokenizer.model")
     n_real = len(pieces)
@@ -341,32 +383,36 @@ def write_gguf(out, dtype, source):
     w.add_add_bos_token(True)
     w.add_add_eos_token(False)
 
-    specs = tensor_specs()
+    specs = gguf_specs()
 
     def tensor_type(shape):
-        return qtype if len(shape) == 2 else gguf.GGMLQuantizationType.F32
+        return qtype if len(shape) >= 2 else gguf.GGMLQuantizationType.F32
 
     # Tensor infos first (sizes are known from the shapes), then the data tensor by tensor.
-    for hf, shape in specs:
+    for name, shape, _ in specs:
         t = tensor_type(shape)
         block, type_size = gguf.GGML_QUANT_SIZES[t]
         nbytes = int(np.prod(shape[:-1])) * (shape[-1] // block) * type_size
         if t == gguf.GGMLQuantizationType.F32:
-            w.add_tensor_info(gguf_name(hf), shape, np.dtype(np.float32), nbytes)
+            w.add_tensor_info(name, shape, np.dtype(np.float32), nbytes)
         elif t == gguf.GGMLQuantizationType.F16:
-            w.add_tensor_info(gguf_name(hf), shape, np.dtype(np.float16), nbytes)
+            w.add_tensor_info(name, shape, np.dtype(np.float16), nbytes)
         else:
             byte_shape = (*shape[:-1], shape[-1] // block * type_size)
-            w.add_tensor_info(gguf_name(hf), byte_shape, np.dtype(np.uint8), nbytes, raw_dtype=t)
+            w.add_tensor_info(name, byte_shape, np.dtype(np.uint8), nbytes, raw_dtype=t)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
-    for hf, shape in specs:
-        a = np.asarray(source[hf], dtype=np.float32)
+    for _, shape, names in specs:
+        hf = names[0]
+        a = np.stack([source[n] for n in names]) if len(names) > 1 else source[hf]
+        a = np.asarray(a, dtype=np.float32)
+        shape = a.shape
         if hf.endswith("q_proj.weight"):
             a = permute_rows(a, s["heads"])
         elif hf.endswith("k_proj.weight"):
             a = permute_rows(a, s["kv_heads"])
+        a2 = a.reshape(-1, shape[-1]) if a.ndim > 1 else a
         t = tensor_type(shape)
         if t == gguf.GGMLQuantizationType.F32:
             data = np.ascontiguousarray(a)
@@ -377,8 +423,9 @@ def write_gguf(out, dtype, source):
         else:
             # gguf's numpy quantizers, a slab of rows at a time to bound the temporaries
             rows = 16384
-            data = np.concatenate([gguf.quants.quantize(np.ascontiguousarray(a[r:r + rows]), t)
-                                   for r in range(0, shape[0], rows)])
+            data = np.concatenate([gguf.quants.quantize(np.ascontiguousarray(a2[r:r + rows]), t)
+                                   for r in range(0, a2.shape[0], rows)])
+            data = data.reshape(*shape[:-1], -1)
         w.write_tensor_data(data)
     w.close()
     os.replace(tmp, path)
@@ -478,11 +525,17 @@ def main(argv=None):
     ap.add_argument("--only", default=",".join(ALL_DTYPES),
                     help="dtypes to write (f32 is always written: it is the source of the others)")
     ap.add_argument("--out", default=str(HERE / "models"))
+    ap.add_argument("--shape", default="llama1b", choices=sorted(SHAPES),
+                    help="llama1b (dense, Llama-3.2-1B) or moe1b (8 experts, top 2)")
     ap.add_argument("--stories-only", action="store_true", help="only the stories260K HF folder")
     ap.add_argument("--tiny", action="store_true",
                     help="a tiny model of the same kind (writer self-test; use with a different --out)")
     args = ap.parse_args(argv)
-    if args.tiny:
+    NAME[0] = args.shape
+    SHAPE.update(SHAPES[args.shape])
+    if args.tiny and args.shape == "moe1b":
+        SHAPE.update(hidden=128, layers=2, heads=4, kv_heads=2, head_dim=32, ffn=256, vocab=32000, ctx=2048)
+    elif args.tiny:
         SHAPE.update(hidden=128, layers=2, heads=4, kv_heads=2, head_dim=32, ffn=256, vocab=32256, ctx=2048)
     want = [d.strip() for d in args.only.split(",") if d.strip()]
     for d in want:
@@ -499,7 +552,7 @@ def main(argv=None):
     write_hf(out, "f32")
     source = open_safetensors_f32(hf_dir(out, "f32") / "model.safetensors")
     for d in ("f16", "bf16"):
-        if d in want:
+        if d in want and not SHAPE["experts"]:  # the MoE shape's HF folder is its f32 source only
             write_hf(out, d, source)
     for d in want:
         if d not in LLAMACPP_FTYPES:

@@ -230,6 +230,23 @@ inline std::vector<OpGraphCase> OpGraphCases() {
                            std::string(DTypeName(t)));
                    },
                    seqs, 1e-4, 1e-4});
+  cases.push_back({"expert_linear_and_top_k",
+                   [=](Graph& g) {  // ids 0..7 over 5 experts: the last ones clamp, as Gather does
+                     T x = in(g, "x", {S(), Expr(64)}), ids = in(g, "ids", {S()}, DType::I32);
+                     for (DType t : {DType::F32, DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0})
+                       out(ExpertLinear(x, w(g, "e" + std::string(DTypeName(t)), {Expr(5), Expr(24), Expr(64)}, t),
+                                        ids),
+                           std::string(DTypeName(t)));
+                     T x2 = in(g, "x2", {S(), Expr(256)});
+                     for (DType t : {DType::Q4_K, DType::Q6_K})
+                       out(ExpertLinear(x2, w(g, "e" + std::string(DTypeName(t)), {Expr(5), Expr(9), Expr(256)}, t),
+                                        ids),
+                           std::string(DTypeName(t)));
+                     TopKResult top = TopK(x, 3);
+                     out(top.values, "top_values");
+                     out(top.indices, "top_indices");
+                   },
+                   seqs, 1e-4, 1e-4});
   cases.push_back(
       {"rope_both_styles_and_llama3_scaling",
        [=](Graph& g) {

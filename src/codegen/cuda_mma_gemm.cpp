@@ -15,7 +15,8 @@
 namespace prism {
 
 bool CudaMmaGemmApplies(const KernelProgram& p, const Kernel& k) {
-  return k.gemm && !k.gemm->epilogue && p.buffers[k.gemm->a_buffer].dtype == DType::F32 &&
+  return k.gemm && !k.gemm->epilogue && k.gemm->index_buffer < 0 &&
+         p.buffers[k.gemm->a_buffer].dtype == DType::F32 &&
          p.buffers[k.gemm->w_buffer].dtype == DType::BF16 && p.buffers[k.out_buffer].dtype == DType::F32;
 }
 

@@ -54,9 +54,24 @@ std::optional<LinearMatch> MatchLinear(const Graph& g, NodeId reduce) {
   const Expr& n = mul.shape[mul.shape.size() - 2];
   if (!k.IsConst() || !n.IsConst()) return std::nullopt;
   for (int side = 0; side < 2; ++side) {
-    NodeId w = SourceThroughViews(g, mul.inputs[side], true);
+    NodeId w = SourceThroughViews(g, mul.inputs[side], true), index = -1;
+    if (g.node(w).op == Op::Gather) {
+      // ExpertLinear: the weight [E, N, K] gathered along axis 0 by index [R] viewed as [R, 1, 1].
+      const Node& gn = g.node(w);
+      NodeId iv = gn.inputs[1];
+      if (g.node(iv).op == Op::Expand) iv = g.node(iv).inputs[0];
+      const Node& ir = g.node(iv);
+      if (gn.axes[0] != 0 || mul.shape.size() != 3 || ir.op != Op::Reshape || ir.shape.size() != 3 ||
+          !ir.shape[1].IsConst(1) || !ir.shape[2].IsConst(1) || ir.shape[0] != mul.shape[0])
+        continue;
+      index = ir.inputs[0];
+      if (g.node(index).shape.size() != 1 || g.node(index).dtype != DType::I32) continue;
+      w = gn.inputs[0];
+    }
     const Node& wn = g.node(w);
-    if (wn.op != Op::Weight || wn.shape.size() != 2 || wn.shape[0] != n || wn.shape[1] != k) continue;
+    const size_t lead = index >= 0 ? 1 : 0;
+    if (wn.op != Op::Weight || wn.shape.size() != 2 + lead || wn.shape[lead] != n || wn.shape[lead + 1] != k)
+      continue;
     // The activation side: x [..., K] viewed as [..., 1, K] and broadcast over N.
     NodeId xv = mul.inputs[1 - side];
     if (g.node(xv).op == Op::Expand) xv = g.node(xv).inputs[0];  // no Expand when N == 1
@@ -66,7 +81,8 @@ std::optional<LinearMatch> MatchLinear(const Graph& g, NodeId reduce) {
     const Node& xn = g.node(x);
     if (xn.dtype != DType::F32 || xn.shape.empty() || xn.shape.back() != k) continue;
     if (xn.shape.size() + 1 != rs.shape.size()) continue;
-    return LinearMatch{x, w};
+    if (index >= 0 && (xn.shape.size() != 2 || xn.shape[0] != g.node(index).shape[0])) continue;
+    return LinearMatch{x, w, index};
   }
   return std::nullopt;
 }
@@ -130,6 +146,7 @@ std::vector<bool> ChooseRealized(const Graph& g, const FusionOptions& opts, cons
         // reduction read once is then fused into that reader, as any other).
         template_side[m->x] = true;
         template_side[i] = !opts.gemm_epilogues || forced.count(i) || EpilogueConsumer(g, i) < 0;
+        if (m->index >= 0) template_side[m->index] = template_side[i] = true;  // no expert epilogues
       }
       if (auto a = MatchCausalAttention(g, i)) template_side[i] = template_side[a->q] = true;
     }

@@ -16,9 +16,12 @@ std::vector<bool> ChooseRealized(const Graph& g, const FusionOptions& opts, cons
 
 // A SumReduce node computing x · Wᵀ over the last axis, with W a [N, K] weight: the operands the
 // template GEMM needs. x must be realized (it is in `ChooseRealized` when templates are on).
+// ExpertLinear's form (index >= 0): x [R, K], W [E, N, K] read through a Gather of its slabs by the i32
+// rows' experts `index` [R] (realized as well).
 struct LinearMatch {
   NodeId x;
   NodeId weight;
+  NodeId index = -1;
 };
 std::optional<LinearMatch> MatchLinear(const Graph& g, NodeId reduce);
 

@@ -54,12 +54,17 @@ struct KValue {
 // With an epilogue, the value tree is Add or Mul of that product and another operand (a residual, a
 // SiLU gate): the micro-kernel stores the product in the output buffer and the generated function
 // `<kernel name>_epi` then finishes each element in place.
+//
+// Expert-indexed (index_buffer >= 0, ExpertLinear): w is [experts, N, K] and row m uses slab
+// clamp(index[m], 0, experts - 1) (index: an i32 buffer [M]), as the value tree's Gather does.
 struct GemmTemplate {
   int a_buffer;
   int w_buffer;
   Expr m;
   int64_t n, k;
   bool epilogue = false;
+  int index_buffer = -1;
+  int64_t experts = 1;
 };
 
 // A kernel computing causal grouped-query attention in one pass (the template tier's fused form of
@@ -139,6 +144,7 @@ inline std::set<int> KernelReads(const Kernel& k) {
   CollectLoads(k.value, &reads);
   for (const GatherBinding& gb : k.out_gathers) CollectLoads(gb.value, &reads);
   if (k.gemm) reads.insert({k.gemm->a_buffer, k.gemm->w_buffer});
+  if (k.gemm && k.gemm->index_buffer >= 0) reads.insert(k.gemm->index_buffer);
   if (k.attention) reads.insert({k.attention->q_buffer, k.attention->k_buffer, k.attention->v_buffer});
   if (k.attention && k.attention->table_buffer >= 0)
     reads.insert({k.attention->table_buffer, k.attention->positions_buffer});

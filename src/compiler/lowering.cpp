@@ -339,16 +339,23 @@ KernelProgram BuildKernelProgram(const Graph& g, const FusionOptions& opts) {
         const auto& xs = g.node(m.x).shape;
         std::vector<Expr> lead(xs.begin(), xs.end() - 1);
         const auto& ws = g.node(m.weight).shape;
+        const size_t e = m.index >= 0 ? 1 : 0;  // ExpertLinear: [experts, N, K]
         k.gemm = GemmTemplate{buffer_of[m.x], buffer_of[m.weight], Product(lead),
-                              ws[0].value(),  ws[1].value(),       epilogue};
-        k.name += "_gemm";
+                              ws[e].value(),  ws[e + 1].value(),   epilogue};
+        if (m.index >= 0) {
+          k.gemm->index_buffer = buffer_of[m.index];
+          k.gemm->experts = ws[0].value();
+        }
+        k.name += m.index >= 0 ? "_experts" : "_gemm";
       };
       if (opts.templates) {
-        if (auto m = MatchLinear(g, i); m && buffer_of[m->x] >= 0) gemm(*m, false);
+        if (auto m = MatchLinear(g, i);
+            m && buffer_of[m->x] >= 0 && (m->index < 0 || buffer_of[m->index] >= 0))
+          gemm(*m, false);
         for (NodeId j : k.fused) {
           if (!opts.gemm_epilogues || k.gemm || EpilogueConsumer(g, j) != i) continue;
           auto m = MatchLinear(g, j);
-          if (!m || buffer_of[j] >= 0 || buffer_of[m->x] < 0) continue;
+          if (!m || m->index >= 0 || buffer_of[j] >= 0 || buffer_of[m->x] < 0) continue;
           // The template stores the product where the value tree reads its one reduction.
           const KValue& v = *k.value;
           int reduces = 0;

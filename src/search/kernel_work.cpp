@@ -25,6 +25,9 @@ KernelWork WorkOf(const KernelProgram& kp, const Kernel& kn, const SymbolBinding
   };
   collect(kn.value, (double)total);
   if (kn.gemm) reach[kn.gemm->w_buffer] = reach[kn.gemm->a_buffer] = INFINITY;
+  if (kn.gemm && kn.gemm->index_buffer >= 0)  // experts: only the slabs the rows chose, at most one each
+    reach[kn.gemm->w_buffer] =
+        (double)std::min(kn.gemm->m.Eval(b), kn.gemm->experts) * (double)kn.gemm->n * (double)kn.gemm->k;
   if (const auto& at = kn.attention) {
     const int64_t seq = at->seq.Eval(b), keys = at->total.Eval(b), offset = at->offset.Eval(b);
     double pairs = 0;

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/gemm_experts.h"
 #include "backends/cpu/machine_probe.h"
 #include "backends/cpu/program.h"
 #include "backends/timing.h"
@@ -101,7 +102,8 @@ class CpuScheduleSpace : public ScheduleSpace {
     }
     for (size_t f = 0; f < GemmForms().size() && kn.gemm; ++f) {
       const GemmForm& form = GemmForms()[f];
-      if (defaults_[k].m >= form.min_rows && form.offered(wt, kn.gemm->k))
+      const bool slabs = kn.gemm->index_buffer < 0 || (form.on_slabs && form.on_slabs(wt));
+      if (defaults_[k].m >= form.min_rows && form.offered(wt, kn.gemm->k) && slabs)
         add(form.label(wt), true, false, (int)f);
     }
     add("generated", false, false, 0);
@@ -127,9 +129,13 @@ class CpuScheduleSpace : public ScheduleSpace {
   double ErrorBound(size_t k, const ScheduleCandidate& c, int64_t out_index) override {
     const GemmTemplate& gm = *p_.kp_.kernels[k].gemm;
     const DType wt = p_.kp_.buffers[gm.w_buffer].dtype;
-    const float* a_row = static_cast<const float*>(ptrs_[gm.a_buffer]) + out_index / gm.n * gm.k;
-    return GemmForms()[ChoiceFromJson(c.choice).form].error_bound(a_row, ptrs_[gm.w_buffer], wt, gm.k,
-                                                                  out_index % gm.n);
+    const int64_t row = out_index / gm.n;
+    const float* a_row = static_cast<const float*>(ptrs_[gm.a_buffer]) + row * gm.k;
+    const void* w = gm.index_buffer < 0
+                        ? ptrs_[gm.w_buffer]
+                        : ExpertSlab(ptrs_[gm.w_buffer], wt, gm.n, gm.k,
+                                     static_cast<const int32_t*>(ptrs_[gm.index_buffer]), gm.experts, row);
+    return GemmForms()[ChoiceFromJson(c.choice).form].error_bound(a_row, w, wt, gm.k, out_index % gm.n);
   }
 
   // A step reads each weight once, from memory: timing a GEMM with its weights left in cache by the

@@ -18,6 +18,7 @@ PackedGemmWeight Hold(T packed) {
 
 bool Always(DType, int64_t) { return true; }
 bool Ever(DType) { return true; }
+bool Unquantized(DType wt) { return !IsQuantized(wt); }
 
 // Over the weights as stored (AVX-512, AVX2 or scalar): exact f32 products.
 void RunRows(const GemmCall& c) { GemmRows(c.a, c.m, c.k, c.w, c.wt, c.y, c.n, c.nb, c.ne); }
@@ -74,7 +75,8 @@ const std::vector<GemmForm>& GemmForms() {
        .rounds = nullptr,
        .error_bound = nullptr,
        .split_tile = 4,
-       .fit_team = nullptr},
+       .fit_team = nullptr,
+       .on_slabs = Ever},
       {.name = "rounded",
        .min_rows = 1,
        .offered = RoundedActivationSupported,
@@ -84,7 +86,8 @@ const std::vector<GemmForm>& GemmForms() {
        .rounds = Ever,
        .error_bound = RoundedActivationErrorBound,
        .split_tile = 4,
-       .fit_team = nullptr},
+       .fit_team = nullptr,
+       .on_slabs = Unquantized},  // bf16 dot products over the weights as stored; int8 repacks them
       {.name = "panels",
        .min_rows = 6,
        .offered = PanelsOffered,
@@ -94,7 +97,8 @@ const std::vector<GemmForm>& GemmForms() {
        .rounds = IsQuantized,
        .error_bound = RoundedActivationErrorBound,
        .split_tile = kPanelCols,
-       .fit_team = nullptr},
+       .fit_team = nullptr,
+       .on_slabs = nullptr},
       {.name = "amx",
        .min_rows = 6,
        .offered = AmxGemmSupported,
@@ -104,7 +108,8 @@ const std::vector<GemmForm>& GemmForms() {
        .rounds = Ever,
        .error_bound = AmxErrorBound,
        .split_tile = kAmxCols,
-       .fit_team = FitAmx},
+       .fit_team = FitAmx,
+       .on_slabs = nullptr},
       {.name = "q8k",
        .min_rows = 1,
        .offered = BlockQ8KSupported,
@@ -114,7 +119,8 @@ const std::vector<GemmForm>& GemmForms() {
        .rounds = Ever,
        .error_bound = BlockQ8KErrorBound,
        .split_tile = 4,
-       .fit_team = nullptr},
+       .fit_team = nullptr,
+       .on_slabs = Ever},
   };
   return forms;
 }

@@ -21,7 +21,7 @@ struct PackedGemmWeight {
   size_t size = 0;
 };
 
-// One thread's share of one GEMM: Y[:, nb..ne) over m activation rows.
+// One thread's share of one GEMM: Y[:, nb..ne) over m activation rows (Y's rows n floats apart).
 struct GemmCall {
   const float* a = nullptr;
   int64_t m = 0, n = 0, k = 0;
@@ -52,6 +52,9 @@ struct GemmForm {
   // Split across the team, the activation is rounded once by all into a buffer sized before the step by
   // this (null: each thread works alone).
   void (*fit_team)(AmxActivation* act, int64_t m, const void* packed);
+  // Reads this dtype's weights as stored, so that it can run one expert's slab of a stacked weight
+  // (GemmTemplate::index_buffer); null: never.
+  bool (*on_slabs)(DType wt);
 };
 
 const std::vector<GemmForm>& GemmForms();

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/gemm_experts.h"
 #include "backends/cpu/weight_memory.h"
 #include "codegen/cpp_renderer.h"
 #include "ir/error.h"
@@ -269,6 +270,8 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
     call.y = static_cast<float*>(bufs[kn.out_buffer]);
     call.nb = nb;
     call.ne = ne;
+    if (gm.index_buffer >= 0)
+      return RunExpertGemm(form, call, static_cast<const int32_t*>(bufs[gm.index_buffer]), gm.experts);
     if (st.parallel && form.fit_team) {  // the team rounds the activation once
       call.thread = t;
       call.threads = threads;

@@ -47,6 +47,7 @@ bool Program::PrepareForm(const GemmTemplate& gm, int form_index, bool pack) {
   const KBuffer& kb = kp_.buffers[gm.w_buffer];
   const GemmForm& form = GemmForms()[form_index];
   if (!form.offered(kb.dtype, gm.k)) return false;
+  if (gm.index_buffer >= 0) return form.on_slabs && form.on_slabs(kb.dtype);  // experts: weights as stored
   if (!pack || !form.pack || packed_.count({form_index, gm.w_buffer})) return true;
   if (!storage_[gm.w_buffer].data) throw Error("weight '" + kb.name + "' was not bound");
   PackedGemmWeight p = form.pack(storage_[gm.w_buffer].data, kb.dtype, gm.n, gm.k);

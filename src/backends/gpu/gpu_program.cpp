@@ -18,8 +18,8 @@ static double Seconds(Clock::time_point t0) {
 }
 
 bool LibraryGemmApplies(const KernelProgram& p, const Kernel& k) {
-  return k.gemm && !k.gemm->epilogue && p.buffers[k.gemm->a_buffer].dtype == DType::F32 &&
-         p.buffers[k.out_buffer].dtype == DType::F32;
+  return k.gemm && !k.gemm->epilogue && k.gemm->index_buffer < 0 &&
+         p.buffers[k.gemm->a_buffer].dtype == DType::F32 && p.buffers[k.out_buffer].dtype == DType::F32;
 }
 
 std::unique_ptr<GpuProgram> GpuProgram::Compile(const Graph& g, std::shared_ptr<GpuDevice> device,

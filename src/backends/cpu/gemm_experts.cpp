@@ -1,0 +1,60 @@
+// Grouped expert GEMMs: rows sorted by expert (a counting sort), each expert's rows gathered into one
+// activation block so that its slab is read once per step, whatever the number of rows routed to it.
+#include "backends/cpu/gemm_experts.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace prism {
+namespace {
+
+int64_t ExpertOf(const int32_t* expert, int64_t experts, int64_t row) {
+  return std::clamp<int64_t>(expert[row], 0, experts - 1);  // as the value tree's Gather clamps
+}
+
+}  // namespace
+
+const void* ExpertSlab(const void* w, DType wt, int64_t n, int64_t k, const int32_t* expert, int64_t experts,
+                       int64_t row) {
+  return static_cast<const uint8_t*>(w) + ExpertOf(expert, experts, row) * StorageBytes(wt, n * k);
+}
+
+void RunExpertGemm(const GemmForm& form, const GemmCall& all, const int32_t* expert, int64_t experts) {
+  thread_local std::vector<int64_t> start, order;
+  thread_local std::vector<float> a_rows, y_rows;
+  start.assign((size_t)experts + 1, 0);
+  for (int64_t i = 0; i < all.m; ++i) start[ExpertOf(expert, experts, i) + 1]++;
+  for (int64_t e = 0; e < experts; ++e) start[e + 1] += start[e];
+  order.resize((size_t)all.m);
+  thread_local std::vector<int64_t> cursor;
+  cursor.assign(start.begin(), start.end() - 1);
+  for (int64_t i = 0; i < all.m; ++i) order[cursor[ExpertOf(expert, experts, i)]++] = i;
+  const int64_t n = all.n, k = all.k, cols = all.ne - all.nb;
+  for (int64_t e = 0; e < experts; ++e) {
+    const int64_t first = start[e], count = start[e + 1] - first;
+    if (count == 0 || cols <= 0) continue;
+    GemmCall call = all;
+    call.w = static_cast<const uint8_t*>(all.w) + e * StorageBytes(all.wt, n * k);
+    call.packed = nullptr;
+    call.m = count;
+    if (count == 1) {  // one row (decode): straight from the activation into the output
+      call.a = all.a + order[first] * k;
+      call.y = all.y + order[first] * n;
+      form.run(call);
+      continue;
+    }
+    a_rows.resize((size_t)(count * k));
+    y_rows.resize((size_t)(count * n));
+    for (int64_t j = 0; j < count; ++j)
+      std::memcpy(a_rows.data() + j * k, all.a + order[first + j] * k, sizeof(float) * (size_t)k);
+    call.a = a_rows.data();
+    call.y = y_rows.data();
+    form.run(call);
+    for (int64_t j = 0; j < count; ++j)
+      std::memcpy(all.y + order[first + j] * n + all.nb, y_rows.data() + j * n + all.nb,
+                  sizeof(float) * (size_t)cols);
+  }
+}
+
+}  // namespace prism

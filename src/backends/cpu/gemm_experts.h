@@ -1,0 +1,20 @@
+// Grouped expert GEMMs (ExpertLinear's template): a step's rows grouped by the expert each chose, every
+// group one GEMM over that expert's slab of the stacked weight.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/cpu/gemm_forms.h"
+
+namespace prism {
+
+// `all` describes the whole product as if its weight were one [N, K] matrix: a [M, K], y [M, N], w the
+// stacked [experts, N, K] weight as stored. Row i uses slab clamp(expert[i], 0, experts - 1). The form
+// must read weights as stored (GemmForm::on_slabs); this thread computes columns [all.nb, all.ne).
+void RunExpertGemm(const GemmForm& form, const GemmCall& all, const int32_t* expert, int64_t experts);
+
+// The slab of the stacked weight that output row `row` reads (for rounding bounds and references).
+const void* ExpertSlab(const void* w, DType wt, int64_t n, int64_t k, const int32_t* expert, int64_t experts,
+                       int64_t row);
+
+}  // namespace prism
