@@ -147,17 +147,21 @@ def run_worker(argv):
 # ---------------------------------------------------------------------------------------------
 # Model facts for the roofline: bytes read per decoded token, flops per prefilled token.
 
-def stats_from_shapes(tensors, cfg):
-    """tensors: name -> (shape, nbytes) with HF or GGUF names. Returns a dict of model facts."""
+def stats_from_shapes(tensors, cfg, routed=1.0):
+    """tensors: name -> (shape, nbytes) with HF or GGUF names. Returns a dict of model facts. routed: the
+    share of each stacked expert tensor (GGUF *_exps) one token uses (experts used / experts)."""
     embed_names = {"model.embed_tokens.weight", "token_embd.weight"}
     head_names = {"lm_head.weight", "output.weight"}
+    share = lambda n: routed if "_exps." in n else 1.0  # noqa: E731
     total = sum(nb for _, nb in tensors.values())
     tied = not any(n in tensors for n in head_names)
     embed_bytes = sum(nb for n, (_, nb) in tensors.items() if n in embed_names)
-    # Decode reads every weight once per token; the embedding table only as the (tied) LM head.
-    bytes_per_token = total if tied else total - embed_bytes
-    layer_params = sum(math.prod(s) for n, (s, _) in tensors.items()
-                       if len(s) == 2 and n not in embed_names | head_names)
+    # Decode reads every weight once per token (of experts, only the routed ones); the embedding table only
+    # as the (tied) LM head.
+    read = sum(nb * share(n) for n, (_, nb) in tensors.items())
+    bytes_per_token = read if tied else read - embed_bytes
+    layer_params = sum(math.prod(s) * share(n) for n, (s, _) in tensors.items()
+                       if len(s) in (2, 3) and n not in embed_names | head_names)
     return dict(cfg, weight_bytes=total, bytes_per_token=bytes_per_token, layer_params=layer_params,
                 tied=tied)
 
@@ -172,7 +176,8 @@ def stats_gguf(path):
     vocab = meta("vocab_size") or len(r.fields["tokenizer.ggml.tokens"].data)
     cfg = dict(hidden=hidden, layers=meta("block_count"), heads=heads, head_dim=meta("attention.key_length", hidden // heads),
                vocab=vocab)
-    return stats_from_shapes(tensors, cfg)
+    experts = meta("expert_count", 0)
+    return stats_from_shapes(tensors, cfg, meta("expert_used_count") / experts if experts else 1.0)
 
 
 def stats_safetensors(folder):
@@ -279,6 +284,12 @@ def configurations(args):
                           prism=str(STORIES / "stories260K.bin"),
                           llamacpp=None, llamacpp_why="llama.cpp reads GGUF only (the .gguf row is the same weights)",
                           torch=None, torch_why="same weights as the .gguf row"))
+    if "moe1b" in models:
+        for d in args.dtypes:
+            gg = str(MODELS / f"moe1b-shape-{d}.gguf")
+            confs.append(dict(id=f"moe1b-{d}-gguf", model="moe1b-shape (GGUF, 8 experts, top 2)", dtype=d, prism=gg,
+                              llamacpp=gg, torch=None,
+                              torch_why="no PyTorch row for the MoE shape: transformers runs experts in a Python loop"))
     if "llama1b" in models:
         for d in args.dtypes:
             gg = str(MODELS / f"llama1b-shape-{d}.gguf")
@@ -298,8 +309,8 @@ def configurations(args):
     return confs
 
 
-def needed_dtypes(confs):
-    return sorted({c["dtype"] for c in confs if c["id"].startswith("llama1b")})
+def needed_dtypes(confs, shape="llama1b"):
+    return sorted({c["dtype"] for c in confs if c["id"].startswith(shape + "-")})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -411,7 +422,8 @@ def main():
         return run_worker(sys.argv[1:])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="stories260K + the 1B shape in q8_0 only, 1 repeat")
-    ap.add_argument("--models", default="stories260K,llama1b", help="comma-separated: stories260K, llama1b")
+    ap.add_argument("--models", default="stories260K,llama1b",
+                    help="comma-separated: stories260K, llama1b, moe1b (8 experts, top 2)")
     ap.add_argument("--dtypes", default=",".join(ALL_DTYPES), help="dtypes of the 1B shape")
     ap.add_argument("--threads", default="1,2", help="thread counts (default 1,2)")
     ap.add_argument("--prompts", default="128,512", help="prompt lengths (ppN)")
@@ -461,6 +473,11 @@ def main():
         mk += ["--stories-only"]
     log("models: " + " ".join(mk[1:]))
     subprocess.run(mk, check=True, stdout=sys.stderr)  # stdout carries only the table
+    if any(c["id"].startswith("moe1b") for c in confs):
+        mk = [sys.executable, str(HERE / "make_models.py"), "--shape", "moe1b", "--only",
+              ",".join(needed_dtypes(confs, "moe1b"))]
+        log("models: " + " ".join(mk[1:]))
+        subprocess.run(mk, check=True, stdout=sys.stderr)
 
     for tool, path in [("prism", args.prism)] + ([] if args.skip_probe else [("probe", args.probe)]):
         if not Path(path).exists():

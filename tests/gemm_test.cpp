@@ -7,6 +7,7 @@
 #include "backends/cpu/gemm_avx2.h"
 #include "backends/cpu/gemm_bf16.h"
 #include "backends/cpu/gemm_blocks.h"
+#include "backends/cpu/gemm_experts.h"
 #include "backends/cpu/gemm_int8.h"
 #include "backends/cpu/gemm_panels.h"
 #include "frontend/nn.h"
@@ -143,6 +144,45 @@ TEST(Gemm, Avx2BlockDequantizationMatchesReference) {
       ASSERT_NEAR(fast[i], ref, 1e-6 * (1e-3 + std::fabs(ref))) << DTypeName(wt) << " element " << i;
     }
   }
+}
+
+// Expert GEMMs: rows grouped by the slab they chose (ids past the experts clamp), the columns split as a team
+// splits them, over odd sizes: every output equals its own slab's exact product.
+TEST(Gemm, ExpertGroupsMatchEachRowsOwnSlabForEveryTeamSize) {
+  const GemmForm& rows = GemmForms()[GemmFormIndex("rows")];
+  for (DType wt : {DType::F32, DType::BF16, DType::Q8_0, DType::Q4_K})
+    for (int64_t m : {1, 2, 5, 17})
+      for (int threads : {1, 2, 3}) {
+        const int64_t experts = 5, n = 37, k = wt == DType::Q4_K ? 256 : 64;
+        auto a = testing::RandomFloats(m * k, 7 + m);
+        HostTensor w = wt == DType::Q4_K ? testing::RandomBlocks(wt, {experts * n, k}, 8)
+                                         : HostTensor::FromFloats({experts * n, k},
+                                                                  testing::RandomFloats(experts * n * k, 9), wt);
+        std::vector<int32_t> id(m);
+        for (int64_t i = 0; i < m; ++i) id[i] = (int32_t)((i * 3 + m) % 7);  // 5 and 6 clamp to expert 4
+        std::vector<float> y(m * n, NAN);
+        GemmCall call;
+        call.a = a.data();
+        call.m = m;
+        call.n = n;
+        call.k = k;
+        call.w = w.data;
+        call.wt = wt;
+        call.y = y.data();
+        for (int t = 0; t < threads; ++t) {
+          call.nb = n * t / threads;
+          call.ne = n * (t + 1) / threads;
+          RunExpertGemm(rows, call, id.data(), experts);
+        }
+        for (int64_t i = 0; i < m; ++i) {
+          const int64_t e = std::min<int64_t>(id[i], experts - 1);
+          for (int64_t j = 0; j < n; ++j) {
+            const Exact x = ExactDot(a.data(), k, w.data, wt, i, e * n + j);
+            ASSERT_NEAR(y[i * n + j], x.sum, 2e-6 * x.magnitude + 1e-7)
+                << DTypeName(wt) << " m=" << m << " threads=" << threads << " row " << i << " col " << j;
+          }
+        }
+      }
 }
 
 TEST(Gemm, ThreadedSplitsCoverEveryColumn) {

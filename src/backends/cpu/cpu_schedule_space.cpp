@@ -72,6 +72,13 @@ class CpuScheduleSpace : public ScheduleSpace {
       for (int64_t d : p_.shapes_[i]) n *= d;
       FillRandomNonZero(ptrs_[i], p_.kp_.buffers[i].dtype, n, rng);
     }
+    // Expert GEMMs' rows spread over the experts as a router spreads them: timed with every row on one or
+    // two slabs (as small random integers put them), a form would be timed reading less than a step does.
+    for (size_t k = 0; k < timed.size(); ++k)
+      if (const auto& gm = p_.kp_.kernels[k].gemm; timed[k] && gm && gm->index_buffer >= 0) {
+        int32_t* rows = static_cast<int32_t*>(ptrs_[gm->index_buffer]);
+        for (int64_t r = 0, m = p_.shapes_[gm->index_buffer][0]; r < m; ++r) rows[r] = (int32_t)(r % gm->experts);
+      }
     p_.PlanLaunches(b_);
     defaults_ = p_.launches_;
     return {b_, ptrs_};
