@@ -146,18 +146,21 @@ TEST(Gemm, Avx2BlockDequantizationMatchesReference) {
   }
 }
 
-// Expert GEMMs: rows grouped by the slab they chose (ids past the experts clamp), the columns split as a team
-// splits them, over odd sizes: every output equals its own slab's exact product.
-TEST(Gemm, ExpertGroupsMatchEachRowsOwnSlabForEveryTeamSize) {
-  const GemmForm& rows = GemmForms()[GemmFormIndex("rows")];
-  for (DType wt : {DType::F32, DType::BF16, DType::Q8_0, DType::Q4_K})
-    for (int64_t m : {1, 2, 5, 17})
-      for (int threads : {1, 2, 3}) {
-        const int64_t experts = 5, n = 37, k = wt == DType::Q4_K ? 256 : 64;
+// Expert GEMMs in every form that runs on slabs (packed one slab at a time where the form packs): rows
+// grouped by the slab they chose (ids past the experts clamp), the columns split as a team splits them, over
+// odd sizes: every output equals its own slab's exact product within the form's bound.
+TEST(Gemm, ExpertGroupsMatchEachRowsOwnSlabInEveryForm) {
+  int checked = 0;
+  for (const GemmForm& form : GemmForms())
+    for (DType wt : {DType::F32, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
+      for (int64_t m : {1, 2, 5, 17}) {
+        const int64_t experts = 5, n = 37, k = BlockElems(wt) == 256 ? 256 : 64;
+        if (!form.on_slabs || !form.offered(wt, k) || m < form.min_rows) continue;
         auto a = testing::RandomFloats(m * k, 7 + m);
-        HostTensor w = wt == DType::Q4_K ? testing::RandomBlocks(wt, {experts * n, k}, 8)
-                                         : HostTensor::FromFloats({experts * n, k},
-                                                                  testing::RandomFloats(experts * n * k, 9), wt);
+        HostTensor w = BlockElems(wt) == 256 ? testing::RandomBlocks(wt, {experts * n, k}, 8)
+                                             : HostTensor::FromFloats({experts * n, k},
+                                                                      testing::RandomFloats(experts * n * k, 9), wt);
+        PackedGemmWeight packed = form.pack ? PackExperts(form, w.data, wt, experts, n, k) : PackedGemmWeight{};
         std::vector<int32_t> id(m);
         for (int64_t i = 0; i < m; ++i) id[i] = (int32_t)((i * 3 + m) % 7);  // 5 and 6 clamp to expert 4
         std::vector<float> y(m * n, NAN);
@@ -168,21 +171,29 @@ TEST(Gemm, ExpertGroupsMatchEachRowsOwnSlabForEveryTeamSize) {
         call.k = k;
         call.w = w.data;
         call.wt = wt;
+        call.packed = packed.form_data.get();
         call.y = y.data();
-        for (int t = 0; t < threads; ++t) {
-          call.nb = n * t / threads;
-          call.ne = n * (t + 1) / threads;
-          RunExpertGemm(rows, call, id.data(), experts);
+        for (int t = 0; t < 3; ++t) {  // a team of three's column shares, in whole tiles
+          const int64_t tiles = (n + form.split_tile - 1) / form.split_tile;
+          call.nb = std::min(n, tiles * t / 3 * form.split_tile);
+          call.ne = std::min(n, tiles * (t + 1) / 3 * form.split_tile);
+          RunExpertGemm(form, call, id.data(), experts);
         }
+        const bool rounds = form.rounds && form.rounds(wt);
         for (int64_t i = 0; i < m; ++i) {
+          const void* slab = ExpertSlab(w.data, wt, n, k, id.data(), experts, i);
           const int64_t e = std::min<int64_t>(id[i], experts - 1);
           for (int64_t j = 0; j < n; ++j) {
             const Exact x = ExactDot(a.data(), k, w.data, wt, i, e * n + j);
-            ASSERT_NEAR(y[i * n + j], x.sum, 2e-6 * x.magnitude + 1e-7)
-                << DTypeName(wt) << " m=" << m << " threads=" << threads << " row " << i << " col " << j;
+            const double bound = (rounds ? form.error_bound(a.data() + i * k, slab, wt, k, j) : 0) +
+                                 2e-6 * x.magnitude + 1e-7;
+            ASSERT_NEAR(y[i * n + j], x.sum, bound)
+                << form.name << " " << DTypeName(wt) << " m=" << m << " row " << i << " col " << j;
           }
         }
+        ++checked;
       }
+  EXPECT_GT(checked, 20);
 }
 
 TEST(Gemm, ThreadedSplitsCoverEveryColumn) {

@@ -77,7 +77,8 @@ class CpuScheduleSpace : public ScheduleSpace {
     for (size_t k = 0; k < timed.size(); ++k)
       if (const auto& gm = p_.kp_.kernels[k].gemm; timed[k] && gm && gm->index_buffer >= 0) {
         int32_t* rows = static_cast<int32_t*>(ptrs_[gm->index_buffer]);
-        for (int64_t r = 0, m = p_.shapes_[gm->index_buffer][0]; r < m; ++r) rows[r] = (int32_t)(r % gm->experts);
+        for (int64_t r = 0, m = p_.shapes_[gm->index_buffer][0]; r < m; ++r)
+          rows[r] = (int32_t)(r % gm->experts);
       }
     p_.PlanLaunches(b_);
     defaults_ = p_.launches_;
@@ -109,7 +110,7 @@ class CpuScheduleSpace : public ScheduleSpace {
     }
     for (size_t f = 0; f < GemmForms().size() && kn.gemm; ++f) {
       const GemmForm& form = GemmForms()[f];
-      const bool slabs = kn.gemm->index_buffer < 0 || (form.on_slabs && form.on_slabs(wt));
+      const bool slabs = kn.gemm->index_buffer < 0 || form.on_slabs;
       if (defaults_[k].m >= form.min_rows && form.offered(wt, kn.gemm->k) && slabs)
         add(form.label(wt), true, false, (int)f);
     }

@@ -15,6 +15,19 @@ int64_t ExpertOf(const int32_t* expert, int64_t experts, int64_t row) {
 
 }  // namespace
 
+PackedGemmWeight PackExperts(const GemmForm& form, const void* w, DType wt, int64_t experts, int64_t n,
+                             int64_t k) {
+  auto packs = std::make_shared<ExpertPacks>();
+  PackedGemmWeight out;
+  for (int64_t e = 0; e < experts; ++e) {
+    packs->slabs.push_back(form.pack(static_cast<const uint8_t*>(w) + e * StorageBytes(wt, n * k), wt, n, k));
+    if (!packs->slabs.back().form_data) return {};  // this dtype is read as stored
+    out.more.emplace_back(packs->slabs.back().bytes, packs->slabs.back().size);
+  }
+  out.form_data = packs;
+  return out;
+}
+
 const void* ExpertSlab(const void* w, DType wt, int64_t n, int64_t k, const int32_t* expert, int64_t experts,
                        int64_t row) {
   return static_cast<const uint8_t*>(w) + ExpertOf(expert, experts, row) * StorageBytes(wt, n * k);
@@ -36,7 +49,8 @@ void RunExpertGemm(const GemmForm& form, const GemmCall& all, const int32_t* exp
     if (count == 0 || cols <= 0) continue;
     GemmCall call = all;
     call.w = static_cast<const uint8_t*>(all.w) + e * StorageBytes(all.wt, n * k);
-    call.packed = nullptr;
+    call.packed =
+        all.packed ? static_cast<const ExpertPacks*>(all.packed)->slabs[e].form_data.get() : nullptr;
     call.m = count;
     if (count == 1) {  // one row (decode): straight from the activation into the output
       call.a = all.a + order[first] * k;

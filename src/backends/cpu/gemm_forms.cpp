@@ -18,7 +18,6 @@ PackedGemmWeight Hold(T packed) {
 
 bool Always(DType, int64_t) { return true; }
 bool Ever(DType) { return true; }
-bool Unquantized(DType wt) { return !IsQuantized(wt); }
 
 // Over the weights as stored (AVX-512, AVX2 or scalar): exact f32 products.
 void RunRows(const GemmCall& c) { GemmRows(c.a, c.m, c.k, c.w, c.wt, c.y, c.n, c.nb, c.ne); }
@@ -76,7 +75,7 @@ const std::vector<GemmForm>& GemmForms() {
        .error_bound = nullptr,
        .split_tile = 4,
        .fit_team = nullptr,
-       .on_slabs = Ever},
+       .on_slabs = true},
       {.name = "rounded",
        .min_rows = 1,
        .offered = RoundedActivationSupported,
@@ -87,7 +86,7 @@ const std::vector<GemmForm>& GemmForms() {
        .error_bound = RoundedActivationErrorBound,
        .split_tile = 4,
        .fit_team = nullptr,
-       .on_slabs = Unquantized},  // bf16 dot products over the weights as stored; int8 repacks them
+       .on_slabs = true},
       {.name = "panels",
        .min_rows = 6,
        .offered = PanelsOffered,
@@ -98,7 +97,7 @@ const std::vector<GemmForm>& GemmForms() {
        .error_bound = RoundedActivationErrorBound,
        .split_tile = kPanelCols,
        .fit_team = nullptr,
-       .on_slabs = nullptr},
+       .on_slabs = true},
       {.name = "amx",
        .min_rows = 6,
        .offered = AmxGemmSupported,
@@ -109,7 +108,7 @@ const std::vector<GemmForm>& GemmForms() {
        .error_bound = AmxErrorBound,
        .split_tile = kAmxCols,
        .fit_team = FitAmx,
-       .on_slabs = nullptr},
+       .on_slabs = false},
       {.name = "q8k",
        .min_rows = 1,
        .offered = BlockQ8KSupported,
@@ -120,7 +119,7 @@ const std::vector<GemmForm>& GemmForms() {
        .error_bound = BlockQ8KErrorBound,
        .split_tile = 4,
        .fit_team = nullptr,
-       .on_slabs = Ever},
+       .on_slabs = true},
   };
   return forms;
 }

@@ -19,6 +19,7 @@ struct PackedGemmWeight {
   std::shared_ptr<const void> form_data;  // what GemmCall::packed points at (the form's own struct)
   const void* bytes = nullptr;            // the packed bytes (evicted from cache before timing)
   size_t size = 0;
+  std::vector<std::pair<const void*, size_t>> more;  // further packed regions (one per expert slab)
 };
 
 // One thread's share of one GEMM: Y[:, nb..ne) over m activation rows (Y's rows n floats apart).
@@ -52,9 +53,9 @@ struct GemmForm {
   // Split across the team, the activation is rounded once by all into a buffer sized before the step by
   // this (null: each thread works alone).
   void (*fit_team)(AmxActivation* act, int64_t m, const void* packed);
-  // Reads this dtype's weights as stored, so that it can run one expert's slab of a stacked weight
-  // (GemmTemplate::index_buffer); null: never.
-  bool (*on_slabs)(DType wt);
+  // Runs one expert's slab of a stacked weight (GemmTemplate::index_buffer), each slab packed on its own
+  // where the form packs (gemm_experts.h); false: never (forms the team runs as one).
+  bool on_slabs;
 };
 
 const std::vector<GemmForm>& GemmForms();

@@ -2,6 +2,7 @@
 // the team's shared rounded activations, and the form a choice takes in JSON.
 #include <algorithm>
 
+#include "backends/cpu/gemm_experts.h"
 #include "backends/cpu/machine_probe.h"
 #include "backends/cpu/program.h"
 #include "ir/error.h"
@@ -31,7 +32,10 @@ void Program::EvictWeights(const GemmTemplate& gm) const {
   const HostTensor& w = storage_[gm.w_buffer];
   if (w.data) EvictFromCache(w.data, (size_t)w.nbytes());
   for (const auto& [key, packed] : packed_)
-    if (key.second == gm.w_buffer) EvictFromCache(packed.bytes, packed.size);
+    if (key.second == gm.w_buffer) {
+      EvictFromCache(packed.bytes, packed.size);
+      for (const auto& [bytes, size] : packed.more) EvictFromCache(bytes, size);
+    }
 }
 
 void Program::FitTeamActivations() {
@@ -47,10 +51,12 @@ bool Program::PrepareForm(const GemmTemplate& gm, int form_index, bool pack) {
   const KBuffer& kb = kp_.buffers[gm.w_buffer];
   const GemmForm& form = GemmForms()[form_index];
   if (!form.offered(kb.dtype, gm.k)) return false;
-  if (gm.index_buffer >= 0) return form.on_slabs && form.on_slabs(kb.dtype);  // experts: weights as stored
+  if (gm.index_buffer >= 0 && !form.on_slabs) return false;
   if (!pack || !form.pack || packed_.count({form_index, gm.w_buffer})) return true;
   if (!storage_[gm.w_buffer].data) throw Error("weight '" + kb.name + "' was not bound");
-  PackedGemmWeight p = form.pack(storage_[gm.w_buffer].data, kb.dtype, gm.n, gm.k);
+  PackedGemmWeight p = gm.index_buffer >= 0
+                           ? PackExperts(form, storage_[gm.w_buffer].data, kb.dtype, gm.experts, gm.n, gm.k)
+                           : form.pack(storage_[gm.w_buffer].data, kb.dtype, gm.n, gm.k);
   if (p.form_data) packed_.emplace(std::make_pair(form_index, gm.w_buffer), std::move(p));
   return true;
 }
