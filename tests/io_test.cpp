@@ -10,6 +10,7 @@
 #include <functional>
 #include <optional>
 
+#include "io/formats/expert_stack.h"
 #include "io/formats/gguf.h"
 #include "io/formats/llama2c.h"
 #include "io/formats/mapped_file.h"
@@ -777,6 +778,31 @@ TEST(SafetensorsTest, HandMadeBrokenFilesAreErrors) {
   ExpectError([&] { LoadSafetensors(tmp / "absent.safetensors"); }, {"absent.safetensors", "cannot open"});
 }
 
+TEST(SafetensorsTest, ExpertTensorsStackInOrderOrFailInOneLine) {
+  TempDir tmp;
+  auto expert = [](int e, const std::string& rest, int begin, const char* shape) {
+    return "\"m.experts." + std::to_string(e) + "." + rest + "\": {\"dtype\": \"F32\", \"shape\": " + shape +
+           ", \"data_offsets\": [" + std::to_string(begin) + ", " + std::to_string(begin + 8) + "]}";
+  };
+  const std::string data = FloatBytes({1, 2, 3, 4, 5, 6});
+  // Experts 1 then 0 in the file: stacked by number.
+  WriteBytes(tmp / "ok.safetensors",
+             SafetensorsBytes("{" + expert(1, "w", 0, "[2]") + ", " + expert(0, "w", 8, "[2]") + "}", data));
+  auto s = StackExperts(LoadSafetensors(tmp / "ok.safetensors"));
+  const TensorData& w = s->Get("m.experts.w");
+  EXPECT_EQ(w.shape, (std::vector<int64_t>{2, 2}));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(LoadAsDouble(w.data, DType::F32, i), (double)((i + 2) % 4 + 1));
+  EXPECT_NE(s->Find("m.experts.0.w"), nullptr);  // the experts themselves stay
+  WriteBytes(tmp / "gap.safetensors",
+             SafetensorsBytes("{" + expert(0, "w", 0, "[2]") + ", " + expert(2, "w", 8, "[2]") + "}", data));
+  ExpectError([&] { StackExperts(LoadSafetensors(tmp / "gap.safetensors")); },
+              {"gap.safetensors", "'m.experts.2.w' has no expert 1 before it"});
+  WriteBytes(tmp / "shape.safetensors",
+             SafetensorsBytes("{" + expert(0, "w", 0, "[2]") + ", " + expert(1, "w", 8, "[1, 2]") + "}", data));
+  ExpectError([&] { StackExperts(LoadSafetensors(tmp / "shape.safetensors")); },
+              {"shape.safetensors", "'m.experts.1.w' [1, 2] f32 differs from 'm.experts.0.w' [2] f32"});
+}
+
 TEST(SafetensorsTest, FolderAndIndexErrors) {
   TempDir tmp;
   ExpectError([&] { LoadSafetensors(tmp.path.string()); },
@@ -822,6 +848,13 @@ TEST(HfNamesTest, LlamaFamilyAndGpt2Mapping) {
   EXPECT_EQ(HfTensorName("llama", "blk.x.attn_q.weight"), "blk.x.attn_q.weight");
   EXPECT_EQ(HfTensorName("gpt2", "blk.7.attn_qkv.bias"), "transformer.h.7.attn.c_attn.bias");
   EXPECT_EQ(HfTensorName("gpt2", "output_norm.weight"), "transformer.ln_f.weight");
+  // Mixture of experts: stacked experts, the router, and one expert of the older per-expert layout.
+  EXPECT_EQ(HfTensorName("qwen3moe", "blk.4.ffn_up_exps.weight"), "model.layers.4.mlp.experts.up_proj.weight");
+  EXPECT_EQ(HfTensorName("llama", "blk.4.ffn_gate_inp.weight"), "model.layers.4.mlp.gate.weight");
+  EXPECT_EQ(HfTensorName("llama", "blk.3.ffn_gate.7.weight"), "model.layers.3.mlp.experts.7.gate_proj.weight");
+  EXPECT_EQ(HfTensorName("llama", "blk.3.ffn_down.12.weight"), "model.layers.3.mlp.experts.12.down_proj.weight");
+  EXPECT_EQ(HfTensorName("llama", "blk.3.ffn_gate.x.weight"), "blk.3.ffn_gate.x.weight");
+  EXPECT_EQ(HfTensorName("llama", "blk.3.attn_q.7.weight"), "blk.3.attn_q.7.weight");
 }
 
 TEST(HfNamesTest, UnknownArchitectureAndUnsupportedTensorsInView) {

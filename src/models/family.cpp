@@ -19,9 +19,20 @@ std::string Rename(const GgufNames& m, const std::string& name) {
   if (dot == std::string::npos || dot == 4) return name;
   std::string layer = name.substr(4, dot - 4);
   if (layer.find_first_not_of("0123456789") != std::string::npos) return name;
-  auto it = m.layer.find(name.substr(dot + 1));
-  if (it == m.layer.end()) return name;
-  return m.layer_prefix + layer + "." + it->second;
+  const std::string suffix = name.substr(dot + 1);
+  if (auto it = m.layer.find(suffix); it != m.layer.end()) return m.layer_prefix + layer + "." + it->second;
+  // One expert of the older per-expert layout ("ffn_gate.<e>.weight", Mixtral files before llama.cpp
+  // stacked them): the stacked name's Hugging Face counterpart with the expert's number after "experts."
+  // (StackExperts then stacks them as it stacks Hugging Face's own).
+  const size_t a = suffix.find('.'), b = a == std::string::npos ? a : suffix.find('.', a + 1);
+  if (b == std::string::npos || b == a + 1 ||
+      suffix.substr(a + 1, b - a - 1).find_first_not_of("0123456789") != std::string::npos)
+    return name;
+  auto it = m.layer.find(suffix.substr(0, a) + "_exps" + suffix.substr(b));
+  const size_t at = it == m.layer.end() ? std::string::npos : it->second.find("experts.");
+  if (at == std::string::npos) return name;
+  return m.layer_prefix + layer + "." + it->second.substr(0, at + 8) + suffix.substr(a + 1, b - a) +
+         it->second.substr(at + 8);
 }
 
 class HfView : public WeightStore {

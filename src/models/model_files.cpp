@@ -59,7 +59,7 @@ ModelFiles OpenModelFiles(const std::string& path, const std::string& tokenizer_
       if (tok.BosId() >= 0) mf.chat_variables["bos_token"] = tok.TokenText(tok.BosId());
       if (tok.EosId() >= 0) mf.chat_variables["eos_token"] = tok.TokenText(tok.EosId());
     }
-    mf.weights = HfNamedView(gguf);
+    mf.weights = StackExperts(HfNamedView(gguf));
     mf.conv1d_transposed = true;
   } else {
     ModelConfig cfg;

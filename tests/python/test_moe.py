@@ -135,6 +135,21 @@ def test_moe_q4_k_m_matches_exact_reference_and_llamacpp(prism_py, llamacpp):
     assert gap <= bound, f"Prism vs llama.cpp {gap:.4f} > bound {bound:.4f} x max|logit|"
 
 
+def test_moe_per_expert_gguf_layout_equals_the_stacked_one(prism_py, llamacpp, tmp_path):
+    # The same weights as tiny-moe-f32.gguf in the layout of the first Mixtral GGUF files (one tensor per
+    # expert, blk.N.ffn_gate.E.weight): Prism stacks them on load and computes the same logits.
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+    import make_moe_models
+    path = tmp_path / "per-expert.gguf"
+    make_moe_models.write(path, hidden=64, head_dim=16, ffn=96, seed=2612, per_expert=True)
+    ids = llamacpp["prompt_ids"].tolist()
+    stacked = np.asarray(prism_py.load(str(DATA / "tiny-moe-f32.gguf"), threads=2).logits(ids))
+    ours = np.asarray(prism_py.load(str(path), threads=2).logits(ids))
+    assert np.array_equal(ours, stacked)
+    assert np.abs(ours - llamacpp["f32"]).max() / np.abs(llamacpp["f32"]).max() <= 1e-3
+
+
 def test_moe_expert_count_disagreeing_with_tensors_is_a_one_line_error(prism_py, tmp_path):
     # The file's experts are 4; metadata claiming 5 must not read past them.
     src = DATA / "tiny-moe-f32.gguf"
