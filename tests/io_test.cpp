@@ -1015,7 +1015,7 @@ TEST(HfConfigTest, ErrorsNameTheFileAndTheProblem) {
     ExpectError([&] { ParseHfConfig(path); }, all);
   };
   expect(R"({"model_type": "bert"})",
-         {"unsupported model_type 'bert'", "llama, mistral, qwen2, qwen3, mixtral, qwen3moe, gemma, gemma2, gemma3, phi3, gpt2"});
+         {"unsupported model_type 'bert'", "llama, mistral, qwen2, qwen3, mixtral, qwen2moe, qwen3moe, gemma, gemma2, gemma3, phi3, gpt2"});
   expect(R"({"architectures": ["T5ForConditionalGeneration"]})", {"no 'model_type'", "supported"});
   expect("{not json", {"not valid JSON"});
   expect(R"({"model_type": "llama", "vocab_size": 10})", {"missing required key 'hidden_size'"});

@@ -133,18 +133,25 @@ ModelConfig ConfigFromGguf(const GgufFile& g) {
     for (const GgufTensorInfo& info : g.TensorInfos())
       if (info.name == "token_embd.weight" && info.shape.size() == 2) c.vocab_size = info.shape[0];
   }
-  // Mixture of experts (llama.cpp writes Mixtral as "llama" with these keys, Qwen3-MoE as "qwen3moe").
+  // Mixture of experts (llama.cpp writes Mixtral as "llama" with these keys, Qwen2/3-MoE as
+  // "qwen2moe"/"qwen3moe").
   c.num_experts = k.OptInt("expert_count").value_or(0);
   if (c.num_experts > 0) {
     c.experts_per_token = k.Int("expert_used_count");
     c.moe_intermediate_size = k.OptInt("expert_feed_forward_length").value_or(c.intermediate_size);
     auto norm = g.Metadata().find(g.Architecture() + ".expert_weights_norm");
-    c.norm_topk_prob = norm == g.Metadata().end() || !norm->is_boolean() || norm->get<bool>();
+    c.norm_topk_prob =
+        norm != g.Metadata().end() && norm->is_boolean() ? norm->get<bool>() : f.gguf_renormalizes_experts;
     // A layer with neither router nor experts has a dense MLP (Qwen3-MoE's mlp_only_layers).
+    // Qwen2-MoE's shared expert: its size from the metadata where its tensors are present.
     c.moe_layers.resize(c.num_layers);
-    for (int64_t l = 0; l < c.num_layers; ++l)
+    bool shared = false;
+    for (int64_t l = 0; l < c.num_layers; ++l) {
       for (const char* t : {".ffn_gate_inp.weight", ".ffn_gate_exps.weight", ".ffn_down_exps.weight"})
         if (k.HasTensor("blk." + std::to_string(l) + t)) c.moe_layers[l] = true;
+      shared = shared || k.HasTensor("blk." + std::to_string(l) + ".ffn_up_shexp.weight");
+    }
+    if (shared) c.shared_expert_size = k.Int("expert_shared_feed_forward_length");
   }
   f.from_gguf(f, k, &c);
   c.tie_word_embeddings = !k.HasTensor("output.weight");

@@ -31,6 +31,9 @@ struct ModelFamily {
   bool attention_bias = false;  // q/k/v biases (Qwen2) whatever attention_bias says
   bool qk_norm = false;         // per-head RMS norm on q and k (Qwen3)
   bool rotary = true;           // rope on q and k (head_dim must be even); false: learned positions
+  // A GGUF mixture of experts without <arch>.expert_weights_norm: whether the router's top-k weights are
+  // renormalised (what llama.cpp does for the architecture).
+  bool gguf_renormalizes_experts = true;
   // Hugging Face config.json -> config (the family's own keys, defaults and checks).
   ModelConfig (*from_hf)(const ModelFamily& f, const JsonKeys& keys) = nullptr;
   // GGUF <arch>.* metadata -> what the common keys (sizes, heads, context, vocab) leave open.

@@ -1,7 +1,7 @@
 // The Llama family's decoder (Llama, Mistral, Qwen2, Qwen3 differ only in defaults, biases and q/k
-// norms; families.cpp gives each its line; Mixtral and Qwen3-MoE route their MLPs, models/moe.cpp):
-// config.json and GGUF readers, GGUF names, the graph, which Gemma and Phi-3 share (their sandwich norms,
-// scaled embeddings and fused projections are switched on by their configs and files).
+// norms; families.cpp gives each its line; Mixtral, Qwen2-MoE and Qwen3-MoE route their MLPs,
+// models/moe.cpp): config.json and GGUF readers, GGUF names, the graph, which Gemma and Phi-3 share (their
+// sandwich norms, scaled embeddings and fused projections are switched on by their configs and files).
 #include "models/llama.h"
 
 #include <cmath>
@@ -79,7 +79,12 @@ const GgufNames kLlamaGgufNames = {{{"token_embd.weight", "model.embed_tokens.we
                                     {"ffn_gate_inp.weight", "mlp.gate.weight"},
                                     {"ffn_gate_exps.weight", "mlp.experts.gate_proj.weight"},
                                     {"ffn_up_exps.weight", "mlp.experts.up_proj.weight"},
-                                    {"ffn_down_exps.weight", "mlp.experts.down_proj.weight"}}};
+                                    {"ffn_down_exps.weight", "mlp.experts.down_proj.weight"},
+                                    // Qwen2-MoE's shared expert and its gate
+                                    {"ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight"},
+                                    {"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"},
+                                    {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"},
+                                    {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"}}};
 
 namespace {
 

@@ -27,6 +27,7 @@ class LmBuilder {
   // A required weight with the expected shape (a one-line error naming it and both shapes otherwise).
   Tensor W(const std::string& name, std::vector<int64_t> shape);
   bool Has(const std::string& name) const { return lookup_(name).has_value(); }
+  std::optional<WeightSpec> Spec(const std::string& name) const { return lookup_(name); }
   // x · Wᵀ (+ bias) with weight name + ".weight" [out, in] (and name + ".bias" [out]).
   Tensor Proj(const Tensor& x, const std::string& name, int64_t out, int64_t in, bool bias);
   Tensor Activation(const Tensor& x);  // cfg().hidden_act

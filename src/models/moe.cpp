@@ -1,5 +1,6 @@
-// Mixture-of-experts decoders: Mixtral and Qwen3-MoE read their expert counts, and route each token's MLP
-// through its top experts. The attention and norms are the Llama decoder's (models/llama.cpp).
+// Mixture-of-experts decoders: Mixtral, Qwen2-MoE and Qwen3-MoE read their expert counts and route each
+// token's MLP through its top experts (Qwen2-MoE adds its gated shared expert). The attention and norms are
+// the Llama decoder's (models/llama.cpp).
 #include "models/moe.h"
 
 #include <algorithm>
@@ -21,13 +22,14 @@ ModelConfig MixtralFromHf(const ModelFamily& f, const JsonKeys& k) {
   return c;
 }
 
-ModelConfig Qwen3MoeFromHf(const ModelFamily& f, const JsonKeys& k) {
+ModelConfig QwenMoeFromHf(const ModelFamily& f, const JsonKeys& k) {
   ModelConfig c = LlamaFromHf(f, k);
   c.num_experts = k.Int("num_experts", k.Int("num_local_experts", 0));
   if (c.num_experts <= 0) throw Error(k.source() + ": 'num_experts' must be positive");
   c.experts_per_token = k.Int("num_experts_per_tok");
   c.moe_intermediate_size = k.Int("moe_intermediate_size");
   c.norm_topk_prob = k.Bool("norm_topk_prob", false);
+  c.shared_expert_size = k.Int("shared_expert_intermediate_size", 0);
   const int64_t step = k.Int("decoder_sparse_step", 1);
   if (step <= 0) throw Error(k.source() + ": 'decoder_sparse_step' must be positive");
   std::vector<int64_t> dense;
@@ -69,7 +71,19 @@ Tensor RoutedMlp(LmBuilder& b, const Tensor& x, int64_t l) {
   Tensor xr = x.unsqueeze(1).expand({seq, Expr(top), Expr(d)}).reshape({rows, Expr(d)});
   Tensor h = b.Activation(ExpertLinear(xr, gate, expert)) * ExpertLinear(xr, up, expert);
   Tensor y = ExpertLinear(h, down, expert).reshape({seq, Expr(top), Expr(d)});
-  return (y * weight.unsqueeze(-1)).sum({1}, false);
+  Tensor out = (y * weight.unsqueeze(-1)).sum({1}, false);
+  if (cfg.shared_expert_size <= 0) return out;
+  // Qwen2-MoE's shared expert, gated per token (GGUF stores the gate as [hidden], Hugging Face as [1,
+  // hidden]).
+  const int64_t fs = cfg.shared_expert_size;
+  const std::string s = block + "shared_expert.", sg = block + "shared_expert_gate.weight";
+  Tensor shared =
+      b.Proj(b.Activation(b.Proj(x, s + "gate_proj", fs, d, false)) * b.Proj(x, s + "up_proj", fs, d, false),
+             s + "down_proj", d, fs, false);
+  const auto spec = b.Spec(sg);
+  Tensor gate_w =
+      spec && spec->shape.size() == 1 ? b.W(sg, {d}).reshape({Expr(1), Expr(d)}) : b.W(sg, {1, d});
+  return out + Linear(x, gate_w).sigmoid() * shared;
 }
 
 }  // namespace prism

@@ -162,6 +162,15 @@ FAMILIES = {
                                                      tie_word_embeddings=False, bos_token_id=151643,
                                                      eos_token_id=151645),
                        "qwen2.5", "qwen3moe", seed=13, tokenizer_pre="qwen2"),
+    # Qwen2-MoE: q/k/v biases, top 2 of 5 experts without renormalisation, a sigmoid-gated shared expert; its
+    # GGUF leaves expert_weights_norm out, as llama.cpp's converter does.
+    "qwen2moe": Family("qwen2moe", "qwen2_moe", dict(_LLAMA_COMMON, intermediate_size=96, num_key_value_heads=2,
+                                                     vocab_size=151936, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                                                     num_experts=5, num_experts_per_tok=2, moe_intermediate_size=40,
+                                                     shared_expert_intermediate_size=72, norm_topk_prob=False,
+                                                     use_sliding_window=False, tie_word_embeddings=False,
+                                                     bos_token_id=151643, eos_token_id=151645),
+                       "qwen2.5", "qwen2moe", seed=14, tokenizer_pre="qwen2"),
     # The same Phi-3 weights with a Hub-style config.json (rope_scaling at the top level).
     "phi3_legacy": Family("phi3_legacy", "phi3", None, "phi-3-mini", "phi3", seed=11, legacy_config=True,
                           variant_of="phi3"),
@@ -183,6 +192,7 @@ def _config_class(arch):
             "phi3": (transformers.Phi3Config, transformers.Phi3ForCausalLM),
             "mixtral": (transformers.MixtralConfig, transformers.MixtralForCausalLM),
             "qwen3_moe": (transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM),
+            "qwen2_moe": (transformers.Qwen2MoeConfig, transformers.Qwen2MoeForCausalLM),
             "gpt2": (transformers.GPT2Config, transformers.GPT2LMHeadModel)}[arch]
 
 
@@ -399,6 +409,9 @@ _LLAMA_LAYER_NAMES = {
     "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
     "mlp.gate.weight": "ffn_gate_inp.weight", "mlp.experts.down_proj": "ffn_down_exps.weight",
+    "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight", "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
+    "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
+    "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight",
 }
 _GEMMA_LAYER_NAMES = dict(_LLAMA_LAYER_NAMES, **{
     "post_attention_layernorm.weight": "post_attention_norm.weight",
@@ -456,6 +469,8 @@ def gguf_tensors(model, family):
                     out.append((f"blk.{layer}.ffn_gate_exps.weight", w[:, :half].copy()))
                     out.append((f"blk.{layer}.ffn_up_exps.weight", w[:, half:].copy()))
                     continue
+                if rest == "mlp.shared_expert_gate.weight":  # llama.cpp stores it as [hidden]
+                    w = w.reshape(-1)
                 names = {"gemma2": _GEMMA_LAYER_NAMES, "gemma3": _GEMMA_LAYER_NAMES,
                          "phi3": _PHI3_LAYER_NAMES}.get(family.arch, _LLAMA_LAYER_NAMES)
                 gname = f"blk.{layer}.{names[rest]}"
@@ -538,13 +553,16 @@ def write_gguf(model, family, hf_folder, path, quant=None):
         w.add_rope_dimension_count(head_dim)
         if family.gguf_arch == "llama":
             w.add_vocab_size(cfg.vocab_size)
-        if family.arch in ("mixtral", "qwen3_moe"):
+        if family.arch in ("mixtral", "qwen3_moe", "qwen2_moe"):
             experts = getattr(cfg, "num_local_experts", None) or cfg.num_experts
             w.add_expert_count(experts)
             w.add_expert_used_count(cfg.num_experts_per_tok)
-            w.add_expert_weights_norm(bool(getattr(cfg, "norm_topk_prob", True)))
-            if family.arch == "qwen3_moe":
+            if family.arch != "qwen2_moe":  # llama.cpp's converter writes no such key for Qwen2-MoE
+                w.add_expert_weights_norm(bool(getattr(cfg, "norm_topk_prob", True)))
+            if family.arch != "mixtral":
                 w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
+            if family.arch == "qwen2_moe":
+                w.add_expert_shared_feed_forward_length(cfg.shared_expert_intermediate_size)
     add_tokenizer(w, family, hf_folder, cfg.vocab_size)
     tensors = gguf_tensors(model, family)
     scaling = family.config.get("rope_scaling") or {}

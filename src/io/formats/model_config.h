@@ -43,6 +43,7 @@ struct ModelConfig {
   // the chosen ones when norm_topk_prob). 0 experts: a dense MLP. moe_layers: which layers route (empty:
   // all of them; the others have a dense MLP of intermediate_size).
   int64_t num_experts = 0, experts_per_token = 0, moe_intermediate_size = 0;
+  int64_t shared_expert_size = 0;  // Qwen2-MoE: a dense MLP every token takes, sigmoid-gated (0: none)
   bool norm_topk_prob = true;
   std::vector<bool> moe_layers;
   // "silu"; "gelu_new" / "gelu_pytorch_tanh" (tanh form); "gelu" (erf form).
