@@ -10,6 +10,8 @@
 #include "backends/cpu/gemm_experts.h"
 #include "backends/cpu/gemm_int8.h"
 #include "backends/cpu/gemm_panels.h"
+#include "backends/cpu/k4_scales.h"
+#include "ir/quant_formats.h"
 #include "frontend/nn.h"
 #include "graph_check.h"
 #include "ir/error.h"
@@ -194,6 +196,24 @@ TEST(Gemm, ExpertGroupsMatchEachRowsOwnSlabInEveryForm) {
         ++checked;
       }
   EXPECT_GT(checked, 20);
+}
+
+static __attribute__((target("avx2"))) void UnpackScalesK4InRegisters(const uint8_t* packed, uint8_t* out) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), UnpackScalesK4Vector(packed));
+}
+
+// The q8k kernels' in-register unpacking of Q4_K scales and mins equals the scalar reference's bytes.
+TEST(Gemm, K4ScalesUnpackInRegistersAsTheReferenceDoes) {
+  if (!GemmAvx2Supported()) GTEST_SKIP() << "this CPU has no AVX2";
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 1000; ++trial) {
+    uint8_t packed[16];  // 12 scale bytes, then 4 the vector form reads and ignores
+    for (uint8_t& b : packed) b = (uint8_t)rng();
+    uint8_t want[16], got[16];
+    UnpackScalesK4(packed, want);
+    UnpackScalesK4InRegisters(packed, got);
+    for (int j = 0; j < 16; ++j) ASSERT_EQ(got[j], want[j]) << "trial " << trial << " byte " << j;
+  }
 }
 
 TEST(Gemm, ThreadedSplitsCoverEveryColumn) {

@@ -89,7 +89,8 @@ inline void ScaleMinK4(const uint8_t* q, int j, int* scale, int* min) {
   }
 }
 // All 8 scales and 8 mins of a Q4_K/Q5_K block as bytes (out[0..7] scales, out[8..15] mins), as
-// ggml unpacks the 12 packed bytes: ScaleMinK4 for every j at once, for the vector kernels.
+// ggml unpacks the 12 packed bytes: ScaleMinK4 for every j at once (the kernels' in-register form,
+// backends/cpu/k4_scales.h, is tested against it).
 inline void UnpackScalesK4(const uint8_t* q, uint8_t* out) {
   uint32_t u[4];
   std::memcpy(u, q, 12);

@@ -14,6 +14,7 @@
 #include "backends/cpu/gemm_avx2.h"
 #include "backends/cpu/gemm_int8.h"
 #include "backends/cpu/gemm_q8k_vnni.h"
+#include "backends/cpu/k4_scales.h"
 #include "ir/quant_formats.h"
 
 namespace prism {
@@ -362,11 +363,9 @@ PRISM_AVX2 void DotRowQ8K(const uint8_t* row, int64_t k, const Q8KRows& act, int
     float d, offset[MR];
     if constexpr (T == DType::Q4_K) {
       const auto& x = reinterpret_cast<const BlockQ4_K*>(row)[b];
-      alignas(16) uint8_t sc[16];  // sc[0..7] scales, sc[8..15] mins
-      UnpackScalesK4(x.scales, sc);
+      const __m128i sc = UnpackScalesK4Vector(x.scales);  // bytes 0-7 the scales, 8-15 the mins
       // The 8 scales as 16-bit lanes in both halves; scale j is broadcast by one byte shuffle.
-      const __m256i sc16 = _mm256_broadcastsi128_si256(
-          _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
+      const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc));
 #pragma GCC unroll 4
       for (int c = 0; c < 4; ++c) {
         const __m256i bytes = Load32(x.qs + 32 * c), lo = Low4(bytes), hi = High4(bytes);
@@ -380,7 +379,7 @@ PRISM_AVX2 void DotRowQ8K(const uint8_t* row, int64_t k, const Q8KRows& act, int
       }
       d = Half(x.d);
       const float dmin = Half(x.dmin);
-      const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 8)));
+      const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(sc, 8));
       for (int i = 0; i < MR; ++i) {
         const __m128i bs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(act.bsum32.data() + ab[i] * 8));
         offset[i] = dmin * (float)HsumI32(_mm_madd_epi16(mins, bs));

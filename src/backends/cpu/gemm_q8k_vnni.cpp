@@ -9,6 +9,7 @@
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/gemm_int8.h"
+#include "backends/cpu/k4_scales.h"
 #include "ir/quant_formats.h"
 
 namespace prism {
@@ -41,20 +42,6 @@ PRISM_VNNI PRISM_INLINE void SetUpRows(const Q8KRows& act, int64_t i0, int64_t b
   }
 }
 
-// UnpackScalesK4 (ir/quant_formats.h) on the 32-bit lanes u0, u1, u2 of the 12 scale bytes: the scales
-// u0 & 0x3f3f3f3f, (u2 & 0x0f0f0f0f) | ((u0 >> 6) & 0x03030303) << 4, then the mins u1 & 0x3f3f3f3f,
-// ((u2 >> 4) & 0x0f0f0f0f) | ((u1 >> 6) & 0x03030303) << 4. Reads 16 bytes (a block's scales are followed by
-// its quants).
-PRISM_VNNI PRISM_INLINE __m128i UnpackScalesK4Vector(const uint8_t* scales) {
-  const __m128i u = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales));
-  const __m128i low6 = _mm_and_si128(u, _mm_set1_epi32(0x3f3f3f3f));  // [s0-3, m0-3, ..]
-  const __m128i u2 =
-      _mm_srlv_epi32(_mm_shuffle_epi32(u, 0xAA), _mm_set_epi32(0, 0, 4, 0));  // [u2, u2 >> 4, ..]
-  const __m128i top = _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(u, 6), _mm_set1_epi32(0x03030303)), 4);
-  const __m128i high = _mm_or_si128(_mm_and_si128(u2, _mm_set1_epi32(0x0f0f0f0f)), top);  // [s4-7, m4-7, ..]
-  return _mm_unpacklo_epi32(low6, high);
-}
-
 // 64 weight bytes (0..63) times 64 activation bytes, pairs summed in 16 bits, then each pair sum times
 // its 16-bit scale and pairs of those summed into the 32-bit lanes of isum (vpdpwssd).
 PRISM_VNNI PRISM_INLINE __m512i Accumulate(__m512i isum, __m512i w, const int8_t* a, __m512i scale16) {
@@ -74,8 +61,7 @@ PRISM_VNNI void DotQ4K(const BlockQ4_K* row, int64_t blocks, const Q8KRows& act,
   const __m512i nib = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < blocks; ++b) {
     const BlockQ4_K& x = row[b];
-    // 16-bit lanes 0-7: the scales; 8-15: the mins (UnpackScalesK4 in registers: through memory, its
-    // 32-bit stores and the 128-bit load after them cost a store-forwarding stall per block).
+    // 16-bit lanes 0-7: the scales; 8-15: the mins.
     const __m256i sm = _mm256_cvtepu8_epi16(UnpackScalesK4Vector(x.scales));
     const __m512i sm512 = _mm512_zextsi256_si512(sm);
     ActRow a[MR];
