@@ -1014,8 +1014,11 @@ TEST(HfConfigTest, ErrorsNameTheFileAndTheProblem) {
     all.insert(all.end(), parts.begin(), parts.end());
     ExpectError([&] { ParseHfConfig(path); }, all);
   };
-  expect(R"({"model_type": "bert"})",
-         {"unsupported model_type 'bert'", "llama, mistral, qwen2, qwen3, mixtral, qwen2moe, qwen3moe, gemma, gemma2, gemma3, phi3, gpt2"});
+  expect(R"({"model_type": "t5"})",
+         {"unsupported model_type 't5'", "llama, mistral, qwen2, qwen3, mixtral, qwen2moe, qwen3moe, gemma, gemma2, gemma3, phi3, gpt2, bert"});
+  expect(R"({"model_type": "bert", "vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 1,
+    "num_attention_heads": 2, "intermediate_size": 16, "position_embedding_type": "relative_key"})",
+         {"position_embedding_type 'relative_key' is not supported"});
   expect(R"({"architectures": ["T5ForConditionalGeneration"]})", {"no 'model_type'", "supported"});
   expect("{not json", {"not valid JSON"});
   expect(R"({"model_type": "llama", "vocab_size": 10})", {"missing required key 'hidden_size'"});

@@ -490,14 +490,14 @@ TEST(TokenizerErrors, HfFilesMissingCorruptOrUnsupported) {
   std::string uni = WriteFile(dir, "unigram.json", MiniTokenizerJson("Unigram", ""));
   ExpectError([&] { LoadHfTokenizer(uni); }, {"unigram.json", "unsupported model type 'Unigram'"});
   std::string pre =
-      WriteFile(dir, "pre.json", MiniTokenizerJson("BPE", R"("pre_tokenizer": {"type": "Whitespace"}, )"));
-  ExpectError([&] { LoadHfTokenizer(pre); }, {"pre.json", "unsupported pre_tokenizer type 'Whitespace'"});
+      WriteFile(dir, "pre.json", MiniTokenizerJson("BPE", R"("pre_tokenizer": {"type": "Punctuation"}, )"));
+  ExpectError([&] { LoadHfTokenizer(pre); }, {"pre.json", "unsupported pre_tokenizer type 'Punctuation'"});
   std::string norm =
-      WriteFile(dir, "norm.json", MiniTokenizerJson("BPE", R"("normalizer": {"type": "Lowercase"}, )"));
-  ExpectError([&] { LoadHfTokenizer(norm); }, {"norm.json", "unsupported normalizer type 'Lowercase'"});
+      WriteFile(dir, "norm.json", MiniTokenizerJson("BPE", R"("normalizer": {"type": "Precompiled"}, )"));
+  ExpectError([&] { LoadHfTokenizer(norm); }, {"norm.json", "unsupported normalizer type 'Precompiled'"});
   std::string dec =
-      WriteFile(dir, "dec.json", MiniTokenizerJson("BPE", R"("decoder": {"type": "WordPiece"}, )"));
-  ExpectError([&] { LoadHfTokenizer(dec); }, {"dec.json", "unsupported decoder type 'WordPiece'"});
+      WriteFile(dir, "dec.json", MiniTokenizerJson("BPE", R"("decoder": {"type": "CTC"}, )"));
+  ExpectError([&] { LoadHfTokenizer(dec); }, {"dec.json", "unsupported decoder type 'CTC'"});
   std::string post =
       WriteFile(dir, "post.json", MiniTokenizerJson("BPE", R"("post_processor": {"type": "Mystery"}, )"));
   ExpectError([&] { LoadHfTokenizer(post); }, {"post.json", "unsupported post_processor type 'Mystery'"});
@@ -512,6 +512,33 @@ TEST(TokenizerErrors, HfFilesMissingCorruptOrUnsupported) {
   auto tok = LoadHfTokenizer(ok);
   EXPECT_EQ(tok->Encode("abca", false), (std::vector<int32_t>{2, 0}));
   EXPECT_EQ(tok->Decode({2, 0}, false), "ab a");  // no decoder: tokens joined by spaces
+}
+
+// WordPiece end to end on a hand-made vocab: BERT's normalizer and pre-tokenizer, "##" continuations, the whole
+// word as [UNK] when a part is missing, specials around, and the WordPiece decoder's joins and cleanup.
+// (tests/python/test_embeddings.py checks encoding against tokenizers on the whole corpus.)
+TEST(Tokenizer, WordPieceEncodesAndDecodesAsBert) {
+  ScratchDir scratch("wordpiece");
+  const std::string path = WriteFile(scratch.path, "tokenizer.json", R"({
+    "added_tokens": [{"id": 1, "content": "[CLS]", "special": true}, {"id": 2, "content": "[SEP]", "special": true}],
+    "normalizer": {"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true,
+                   "strip_accents": null, "lowercase": true},
+    "pre_tokenizer": {"type": "BertPreTokenizer"},
+    "post_processor": {"type": "BertProcessing", "sep": ["[SEP]", 2], "cls": ["[CLS]", 1]},
+    "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": true},
+    "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+              "max_input_chars_per_word": 8,
+              "vocab": {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2, "hello": 3, "world": 4, "##s": 5, ",": 6, "!": 7,
+                        "un": 8, "##aff": 9, "##able": 10, "cafe": 11, "北": 12}}})");
+  auto tok = LoadHfTokenizer(path);
+  // Lowercased, accents stripped, punctuation split off, CJK isolated; "zzz" and the 9-letter word are [UNK].
+  const std::vector<int32_t> ids = tok->Encode("Héllo,\tWORLDS! unaffable Café北 zzz unaffable", true);
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 3, 6, 4, 5, 7, 0, 11, 12, 0, 0, 2}));
+  EXPECT_EQ(tok->Encode("unaffable", true), (std::vector<int32_t>{1, 0, 2}));  // 9 characters: over the limit
+  EXPECT_EQ(tok->Encode("unaff", false), (std::vector<int32_t>{8, 9}));
+  EXPECT_EQ(tok->WithSpecial(std::vector<int32_t>{8, 9}), (std::vector<int32_t>{1, 8, 9, 2}));
+  EXPECT_EQ(tok->Decode({1, 3, 6, 4, 5, 7, 8, 9, 10, 2}, true), "hello, worlds! unaffable");
+  EXPECT_EQ(tok->Decode({1, 3, 2}, false), "[CLS] hello [SEP]");
 }
 
 TEST(TokenizerErrors, Llama2cFilesMissingOrTruncated) {

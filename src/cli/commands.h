@@ -21,6 +21,7 @@ Runner AddBenchCommand(CLI::App& app);
 Runner AddCompileCommand(CLI::App& app);
 Runner AddReportCommand(CLI::App& app);
 Runner AddServeCommand(CLI::App& app);
+Runner AddEmbedCommand(CLI::App& app);
 
 // --device NAME: where the model's step runs (default cpu), one of the registry's devices.
 inline void AddDeviceOption(CLI::App* cmd, std::string& device) {

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   add("compile", prism::cli::AddCompileCommand(app));
   add("report", prism::cli::AddReportCommand(app));
   add("serve", prism::cli::AddServeCommand(app));
+  add("embed", prism::cli::AddEmbedCommand(app));
   // CLI11 answers an unknown first word with "A subcommand is required": name the word instead.
   if (argc > 1 && argv[1][0] != '-') {
     std::string names;

@@ -102,6 +102,7 @@ Runner AddServeCommand(CLI::App& app) {
       lo.kv_memory_bytes = (int64_t)(o->kv_memory_mb * 1024 * 1024);
       lo.kv_sequences = o->parallel;
       lo.search_budget = o->search_budget;
+      if (IsEncoderModel(m.path)) return std::make_unique<Engine>(m.name, TextEncoder::Load(m.path, lo), metrics);
       EngineOptions eo{o->max_queue, {o->step_tokens, o->parallel}};
       return std::make_unique<Engine>(m.name, LanguageModel::Load(m.path, lo), eo, metrics);
     });

@@ -252,6 +252,18 @@ Tensor CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const 
   return out.permute({2, 0, 1, 3}).reshape({seq, hq * d}).cast(q.dtype());
 }
 
+Tensor BidirectionalAttention(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
+  Expr seq = q.dim(0), hq = q.dim(1), d = q.dim(2), hkv = k.dim(1);
+  if (!hq.IsConst() || !hkv.IsConst() || hq.value() % hkv.value())
+    throw Error("attention: query heads " + hq.str() + " must be a multiple of key/value heads " + hkv.str());
+  const int64_t group = hq.value() / hkv.value();
+  Tensor qg = q.cast(DType::F32).reshape({seq, hkv, Expr(group), d}).permute({1, 2, 0, 3});  // [Hkv, G, S, D]
+  Tensor kt = k.cast(DType::F32).permute({1, 0, 2}).unsqueeze(1);                           // [Hkv, 1, S, D]
+  Tensor p = Softmax(Matmul(qg, kt.transpose(-1, -2)) * scale, -1);                         // [Hkv, G, S, S]
+  Tensor out = Matmul(p, v.cast(DType::F32).permute({1, 0, 2}).unsqueeze(1));               // [Hkv, G, S, D]
+  return out.permute({2, 0, 1, 3}).reshape({seq, hq * d}).cast(q.dtype());
+}
+
 Tensor PagedAttention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_pool,
                       const Tensor& v_pool, const Tensor& slots, const Tensor& table, const Tensor& positions,
                       int64_t block, double scale, const AttentionVariant& variant) {

@@ -65,6 +65,10 @@ struct AttentionVariant {
 Tensor CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
                        const Tensor& v_cache, const Expr& past, double scale, const AttentionVariant& variant = {});
 
+// Bidirectional grouped-query attention of one sequence (encoders): every query sees every key.
+// q [seq, Hq, D]; k, v [seq, Hkv, D]. Returns [seq, Hq * D].
+Tensor BidirectionalAttention(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
+
 // Attention of a ragged batch through a paged KV cache: the tokens of many sequences in one step, each
 // with its own position. q [T, Hq, D]; k, v [T, Hkv, D]; k_pool, v_pool are State tensors
 // [blocks * block, Hkv, D]. Token i writes its key and value at pool row slots[i] and attends to keys

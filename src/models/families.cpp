@@ -1,4 +1,5 @@
 // Every model family Prism reads, one entry each: its names, defaults, readers, GGUF names and graph.
+#include "models/bert.h"
 #include "models/family.h"
 #include "models/gemma.h"
 #include "models/gpt2.h"
@@ -105,6 +106,16 @@ const std::vector<ModelFamily>& ModelFamilies() {
        .from_gguf = Gpt2FromGguf,
        .gguf_names = &kGpt2GgufNames,
        .build = BuildGpt2},
+      {.name = "bert",
+       .hf_classes = {"BertModel", "BertForMaskedLM", "BertForPreTraining"},
+       .default_max_position = 512,
+       .attention_bias = true,
+       .rotary = false,
+       .encoder = true,
+       .from_hf = BertFromHf,
+       .from_gguf = BertFromGguf,
+       .gguf_names = &kBertGgufNames,
+       .build = BuildBert},
   };
   return families;
 }

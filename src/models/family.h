@@ -31,6 +31,9 @@ struct ModelFamily {
   bool attention_bias = false;  // q/k/v biases (Qwen2) whatever attention_bias says
   bool qk_norm = false;         // per-head RMS norm on q and k (Qwen3)
   bool rotary = true;           // rope on q and k (head_dim must be even); false: learned positions
+  // An encoder (BERT): bidirectional attention, no KV cache; its graph ends in a pooled sentence embedding
+  // (prism embed) instead of logits.
+  bool encoder = false;
   // A GGUF mixture of experts without <arch>.expert_weights_norm: whether the router's top-k weights are
   // renormalised (what llama.cpp does for the architecture).
   bool gguf_renormalizes_experts = true;
@@ -39,7 +42,8 @@ struct ModelFamily {
   // GGUF <arch>.* metadata -> what the common keys (sizes, heads, context, vocab) leave open.
   void (*from_gguf)(const ModelFamily& f, const GgufKeys& keys, ModelConfig* c) = nullptr;
   const GgufNames* gguf_names = nullptr;
-  // The step graph: tokens in, logits out (LmBuilder holds the inputs, weights and options).
+  // The step graph: tokens in, logits out, or an encoder's embedding (LmBuilder holds the inputs, weights and
+  // options).
   void (*build)(LmBuilder& b) = nullptr;
 };
 

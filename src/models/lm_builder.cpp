@@ -16,10 +16,16 @@ std::string ShapeText(const std::vector<int64_t>& s) {
 
 }  // namespace
 
-LmBuilder::LmBuilder(Graph* g, const ModelConfig& cfg, const WeightLookup& w, const LmGraphOptions& o)
-    : g_(g), cfg_(cfg), lookup_(w), opts_(o), past_(Expr::Sym("past")) {
+LmBuilder::LmBuilder(Graph* g, const ModelConfig& cfg, const WeightLookup& w, const LmGraphOptions& o,
+                     bool encoder)
+    : g_(g), cfg_(cfg), lookup_(w), opts_(o), encoder_(encoder), past_(Expr::Sym("past")) {
   const Expr seq = Expr::Sym("seq");
   tokens_ = Tensor{g_, g_->Input("tokens", DType::I32, {seq})};
+  if (encoder_) {
+    if (paged()) throw Error("an encoder's graph has no KV cache to page");
+    pos_ = Arange(g_, seq);
+    return;
+  }
   if (!paged()) {
     pos_ = Arange(g_, seq) + BroadcastTo(ExprValue(g_, past_), {seq});
     return;
@@ -107,6 +113,7 @@ Tensor LmBuilder::KvCache(const std::string& kind, int64_t l, int64_t heads) {
 }
 
 Tensor LmBuilder::Attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t l, double scale) {
+  if (encoder_) return BidirectionalAttention(q, k, v, scale);
   const int64_t nkv = k.dim(1).value();
   Tensor kc = KvCache("k_cache", l, nkv), vc = KvCache("v_cache", l, nkv);
   if (paged())
@@ -118,6 +125,34 @@ Tensor LmBuilder::LastOrAll(const Tensor& h) {
   if (paged()) return Embedding(h, logit_rows_);
   if (opts_.all_logits) return h;
   return h.slice(0, h.dim(0) - Expr(1), Expr(1));
+}
+
+void LmBuilder::SentenceEmbedding(const Tensor& states) {
+  Tensor h = states.cast(DType::F32);
+  const Expr seq = h.dim(0);
+  std::vector<Tensor> parts;
+  for (const std::string& mode : opts_.pooling.modes) {
+    if (mode == "cls") {
+      parts.push_back(h.slice(0, Expr(0), Expr(1)));
+    } else if (mode == "lasttoken") {
+      parts.push_back(h.slice(0, seq - Expr(1), Expr(1)));
+    } else if (mode == "max") {
+      parts.push_back(h.max({0}));
+    } else if (mode == "mean") {
+      parts.push_back(h.mean({0}));
+    } else if (mode == "mean_sqrt_len_tokens") {
+      parts.push_back(h.sum({0}) * BroadcastTo(ExprValue(g_, seq, DType::F32).rsqrt(), {Expr(1), h.dim(1)}));
+    } else {
+      throw Error("encoder: unsupported pooling mode '" + mode + "'");
+    }
+  }
+  if (parts.empty()) throw Error("encoder: no pooling mode");
+  Tensor e = (parts.size() == 1 ? parts[0] : Concat(parts, 1))
+                 .reshape({parts[0].dim(1) * Expr((int64_t)parts.size())});
+  // torch.nn.functional.normalize: x / max(|x|, 1e-12).
+  if (opts_.pooling.normalize)
+    e = e / BroadcastTo(Maximum(e.square().sum({0}).sqrt(), Full(g_, 1e-12, {Expr(1)})), e.shape());
+  g_->MarkOutput(e.id(), "embedding");
 }
 
 void LmBuilder::Logits(const Tensor& logits) {

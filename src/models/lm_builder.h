@@ -1,6 +1,9 @@
 // What every family's graph is built with: its weights by name (shape-checked against the config), the
 // step's inputs ("tokens", positions from "past"), the KV cache, attention, and the logits output.
 //
+// An encoder's graph (encoder = true) has input "tokens" [seq] at positions 0 ..< seq, no cache, attention
+// both ways, and ends in SentenceEmbedding.
+//
 // A batched step (LmGraphOptions::kv_block > 0) runs the tokens of many sequences: inputs "tokens",
 // "positions", "slots" (each token's KV pool row) [seq] i32, "block_table" [seq, blocks] i32 (each token's
 // sequence's blocks) and "logit_rows" [rows] i32 (the tokens whose logits come out, [rows, vocab]).
@@ -16,7 +19,8 @@ namespace prism {
 
 class LmBuilder {
  public:
-  LmBuilder(Graph* g, const ModelConfig& cfg, const WeightLookup& w, const LmGraphOptions& o);
+  LmBuilder(Graph* g, const ModelConfig& cfg, const WeightLookup& w, const LmGraphOptions& o,
+            bool encoder = false);
   Graph& graph() { return *g_; }
   const ModelConfig& cfg() const { return cfg_; }
   const LmGraphOptions& opts() const { return opts_; }
@@ -45,17 +49,21 @@ class LmBuilder {
   AttentionVariant Variant(int64_t l) const;
   // Layer l's cache of `kind` ("k_cache", "v_cache"): state [max_context, heads, head_dim].
   Tensor KvCache(const std::string& kind, int64_t l, int64_t heads);
-  // Layer l's causal attention (q [seq, Hq, D], k and v [seq, Hkv, D]) over its KV cache: [seq, Hq * D].
+  // Layer l's attention (q [seq, Hq, D], k and v [seq, Hkv, D]): causal over its KV cache, or, in an encoder,
+  // every token to every other. [seq, Hq * D].
   Tensor Attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t l, double scale);
   double AttentionScale() const;      // the config's attention_scale, else 1 / sqrt(head_dim)
   Tensor LastOrAll(const Tensor& h);  // the last position only, unless every position's logits are wanted
   void Logits(const Tensor& logits);  // marks the graph's output "logits" (f32), soft-capped if configured
+  // An encoder's token states [seq, hidden] pooled (opts().pooling) into the output "embedding" (f32).
+  void SentenceEmbedding(const Tensor& states);
 
  private:
   Graph* g_;
   const ModelConfig& cfg_;
   const WeightLookup& lookup_;
   const LmGraphOptions& opts_;
+  bool encoder_;
   Tensor tokens_, pos_, slots_, table_, logit_rows_;
   Expr past_;
 };

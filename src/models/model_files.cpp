@@ -37,6 +37,8 @@ ModelFiles OpenModelFiles(const std::string& path, const std::string& tokenizer_
       throw Error(path + ": not a Hugging Face model folder (no config.json)");
     mf.config = ParseHfConfig((fs::path(path) / "config.json").string());
     mf.weights = StackExperts(LoadSafetensors(path));
+    if (FamilyNamed(mf.config.architecture, path, "architecture").encoder)
+      mf.pooling = ReadEmbeddingPooling(path);
     mf.tokenizer = LoadHfTokenizer(tokenizer_path.empty() ? path : tokenizer_path);
     fs::path tc = fs::path(path) / "tokenizer_config.json";
     if (fs::exists(tc)) {

@@ -7,6 +7,7 @@
 
 #include "io/chat/chat_template.h"
 #include "io/formats/model_config.h"
+#include "io/formats/sentence_embedding.h"
 #include "io/formats/weights.h"
 #include "io/tokenizer/tokenizer.h"
 #include "models/transformer.h"
@@ -24,6 +25,7 @@ struct ModelFiles {
   std::shared_ptr<const ChatTemplate> chat_template;  // null when the model ships none
   nlohmann::json chat_variables;                      // bos_token, eos_token, ... for the template
   bool conv1d_transposed = false;                     // GPT-2 weights from GGUF are [out, in]
+  EmbeddingPooling pooling;                           // an encoder's (sentence-transformers' files)
   WeightLookup Lookup() const;
 };
 ModelFiles OpenModelFiles(const std::string& path, const std::string& tokenizer_path = "");

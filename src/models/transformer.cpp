@@ -1,4 +1,5 @@
-// A causal language model's step graph, built by its family (models/families.cpp); synthetic weight specs.
+// A causal language model's step graph or an encoder's, built by its family (models/families.cpp); synthetic
+// weight specs.
 #include "models/transformer.h"
 
 #include <cstring>
@@ -9,17 +10,34 @@
 
 namespace prism {
 
-Graph BuildCausalLM(const ModelConfig& cfg, const WeightLookup& weights, const LmGraphOptions& opts) {
+namespace {
+
+Graph Build(const ModelConfig& cfg, const WeightLookup& weights, const LmGraphOptions& opts, bool encoder) {
   const ModelFamily& family = FamilyNamed(cfg.architecture, "model config", "architecture");
+  if (family.encoder && !encoder)
+    throw Error("model '" + cfg.architecture +
+                "' is an encoder: it makes embeddings (prism embed, /v1/embeddings), not text");
+  if (!family.encoder && encoder)
+    throw Error("model '" + cfg.architecture + "' is a causal language model, not an embedding encoder");
   if (cfg.hidden_size <= 0 || cfg.num_heads <= 0 || cfg.head_dim <= 0 || cfg.num_layers < 0 ||
       cfg.vocab_size <= 0)
     throw Error("model config: sizes must be positive (hidden " + std::to_string(cfg.hidden_size) +
                 ", heads " + std::to_string(cfg.num_heads) + ", head_dim " + std::to_string(cfg.head_dim) +
                 ", vocab " + std::to_string(cfg.vocab_size) + ")");
   Graph g;
-  LmBuilder b(&g, cfg, weights, opts);
+  LmBuilder b(&g, cfg, weights, opts, encoder);
   family.build(b);
   return g;
+}
+
+}  // namespace
+
+Graph BuildCausalLM(const ModelConfig& cfg, const WeightLookup& weights, const LmGraphOptions& opts) {
+  return Build(cfg, weights, opts, false);
+}
+
+Graph BuildTextEncoder(const ModelConfig& cfg, const WeightLookup& weights, const LmGraphOptions& opts) {
+  return Build(cfg, weights, opts, true);
 }
 
 WeightLookup SyntheticWeights(const ModelConfig& cfg, DType t) {

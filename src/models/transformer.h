@@ -1,4 +1,5 @@
-// A causal language model's step graph, built by its family (models/families.cpp); synthetic weight specs.
+// A causal language model's step graph or an encoder's, built by its family (models/families.cpp); synthetic
+// weight specs.
 #pragma once
 
 #include <functional>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "io/formats/model_config.h"
+#include "io/formats/sentence_embedding.h"
 #include "ir/graph.h"
 
 namespace prism {
@@ -27,6 +29,8 @@ struct LmGraphOptions {
   // > 0: a batched step over a paged KV cache of kv_blocks blocks of kv_block tokens (LmBuilder says
   // what it takes); 0: one sequence with its cache of max_context tokens.
   int64_t kv_block = 0, kv_blocks = 0;
+  // An encoder's graph (ModelFamily::encoder): how its token states become the "embedding" output.
+  EmbeddingPooling pooling;
 };
 
 // The graph of one step: input "tokens" [seq] (i32), symbol "past" = tokens already in the
@@ -35,6 +39,10 @@ struct LmGraphOptions {
 // weight whose shape disagrees with the config (naming the weight, both shapes). The family's own
 // `build` (models/family.h) writes the layers.
 Graph BuildCausalLM(const ModelConfig& cfg, const WeightLookup& weights, const LmGraphOptions& opts);
+// An encoder's graph (ModelFamily::encoder): input "tokens" [seq] (i32) at positions 0 ..< seq, attending to
+// one another both ways; output "embedding" [dim] (f32), pooled as opts.pooling says. Throws prism::Error for
+// a causal family (and BuildCausalLM for an encoder), naming the command that runs it.
+Graph BuildTextEncoder(const ModelConfig& cfg, const WeightLookup& weights, const LmGraphOptions& opts);
 
 // Specs for a model with every weight present in dtype t (demo graphs, synthetic benchmarks).
 WeightLookup SyntheticWeights(const ModelConfig& cfg, DType t);

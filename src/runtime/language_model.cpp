@@ -128,21 +128,24 @@ Graph LanguageModel::StepGraph(bool all_logits) const {
   return BuildCausalLM(files_.config, files_.Lookup(), go);
 }
 
-std::unique_ptr<Executable> LanguageModel::CompileStep(bool all_logits,
-                                                       const std::string& artifact_dir) const {
-  const WeightStore& store = *files_.weights;
-  Graph g = StepGraph(all_logits);
-  CompileRequest req;
-  req.threads = threads_;
-  req.artifact_dir = artifact_dir;
-  req.graph_replay = graph_replay_;
-  std::unique_ptr<Executable> exe = device_->Compile(g, req);
+std::unique_ptr<Executable> CompileModelGraph(Device& device, const Graph& g, const WeightStore& store,
+                                              const CompileRequest& req) {
+  std::unique_ptr<Executable> exe = device.Compile(g, req);
   for (const Node& n : g.nodes()) {
     if (n.op != Op::Weight) continue;
     const TensorData& t = store.Get(n.name);
     exe->BindWeight(n.name, HostTensor::Borrow(t.dtype, t.shape, t.data));
   }
   return exe;
+}
+
+std::unique_ptr<Executable> LanguageModel::CompileStep(bool all_logits,
+                                                       const std::string& artifact_dir) const {
+  CompileRequest req;
+  req.threads = threads_;
+  req.artifact_dir = artifact_dir;
+  req.graph_replay = graph_replay_;
+  return CompileModelGraph(*device_, StepGraph(all_logits), *files_.weights, req);
 }
 
 void LanguageModel::CheckTokens(std::span<const int32_t> tokens, int64_t past) const {

@@ -47,6 +47,9 @@ struct BatchPiece {
 
 // The tuning database shared by every compile on this machine: KernelCacheDir()/tuning.json.
 std::string TuningDatabasePath();
+// A model's graph compiled on the device, every weight node bound to its tensor in `store`.
+std::unique_ptr<Executable> CompileModelGraph(Device& device, const Graph& g, const WeightStore& store,
+                                              const CompileRequest& req);
 
 class LanguageModel {
  public:

@@ -1,4 +1,4 @@
-// The OpenAI API's generation requests, parsed and checked field by field.
+// The OpenAI API's generation and embedding requests, parsed and checked field by field.
 #include "server/api_request.h"
 
 #include <cmath>
@@ -79,18 +79,83 @@ std::string Content(const json& c, const std::string& field) {
   return text;
 }
 
-}  // namespace
-
-ServeRequest ParseServeRequest(const std::string& body_text, bool chat) {
-  const json body = json::parse(body_text, nullptr, false);
+json ParseBody(const std::string& body_text) {
+  json body = json::parse(body_text, nullptr, false);
   if (body.is_discarded()) throw BadRequest("the request body is not valid JSON");
   if (!body.is_object()) throw BadRequest("the request body must be a JSON object");
+  return body;
+}
+
+std::string ModelField(const json& body) {
+  const json* m = Field(body, "model");
+  if (!m) return "";
+  if (!m->is_string()) throw WrongType("model", "a string", *m);
+  return m->get<std::string>();
+}
+
+// An array of token ids (non-negative integers that fit int32).
+std::vector<int32_t> TokenIds(const json& a, const std::string& field) {
+  std::vector<int32_t> ids;
+  ids.reserve(a.size());
+  for (const json& x : a) {
+    if (!x.is_number_integer() || x.get<double>() < 0 || x.get<double>() > INT32_MAX)
+      throw BadRequest("'" + field + "' token ids must be non-negative integers, not " + x.dump(), "input");
+    ids.push_back(x.get<int32_t>());
+  }
+  return ids;
+}
+
+}  // namespace
+
+EmbeddingRequest ParseEmbeddingRequest(const std::string& body_text) {
+  const json body = ParseBody(body_text);
+  EmbeddingRequest r;
+  r.model = ModelField(body);
+  const json* in = Field(body, "input");
+  if (!in) throw BadRequest("'input' is required", "input");
+  const char* kWant = "a string, an array of strings, an array of token ids or an array of such arrays";
+  if (in->is_string()) {
+    r.texts.push_back(in->get<std::string>());
+  } else if (!in->is_array() || in->empty()) {
+    throw BadRequest(std::string("'input' must be ") + kWant + " (not empty)", "input");
+  } else if (in->size() > kMaxEmbeddingInputs) {
+    throw BadRequest("'input' holds " + std::to_string(in->size()) + " inputs; at most " +
+                         std::to_string(kMaxEmbeddingInputs) + " per request",
+                     "input");
+  } else if ((*in)[0].is_number()) {
+    r.token_ids.push_back(TokenIds(*in, "input"));
+  } else {
+    for (size_t i = 0; i < in->size(); ++i) {
+      const json& x = (*in)[i];
+      const std::string at = "input[" + std::to_string(i) + "]";
+      if (x.is_string() && r.token_ids.empty()) {
+        r.texts.push_back(x.get<std::string>());
+      } else if (x.is_array() && r.texts.empty()) {
+        if (x.empty()) throw BadRequest("'" + at + "' is an empty array of token ids", "input");
+        r.token_ids.push_back(TokenIds(x, at));
+      } else {
+        throw BadRequest(std::string("'input' must be ") + kWant + "; '" + at + "' is " + TypeName(x),
+                         "input");
+      }
+    }
+  }
+  for (size_t i = 0; i < r.texts.size(); ++i)
+    if (r.texts[i].empty()) throw BadRequest("'input' strings must not be empty", "input");
+  if (const json* f = Field(body, "encoding_format")) {
+    if (!f->is_string() || (*f != "float" && *f != "base64"))
+      throw BadRequest("'encoding_format' must be \"float\" or \"base64\", not " + f->dump(),
+                       "encoding_format");
+    r.base64 = *f == "base64";
+  }
+  if (Field(body, "dimensions")) r.dimensions = Integer(body, "dimensions", 0, 1, 1 << 20);
+  return r;
+}
+
+ServeRequest ParseServeRequest(const std::string& body_text, bool chat) {
+  const json body = ParseBody(body_text);
   ServeRequest r;
   r.chat = chat;
-  if (const json* m = Field(body, "model")) {
-    if (!m->is_string()) throw WrongType("model", "a string", *m);
-    r.model = m->get<std::string>();
-  }
+  r.model = ModelField(body);
   if (chat) {
     const json* msgs = Field(body, "messages");
     if (!msgs) throw BadRequest("'messages' is required", "messages");

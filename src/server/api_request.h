@@ -1,5 +1,5 @@
-// The OpenAI API's generation requests (/v1/completions, /v1/chat/completions), parsed and checked field
-// by field into what the engine runs.
+// The OpenAI API's requests (/v1/completions, /v1/chat/completions, /v1/embeddings), parsed and checked
+// field by field into what the engine runs.
 #pragma once
 
 #include <chrono>
@@ -34,5 +34,18 @@ struct ServeRequest {
 
 // Parses a request body; throws ApiError (400) naming the field at fault, with OpenAI's message shape.
 ServeRequest ParseServeRequest(const std::string& body, bool chat);
+
+// /v1/embeddings: "input" is a string, an array of strings, an array of token ids or an array of such
+// arrays (the ids of the text, without the specials the model puts around it).
+struct EmbeddingRequest {
+  std::string model;
+  std::vector<std::string> texts;               // string inputs
+  std::vector<std::vector<int32_t>> token_ids;  // token inputs (one of the two is empty)
+  bool base64 = false;                          // encoding_format "base64": little-endian float32 bytes
+  std::optional<int64_t> dimensions;
+};
+// At most this many inputs per request, as OpenAI allows.
+constexpr size_t kMaxEmbeddingInputs = 2048;
+EmbeddingRequest ParseEmbeddingRequest(const std::string& body);
 
 }  // namespace prism

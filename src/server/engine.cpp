@@ -45,16 +45,18 @@ void Job::Finish(const std::string& error) {
 }
 
 Engine::Engine(std::string name, std::unique_ptr<LanguageModel> lm, EngineOptions opts, Metrics* metrics)
-    : name_(std::move(name)),
-      lm_(std::move(lm)),
-      opts_(opts),
-      metrics_(metrics),
-      pool_((int32_t)lm_->kv_blocks(), (int32_t)std::max<int64_t>(lm_->kv_block(), 1)),
-      scheduler_(&pool_, opts.batch) {
+    : name_(std::move(name)), lm_(std::move(lm)), opts_(opts), metrics_(metrics) {
   if (lm_->kv_block() <= 0) throw Error("engine: the model must be loaded for batched steps");
+  pool_ = std::make_unique<KvBlockPool>((int32_t)lm_->kv_blocks(), (int32_t)lm_->kv_block());
+  scheduler_ = std::make_unique<BatchScheduler>(pool_.get(), opts.batch);
   Warm();
   Publish();
   worker_ = std::thread([this] { Loop(); });
+}
+
+Engine::Engine(std::string name, std::unique_ptr<TextEncoder> encoder, Metrics* metrics)
+    : name_(std::move(name)), encoder_(std::move(encoder)), metrics_(metrics) {
+  encoder_->Embed(encoder_->Tokenize("warm"));  // weights packed before the first request
 }
 
 Engine::~Engine() {
@@ -64,10 +66,63 @@ Engine::~Engine() {
     for (auto& job : queue_) job->Cancel();
   }
   cv_.notify_all();
-  worker_.join();
+  if (worker_.joinable()) worker_.join();
+}
+
+std::vector<std::vector<float>> Engine::Embed(const EmbeddingRequest& r, int64_t* prompt_tokens) {
+  if (!encoder_)
+    throw BadRequest("model '" + name_ + "' generates text; /v1/embeddings needs an embedding model",
+                     "model");
+  const TextEncoder& enc = *encoder_;
+  if (r.dimensions && *r.dimensions != enc.dim())
+    throw BadRequest("model '" + name_ + "' makes " + std::to_string(enc.dim()) +
+                         "-dimensional embeddings, not " + std::to_string(*r.dimensions),
+                     "dimensions");
+  // Every input's tokens first: a bad one fails the request before any work.
+  std::vector<std::vector<int32_t>> inputs;
+  for (const std::string& t : r.texts) inputs.push_back(enc.Tokenize(t));
+  for (const std::vector<int32_t>& ids : r.token_ids) {
+    for (int32_t id : ids)
+      if (id >= enc.config().vocab_size)
+        throw BadRequest("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                             std::to_string(enc.config().vocab_size) + ")",
+                         "input");
+    const size_t room =
+        (size_t)std::max<int64_t>(enc.max_tokens() - (int64_t)enc.tokenizer().WithSpecial({}).size(), 0);
+    std::span<const int32_t> kept(ids.data(), std::min(ids.size(), room));
+    inputs.push_back(enc.tokenizer().WithSpecial(kept));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (draining_ || stopping_) throw ApiError(503, "server_error", "the server is shutting down");
+    ++running_;
+  }
+  std::vector<std::vector<float>> out;
+  try {
+    for (const std::vector<int32_t>& ids : inputs) {
+      out.push_back(enc.Embed(ids));
+      *prompt_tokens += (int64_t)ids.size();
+    }
+  } catch (...) {
+    Finished();
+    throw;
+  }
+  Finished();
+  return out;
+}
+
+void Engine::Finished() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --running_;
+  }
+  idle_cv_.notify_all();
 }
 
 std::shared_ptr<Job> Engine::Submit(const ServeRequest& r) {
+  if (!lm_)
+    throw BadRequest("model '" + name_ + "' makes embeddings; use /v1/embeddings",
+                     r.chat ? "messages" : "prompt");
   auto job = std::make_shared<Job>();
   std::string prompt = r.prompt;
   if (r.chat) {
@@ -145,12 +200,12 @@ void Engine::Warm() {
 }
 
 void Engine::Publish() {
-  waiting_ = scheduler_.waiting();
+  waiting_ = scheduler_->waiting();
   std::lock_guard<std::mutex> lock(stats_mu_);
-  stats_ = {pool_.used_blocks(),
-            pool_.num_blocks(),
-            pool_.prefix_hit_tokens(),
-            pool_.prefix_query_tokens(),
+  stats_ = {pool_->used_blocks(),
+            pool_->num_blocks(),
+            pool_->prefix_hit_tokens(),
+            pool_->prefix_query_tokens(),
             preemptions_,
             steps_,
             step_sequences_};
@@ -208,7 +263,7 @@ void Engine::Admit(const std::shared_ptr<Job>& job) {
     c.seq.tokens = job->ids_;
     by_seq_[&c.seq] = &c;
     try {
-      scheduler_.Add(&c.seq);
+      scheduler_->Add(&c.seq);
     } catch (const Error& e) {
       Close(&c, e.what());
     }
@@ -216,7 +271,7 @@ void Engine::Admit(const std::shared_ptr<Job>& job) {
 }
 
 void Engine::Step() {
-  StepPlan plan = scheduler_.Next();
+  StepPlan plan = scheduler_->Next();
   preemptions_ += (int64_t)plan.preempted.size();
   for (SchedSeq* s : plan.rejected) {  // grew past the whole pool
     Choice* c = by_seq_.at(s);
@@ -236,7 +291,7 @@ void Engine::Step() {
       if (by_seq_.count(p.seq)) Close(by_seq_.at(p.seq), e.what());
     return;
   }
-  scheduler_.Done(plan);
+  scheduler_->Done(plan);
   steps_++;
   step_sequences_ += (int64_t)plan.pieces.size();
   size_t r = 0;
@@ -254,7 +309,7 @@ void Engine::Step() {
 }
 
 void Engine::Close(Choice* c, const std::string& error) {
-  scheduler_.Remove(&c->seq);
+  scheduler_->Remove(&c->seq);
   by_seq_.erase(&c->seq);
   Job& job = *c->job;
   if (!error.empty()) {

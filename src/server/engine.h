@@ -1,6 +1,7 @@
 // The engine: one model, its bounded queue of requests and the worker that runs them, many at once: each
 // step carries the tokens of every running choice (continuous batching over the model's paged KV cache,
-// runtime/batch_scheduler.h), streaming each choice's text to its request's job as it is made.
+// runtime/batch_scheduler.h), streaming each choice's text to its request's job as it is made. An embedding
+// model's engine has no worker: each /v1/embeddings request runs its inputs through the encoder in turn.
 #pragma once
 
 #include <atomic>
@@ -17,6 +18,7 @@
 
 #include "runtime/batch_scheduler.h"
 #include "runtime/generator.h"
+#include "runtime/text_encoder.h"
 #include "server/api_request.h"
 #include "server/metrics.h"
 
@@ -74,11 +76,17 @@ struct EngineStats {
 
 class Engine {
  public:
+  // `lm` must be a batched model (LoadOptions::kv_block > 0).
   Engine(std::string name, std::unique_ptr<LanguageModel> lm, EngineOptions opts, Metrics* metrics);
+  // An embedding model's engine: requests run on their own threads, one input at a time (no queue).
+  Engine(std::string name, std::unique_ptr<TextEncoder> encoder, Metrics* metrics);
   ~Engine();
   const std::string& name() const { return name_; }
-  const LanguageModel& model() const { return *lm_; }
-  // `lm` must be a batched model (LoadOptions::kv_block > 0).
+  const LanguageModel& model() const { return *lm_; }  // a language model's engine only (after Submit)
+  // The request's embeddings in input order; *prompt_tokens gains the tokens embedded. Throws ApiError:
+  // 400 for a language model's engine, a token id outside the vocabulary or other dimensions, 503 while
+  // draining. Texts and token inputs longer than the model takes are truncated (as sentence-transformers).
+  std::vector<std::vector<float>> Embed(const EmbeddingRequest& r, int64_t* prompt_tokens);
   // Prepares the request (chat template, tokens, limits) and queues it. Throws ApiError: 400 for a
   // prompt that does not fit the context or a chat without a template, 429 when the queue is full,
   // 503 while draining.
@@ -107,9 +115,11 @@ class Engine {
   void Close(Choice* c, const std::string& error = "");
   void Publish();  // the atomics other threads read
   void Warm();     // one step in each bucket's size: weights are packed for every form before the first request
+  void Finished();  // an embedding request is done
 
   std::string name_;
-  std::unique_ptr<LanguageModel> lm_;
+  std::unique_ptr<LanguageModel> lm_;  // a language model's engine, or
+  std::unique_ptr<TextEncoder> encoder_;  // an embedding model's
   EngineOptions opts_;
   Metrics* metrics_;
   mutable std::mutex mu_;
@@ -118,8 +128,8 @@ class Engine {
   std::atomic<size_t> running_{0}, waiting_{0};
   bool stopping_ = false, draining_ = false;
   // Worker only.
-  KvBlockPool pool_;
-  BatchScheduler scheduler_;
+  std::unique_ptr<KvBlockPool> pool_;
+  std::unique_ptr<BatchScheduler> scheduler_;
   std::list<Choice> choices_;
   std::unordered_map<const SchedSeq*, Choice*> by_seq_;
   int64_t next_seq_id_ = 0, preemptions_ = 0, steps_ = 0, step_sequences_ = 0;

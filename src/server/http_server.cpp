@@ -1,9 +1,11 @@
-// `prism serve`'s HTTP side: OpenAI's generation endpoints, models, health and metrics on cpp-httplib.
+// `prism serve`'s HTTP side: OpenAI's generation and embedding endpoints, models, health and metrics on
+// cpp-httplib.
 #include "server/http_server.h"
 
 #include <httplib.h>
 
 #include <atomic>
+#include <bit>
 #include <ctime>
 #include <random>
 
@@ -138,6 +140,25 @@ json Whole(const Response& st, const Tokenizer& tok) {
   return out;
 }
 
+// An embedding as encoding_format "base64" sends it: its float32 bytes, little-endian, in base64.
+std::string Base64Floats(const std::vector<float>& v) {
+  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  static_assert(std::endian::native == std::endian::little, "float bytes are sent little-endian");
+  const auto* b = reinterpret_cast<const uint8_t*>(v.data());
+  const size_t n = v.size() * sizeof(float);
+  std::string out;
+  out.reserve((n + 2) / 3 * 4);
+  for (size_t i = 0; i < n; i += 3) {
+    const uint32_t w =
+        (uint32_t)b[i] << 16 | (i + 1 < n ? (uint32_t)b[i + 1] << 8 : 0) | (i + 2 < n ? b[i + 2] : 0);
+    out += kAlphabet[w >> 18];
+    out += kAlphabet[(w >> 12) & 63];
+    out += i + 1 < n ? kAlphabet[(w >> 6) & 63] : '=';
+    out += i + 2 < n ? kAlphabet[w & 63] : '=';
+  }
+  return out;
+}
+
 }  // namespace
 
 HttpServer::HttpServer(ServeOptions opts, std::vector<ModelSpec> models, PoolOptions pool,
@@ -259,6 +280,37 @@ void HttpServer::Routes() {
   for (bool chat : {false, true})
     s.Post(chat ? "/v1/chat/completions" : "/v1/completions",
            [this, chat](const httplib::Request& req, httplib::Response& res) { Generate(req, res, chat); });
+  s.Post("/v1/embeddings",
+         [this](const httplib::Request& req, httplib::Response& res) { Embeddings(req, res); });
+}
+
+void HttpServer::Embeddings(const httplib::Request& req, httplib::Response& res) {
+  try {
+    if (draining_) throw ApiError(503, "server_error", "the server is shutting down");
+    if (!ready_) throw ApiError(503, "server_error", "the model is loading");
+    const EmbeddingRequest r = ParseEmbeddingRequest(req.body);
+    std::shared_ptr<Engine> engine = pool_.Get(r.model);  // held: never unloaded while it embeds
+    int64_t tokens = 0;
+    const std::vector<std::vector<float>> vectors = engine->Embed(r, &tokens);
+    json data = json::array();
+    for (size_t i = 0; i < vectors.size(); ++i)
+      data.push_back({{"object", "embedding"},
+                      {"index", i},
+                      {"embedding", r.base64 ? json(Base64Floats(vectors[i])) : json(vectors[i])}});
+    res.set_content(json{{"object", "list"},
+                         {"data", data},
+                         {"model", engine->name()},
+                         {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}}
+                        .dump(),
+                    "application/json");
+    metrics_.Request(200);
+  } catch (const ApiError& e) {
+    SendError(res, e);
+    metrics_.Request(e.status);
+  } catch (const std::exception& e) {
+    SendError(res, ApiError(500, "server_error", e.what()));
+    metrics_.Request(500);
+  }
 }
 
 void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, bool chat) {

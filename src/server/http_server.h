@@ -1,5 +1,6 @@
-// `prism serve`'s HTTP side: OpenAI's /v1/completions, /v1/chat/completions and /v1/models, /health and
-// /metrics, on cpp-httplib, with API keys, CORS, limits, streaming as server-sent events, and a drain.
+// `prism serve`'s HTTP side: OpenAI's /v1/completions, /v1/chat/completions, /v1/embeddings and /v1/models,
+// /health and /metrics, on cpp-httplib, with API keys, CORS, limits, streaming as server-sent events, and a
+// drain.
 #pragma once
 
 #include <atomic>
@@ -47,6 +48,7 @@ class HttpServer {
  private:
   void Routes();
   void Generate(const httplib::Request& req, httplib::Response& res, bool chat);
+  void Embeddings(const httplib::Request& req, httplib::Response& res);
   ServeOptions opts_;
   Metrics metrics_;
   std::unique_ptr<httplib::Server> http_;

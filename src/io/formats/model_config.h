@@ -1,5 +1,5 @@
-// ModelConfig: the hyperparameters of one decoder-only model, from config.json, GGUF or llama2.c
-// (models/family.h reads the first two, io/formats/llama2c.h the last).
+// ModelConfig: the hyperparameters of one transformer (a decoder, or a BERT-style encoder), from config.json,
+// GGUF or llama2.c (models/family.h reads the first two, io/formats/llama2c.h the last).
 #pragma once
 
 #include <cstdint>
@@ -46,6 +46,7 @@ struct ModelConfig {
   int64_t shared_expert_size = 0;  // Qwen2-MoE: a dense MLP every token takes, sigmoid-gated (0: none)
   bool norm_topk_prob = true;
   std::vector<bool> moe_layers;
+  int64_t type_vocab_size = 0;  // encoders (BERT): rows of the token-type table (every token is type 0)
   // "silu"; "gelu_new" / "gelu_pytorch_tanh" (tanh form); "gelu" (erf form).
   std::string hidden_act = "silu";
   int64_t bos_token_id = -1, eos_token_id = -1;  // -1: none; eos_token_id = eos_token_ids[0]

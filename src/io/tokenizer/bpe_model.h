@@ -9,14 +9,9 @@
 #include <unordered_map>
 #include <vector>
 
-namespace prism {
+#include "io/tokenizer/subword_model.h"
 
-// Heterogeneous-lookup hash so maps keyed by std::string accept std::string_view.
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-using StringIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+namespace prism {
 
 struct BpeOptions {
   bool byte_symbols = false;   // start from single bytes (byte-level BPE) instead of UTF-8 characters
@@ -26,7 +21,7 @@ struct BpeOptions {
   int32_t unk_id = -1;         // for unknown characters; -1 drops them (as tokenizers does without unk)
 };
 
-class BpeModel {
+class BpeModel final : public SubwordModel {
  public:
   // pieces[id] is what token id stands for in the model's alphabet: raw bytes for byte-level BPE, the vocab
   // text otherwise; "" for ids BPE never produces (e.g. added tokens outside the model vocab).
@@ -39,7 +34,7 @@ class BpeModel {
   void AddMergesFromScores(const std::vector<float>& scores);
 
   // Appends the ids of one piece (model alphabet, valid UTF-8 unless byte_symbols) to *out.
-  void Encode(std::string_view piece, std::vector<int32_t>* out) const;
+  void Encode(std::string_view piece, std::vector<int32_t>* out) const override;
 
  private:
   struct Merge {

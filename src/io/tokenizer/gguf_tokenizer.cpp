@@ -1,5 +1,5 @@
 // MakeGgufTokenizer: a tokenizer from GGUF's tokenizer.ggml.* metadata ("llama" SentencePiece or "gpt2" BPE).
-#include "io/tokenizer/bpe_tokenizer.h"
+#include "io/tokenizer/pipeline_tokenizer.h"
 #include "ir/error.h"
 
 namespace prism {
@@ -10,7 +10,7 @@ constexpr const char* kWhere = "GGUF tokenizer";
 enum TokenType { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
 
 // The pre-tokenizer llama.cpp uses for a tokenizer.ggml.pre name (byte-level BPE only).
-void SetPreTokenizer(const std::string& pre, BpeTokenizerSpec* spec, BpeOptions* options) {
+void SetPreTokenizer(const std::string& pre, TokenizerSpec* spec, BpeOptions* options) {
   PreTokenizer& p = spec->pre_tokenizer;
   if (pre.empty() || pre == "default" || pre == "gpt-2" || pre == "gpt2") {
     p.AddByteLevel(false, true);
@@ -41,7 +41,7 @@ std::unique_ptr<Tokenizer> MakeGgufTokenizer(const GgufTokenizerData& d) {
                 " entries for " + std::to_string(n) + " tokens");
   auto type = [&](size_t i) { return d.token_types.empty() ? (int32_t)kNormal : d.token_types[i]; };
 
-  BpeTokenizerSpec spec;
+  TokenizerSpec spec;
   spec.vocab = d.tokens;
   // Unknown, control and user-defined tokens are recognised in text (llama.cpp's special-token pass);
   // they are not BPE pieces.
@@ -68,8 +68,9 @@ std::unique_ptr<Tokenizer> MakeGgufTokenizer(const GgufTokenizerData& d) {
     spec.normalizer.AddPrepend("\u2581");
     spec.normalizer.AddReplace(TextPattern::Literal(" "), "\u2581");
     options.byte_fallback = true;
-    spec.model = std::make_unique<BpeModel>(model_vocab, options);
-    spec.model->AddMergesFromScores(d.scores);
+    auto bpe = std::make_unique<BpeModel>(model_vocab, options);
+    bpe->AddMergesFromScores(d.scores);
+    spec.model = std::move(bpe);
     spec.decoder.AddReplace(TextPattern::Literal("\u2581"), " ");
     spec.decoder.AddByteFallback();
     spec.decoder.AddFuse();
@@ -84,8 +85,9 @@ std::unique_ptr<Tokenizer> MakeGgufTokenizer(const GgufTokenizerData& d) {
     std::vector<std::pair<std::string, std::string>> merges;
     merges.reserve(d.merges.size());
     for (size_t i = 0; i < d.merges.size(); ++i) merges.push_back(SplitMergeLine(d.merges[i], where, i));
-    spec.model = std::make_unique<BpeModel>(ModelPieces(model_vocab, true), options);
-    AddRankedMerges(merges, ids, where, spec.model.get());
+    auto bpe = std::make_unique<BpeModel>(ModelPieces(model_vocab, true), options);
+    AddRankedMerges(merges, ids, where, bpe.get());
+    spec.model = std::move(bpe);
     spec.decoder.AddByteLevel();
   } else {
     throw Error(where + ": unsupported tokenizer.ggml.model '" + d.model + "'");
@@ -95,7 +97,7 @@ std::unique_ptr<Tokenizer> MakeGgufTokenizer(const GgufTokenizerData& d) {
   spec.bos_id = valid(d.bos_id);
   spec.eos_id = valid(d.eos_id);
   if (d.add_bos && spec.bos_id >= 0) spec.prefix_ids.push_back(spec.bos_id);
-  return std::make_unique<BpeTokenizer>(std::move(spec));
+  return std::make_unique<PipelineTokenizer>(std::move(spec));
 }
 
 GgufTokenizerData GgufTokenizerFromMetadata(const nlohmann::json& m, const std::string& source) {

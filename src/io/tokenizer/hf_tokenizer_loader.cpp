@@ -1,10 +1,11 @@
-// LoadHfTokenizer: tokenizer.json (or vocab.json + merges.txt) + tokenizer_config.json -> BpeTokenizer.
+// LoadHfTokenizer: tokenizer.json (or vocab.json + merges.txt, or vocab.txt) + tokenizer_config.json.
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "io/tokenizer/bpe_tokenizer.h"
+#include "io/tokenizer/pipeline_tokenizer.h"
+#include "io/tokenizer/wordpiece_model.h"
 #include "ir/error.h"
 
 namespace prism {
@@ -66,6 +67,15 @@ class HfParser {
       n->AddPrepend(j.at("prepend").get<std::string>());
     } else if (type == "Replace") {
       n->AddReplace(Pattern(j.at("pattern")), j.at("content").get<std::string>());
+    } else if (type == "Lowercase") {
+      n->AddLowercase();
+    } else if (type == "StripAccents") {
+      n->AddStripAccents();
+    } else if (type == "BertNormalizer") {
+      const bool lowercase = j.value("lowercase", true);
+      const json strip = j.value("strip_accents", json());  // null: as lowercase
+      n->AddBert(j.value("clean_text", true), j.value("handle_chinese_chars", true),
+                 strip.is_boolean() ? strip.get<bool>() : lowercase, lowercase);
     } else {
       Fail("unsupported normalizer type '" + type + "'");
     }
@@ -108,6 +118,12 @@ class HfParser {
       p->AddMetaspace(replacement, Scheme(j), j.value("split", true));
     } else if (type == "Digits") {
       p->AddDigits(j.value("individual_digits", false));
+    } else if (type == "BertPreTokenizer") {
+      p->AddBert();
+    } else if (type == "WhitespaceSplit") {
+      p->AddBert(false);
+    } else if (type == "Whitespace") {
+      p->AddSplit(TextPattern::Regex(R"(\w+|[^\w\s]+)"), SplitBehavior::kRemoved, true);
     } else {
       Fail("unsupported pre_tokenizer type '" + type + "'");
     }
@@ -134,6 +150,8 @@ class HfParser {
       std::string replacement = j.value("replacement", std::string("\u2581"));
       if (replacement.empty()) Fail("Metaspace replacement is empty");
       d->AddMetaspace(replacement, Scheme(j) != PrependScheme::kNever);
+    } else if (type == "WordPiece") {
+      d->AddWordPiece(j.value("prefix", std::string("##")), j.value("cleanup", true));
     } else {
       Fail("unsupported decoder type '" + type + "'");
     }
@@ -224,20 +242,33 @@ void ReadVocab(const json& vocab_json, const HfParser& p, std::vector<std::strin
 }
 
 struct Built {
-  BpeTokenizerSpec spec;
+  TokenizerSpec spec;
   std::vector<std::pair<std::string, std::string>> merges;
   StringIdMap model_ids;
   BpeOptions options;
 };
 
+// Makes the BPE model from the merges unless a WordPiece model is already there.
 std::unique_ptr<Tokenizer> Finish(Built& b, const std::string& where) {
-  b.options.byte_symbols = b.spec.pre_tokenizer.byte_level();
-  // Only the model's own vocab takes part in BPE; tokens that exist only as added tokens do not.
-  std::vector<std::string> pieces = ModelPieces(b.spec.vocab, b.options.byte_symbols);
-  b.spec.model = std::make_unique<BpeModel>(pieces, b.options);
+  if (!b.spec.model) {
+    b.options.byte_symbols = b.spec.pre_tokenizer.byte_level();
+    // Only the model's own vocab takes part in BPE; tokens that exist only as added tokens do not.
+    std::vector<std::string> pieces = ModelPieces(b.spec.vocab, b.options.byte_symbols);
+    auto bpe = std::make_unique<BpeModel>(pieces, b.options);
+    AddRankedMerges(b.merges, b.model_ids, where, bpe.get());
+    b.spec.model = std::move(bpe);
+  }
   PlaceAddedTokens(b.spec.added, &b.spec.vocab);
-  AddRankedMerges(b.merges, b.model_ids, where, b.spec.model.get());
-  return std::make_unique<BpeTokenizer>(std::move(b.spec));
+  return std::make_unique<PipelineTokenizer>(std::move(b.spec));
+}
+
+// The WordPiece model over the vocab read into b.model_ids.
+void MakeWordPiece(Built& b, const std::string& unk, const std::string& prefix, size_t max_chars,
+                   const HfParser& p) {
+  auto it = b.model_ids.find(unk);
+  if (it == b.model_ids.end()) p.Fail("WordPiece unk_token '" + unk + "' is not in the vocab");
+  b.spec.model =
+      std::make_unique<WordPieceModel>(b.model_ids, WordPieceOptions{it->second, prefix, max_chars});
 }
 
 // Sets bos/eos from tokenizer_config.json when it names them, else from the post-processor / usual names.
@@ -266,6 +297,37 @@ void ResolveBosEos(const json& config, Built& b) {
   }
 }
 
+// A BPE model's vocab, merges and options.
+void ReadBpeModel(const json& model, const HfParser& p, Built& b) {
+  if (model.contains("dropout") && !model.at("dropout").is_null() && model.at("dropout").get<double>() > 0)
+    p.Fail("BPE dropout is not supported");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (model.contains(key) && model.at(key).is_string() && !model.at(key).get<std::string>().empty())
+      p.Fail(std::string("BPE ") + key + " is not supported");
+
+  ReadVocab(model.at("vocab"), p, &b.spec.vocab, &b.model_ids);
+  const json& merges = model.at("merges");
+  b.merges.reserve(merges.size());
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const json& m = merges[i];
+    if (m.is_string()) {
+      b.merges.push_back(SplitMergeLine(m.get<std::string>(), p.file(), i));
+    } else if (m.is_array() && m.size() == 2) {
+      b.merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+    } else {
+      p.Fail("merge " + std::to_string(i) + " is neither \"a b\" nor [\"a\", \"b\"]");
+    }
+  }
+  b.options.byte_fallback = model.value("byte_fallback", false);
+  b.options.fuse_unk = model.value("fuse_unk", false);
+  b.options.ignore_merges = model.value("ignore_merges", false);
+  if (model.contains("unk_token") && model.at("unk_token").is_string()) {
+    auto it = b.model_ids.find(model.at("unk_token").get<std::string>());
+    if (it == b.model_ids.end()) p.Fail("unk_token is not in the vocab");
+    b.options.unk_id = it->second;
+  }
+}
+
 std::unique_ptr<Tokenizer> LoadTokenizerJson(const fs::path& path, const json& config) {
   HfParser p(path.string());
   json j = ReadJson(path);
@@ -274,34 +336,15 @@ std::unique_ptr<Tokenizer> LoadTokenizerJson(const fs::path& path, const json& c
     const json& model = j.at("model");
     std::string type = model.contains("type") ? model.at("type").get<std::string>() : "";
     if (type.empty() && model.contains("merges")) type = "BPE";  // old files (GPT-2) leave the type out
-    if (type != "BPE")
+    if (type == "WordPiece") {
+      ReadVocab(model.at("vocab"), p, &b.spec.vocab, &b.model_ids);
+      MakeWordPiece(b, model.value("unk_token", std::string("[UNK]")),
+                    model.value("continuing_subword_prefix", std::string("##")),
+                    model.value("max_input_chars_per_word", (size_t)100), p);
+    } else if (type == "BPE") {
+      ReadBpeModel(model, p, b);
+    } else {
       p.Fail("unsupported model type '" + (type.empty() ? std::string("(none)") : type) + "'");
-    if (model.contains("dropout") && !model.at("dropout").is_null() && model.at("dropout").get<double>() > 0)
-      p.Fail("BPE dropout is not supported");
-    for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
-      if (model.contains(key) && model.at(key).is_string() && !model.at(key).get<std::string>().empty())
-        p.Fail(std::string("BPE ") + key + " is not supported");
-
-    ReadVocab(model.at("vocab"), p, &b.spec.vocab, &b.model_ids);
-    const json& merges = model.at("merges");
-    b.merges.reserve(merges.size());
-    for (size_t i = 0; i < merges.size(); ++i) {
-      const json& m = merges[i];
-      if (m.is_string()) {
-        b.merges.push_back(SplitMergeLine(m.get<std::string>(), p.file(), i));
-      } else if (m.is_array() && m.size() == 2) {
-        b.merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
-      } else {
-        p.Fail("merge " + std::to_string(i) + " is neither \"a b\" nor [\"a\", \"b\"]");
-      }
-    }
-    b.options.byte_fallback = model.value("byte_fallback", false);
-    b.options.fuse_unk = model.value("fuse_unk", false);
-    b.options.ignore_merges = model.value("ignore_merges", false);
-    if (model.contains("unk_token") && model.at("unk_token").is_string()) {
-      auto it = b.model_ids.find(model.at("unk_token").get<std::string>());
-      if (it == b.model_ids.end()) p.Fail("unk_token is not in the vocab");
-      b.options.unk_id = it->second;
     }
 
     if (j.contains("added_tokens"))
@@ -358,6 +401,50 @@ std::unique_ptr<Tokenizer> LoadVocabMerges(const fs::path& dir, const json& conf
   return Finish(b, merges_path.string());
 }
 
+// vocab.txt (one token per line, the line number its id), configured as transformers' BertTokenizerFast
+// builds it from tokenizer_config.json.
+std::unique_ptr<Tokenizer> LoadBertVocab(const fs::path& dir, const json& config) {
+  HfParser p((dir / "vocab.txt").string());
+  Built b;
+  std::istringstream lines(ReadFile(dir / "vocab.txt"));
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    b.model_ids.emplace(line, (int32_t)b.spec.vocab.size());
+    b.spec.vocab.push_back(line);
+  }
+  try {
+    auto token = [&](const char* key, const char* fallback) {
+      auto t = ConfigToken(config, key);
+      return t && !t->empty() ? *t : std::string(fallback);
+    };
+    const bool lowercase = config.value("do_lower_case", true);
+    const json strip = config.value("strip_accents", json());
+    b.spec.normalizer.AddBert(true, config.value("tokenize_chinese_chars", true),
+                              strip.is_boolean() ? strip.get<bool>() : lowercase, lowercase);
+    b.spec.pre_tokenizer.AddBert();
+    MakeWordPiece(b, token("unk_token", "[UNK]"), "##", 100, p);
+    static const std::pair<const char*, const char*> kSpecial[] = {{"cls_token", "[CLS]"},
+                                                                   {"sep_token", "[SEP]"},
+                                                                   {"pad_token", "[PAD]"},
+                                                                   {"mask_token", "[MASK]"},
+                                                                   {"unk_token", "[UNK]"}};
+    for (const auto& [key, fallback] : kSpecial)
+      if (auto it = b.model_ids.find(token(key, fallback)); it != b.model_ids.end())
+        b.spec.added.push_back({.content = it->first, .id = it->second, .special = true});
+    auto cls = b.model_ids.find(token("cls_token", "[CLS]")),
+         sep = b.model_ids.find(token("sep_token", "[SEP]"));
+    if (cls == b.model_ids.end() || sep == b.model_ids.end()) p.Fail("vocab has no [CLS] or [SEP] token");
+    b.spec.prefix_ids = {cls->second};
+    b.spec.suffix_ids = {sep->second};
+    b.spec.decoder.AddWordPiece("##", true);
+    ResolveBosEos(config, b);
+  } catch (const json::exception& e) {
+    p.Fail(std::string("malformed tokenizer_config.json (") + e.what() + ")");
+  }
+  return Finish(b, p.file());
+}
+
 }  // namespace
 
 std::unique_ptr<Tokenizer> LoadHfTokenizer(const std::string& path) {
@@ -372,7 +459,8 @@ std::unique_ptr<Tokenizer> LoadHfTokenizer(const std::string& path) {
   if (!fs::is_directory(p)) return LoadTokenizerJson(p, config);
   if (fs::exists(dir / "tokenizer.json")) return LoadTokenizerJson(dir / "tokenizer.json", config);
   if (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt")) return LoadVocabMerges(dir, config);
-  throw Error(path + ": folder has neither tokenizer.json nor vocab.json + merges.txt");
+  if (fs::exists(dir / "vocab.txt")) return LoadBertVocab(dir, config);
+  throw Error(path + ": folder has neither tokenizer.json, vocab.json + merges.txt, nor vocab.txt");
 }
 
 }  // namespace prism

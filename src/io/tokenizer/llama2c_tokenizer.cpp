@@ -3,7 +3,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "io/tokenizer/bpe_tokenizer.h"
+#include "io/tokenizer/pipeline_tokenizer.h"
 #include "ir/error.h"
 
 namespace prism {
@@ -30,7 +30,7 @@ std::unique_ptr<Tokenizer> LoadLlama2cTokenizer(const std::string& path, int32_t
     throw Error(path + ": bad max_token_length " + std::to_string(max_token_length) +
                 " (not a llama2.c tokenizer?)");
 
-  BpeTokenizerSpec spec;
+  TokenizerSpec spec;
   spec.vocab.resize(vocab_size);
   std::vector<float> scores(vocab_size);
   for (int32_t i = 0; i < vocab_size; ++i) {
@@ -54,8 +54,9 @@ std::unique_ptr<Tokenizer> LoadLlama2cTokenizer(const std::string& path, int32_t
   spec.normalizer.AddPrepend(" ");
   BpeOptions options;
   options.byte_fallback = true;
-  spec.model = std::make_unique<BpeModel>(spec.vocab, options);
-  spec.model->AddMergesFromScores(scores);
+  auto bpe = std::make_unique<BpeModel>(spec.vocab, options);
+  bpe->AddMergesFromScores(scores);
+  spec.model = std::move(bpe);
   spec.decoder.AddByteFallback();
   spec.decoder.AddFuse();
   spec.strip_space_after_bos = true;
@@ -63,7 +64,7 @@ std::unique_ptr<Tokenizer> LoadLlama2cTokenizer(const std::string& path, int32_t
   spec.eos_id = vocab_size > 2 ? 2 : -1;
   if (spec.bos_id >= 0) spec.prefix_ids.push_back(spec.bos_id);
   spec.special_ids = {0, 1, 2};
-  return std::make_unique<BpeTokenizer>(std::move(spec));
+  return std::make_unique<PipelineTokenizer>(std::move(spec));
 }
 
 }  // namespace prism

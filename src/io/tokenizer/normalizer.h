@@ -1,4 +1,5 @@
-// Normalizers run before pre-tokenization (tokenizer.json "normalizer"): NFC/NFKC/..., Prepend, Replace.
+// Normalizers run before pre-tokenization (tokenizer.json "normalizer"): NFC/NFKC/..., Prepend, Replace,
+// Lowercase, StripAccents, BertNormalizer.
 #pragma once
 
 #include <string>
@@ -18,12 +19,27 @@ class Normalizer {
   void AddReplace(TextPattern pattern, std::string with) {
     steps_.push_back({Kind::kReplace, {}, std::move(pattern), std::move(with)});
   }
+  void AddLowercase() { steps_.push_back({Kind::kLowercase, {}, {}, {}}); }
+  void AddStripAccents() { steps_.push_back({Kind::kStripMarks, {}, {}, {}}); }  // drops every mark (M*)
+  // BertNormalizer: clean_text drops NUL, U+FFFD and other C* characters (but tab, CR, LF) and turns
+  // whitespace into ' '; chinese_chars puts spaces around CJK ideographs; strip_accents decomposes (NFD) and
+  // drops nonspacing marks (Mn); then lowercase.
+  void AddBert(bool clean_text, bool chinese_chars, bool strip_accents, bool lowercase);
 
   bool empty() const { return steps_.empty(); }
   std::string Apply(std::string_view text) const;
 
  private:
-  enum class Kind { kUnicode, kPrepend, kReplace };
+  enum class Kind {
+    kUnicode,
+    kPrepend,
+    kReplace,
+    kLowercase,
+    kStripMarks,
+    kBertClean,
+    kChineseChars,
+    kBertAccents
+  };
   struct Step {
     Kind kind;
     unicode::NormalForm form;

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "io/tokenizer/unicode.h"
+
 namespace prism {
 
 const char* const kGpt2Pattern =
@@ -43,6 +45,39 @@ void PreTokenizer::AddMetaspace(std::string replacement, PrependScheme scheme, b
   s.scheme = scheme;
   s.split = split;
   steps_.push_back(std::move(s));
+}
+
+void PreTokenizer::AddBert(bool punctuation) {
+  Step s;
+  s.kind = Kind::kBert;
+  s.split = punctuation;
+  steps_.push_back(std::move(s));
+}
+
+bool PreTokenizer::SplitBert(const std::string& piece, bool punctuation, std::vector<std::string>* out) {
+  bool first_at_zero = false, first = true;
+  size_t start = 0;  // of the word being gathered
+  auto emit = [&](size_t b, size_t e) {
+    if (b == e) return;
+    if (first) first_at_zero = b == 0;
+    first = false;
+    out->emplace_back(piece, b, e - b);
+  };
+  for (size_t i = 0; i < piece.size();) {
+    const uint32_t c = unicode::DecodeChar(piece, i);
+    const size_t n = unicode::CharLength((uint8_t)piece[i]);
+    if (unicode::IsWhitespace(c)) {
+      emit(start, i);
+      start = i + n;
+    } else if (punctuation && unicode::IsBertPunctuation(c)) {
+      emit(start, i);
+      emit(i, i + n);
+      start = i + n;
+    }
+    i += n;
+  }
+  emit(start, piece.size());
+  return first_at_zero;
 }
 
 bool PreTokenizer::SplitPiece(const std::string& piece, const TextPattern& pattern, SplitBehavior behavior,
@@ -136,6 +171,7 @@ void PreTokenizer::Run(std::string_view text, bool at_text_start, std::vector<st
         case Kind::kSplit:
           first_at_zero = SplitPiece(piece, step.pattern, step.behavior, step.invert, &next);
           break;
+        case Kind::kBert: first_at_zero = SplitBert(piece, step.split, &next); break;
         case Kind::kByteLevel:
           if (step.add_prefix_space && piece[0] != ' ') {
             piece.insert(0, " ");  // the added space still maps to the piece's first original character

@@ -1,4 +1,4 @@
-// Pre-tokenizers (tokenizer.json "pre_tokenizer"): cut normalized text into the pieces BPE runs on.
+// Pre-tokenizers (tokenizer.json "pre_tokenizer"): cut normalized text into the pieces the model runs on.
 #pragma once
 
 #include <string>
@@ -26,6 +26,9 @@ class PreTokenizer {
   // works on bytes directly), so this must be the last step.
   void AddByteLevel(bool add_prefix_space, bool use_regex);
   void AddMetaspace(std::string replacement, PrependScheme scheme, bool split);
+  // BertPreTokenizer: whitespace removed, then each punctuation character (unicode::IsBertPunctuation) a
+  // piece of its own. punctuation = false: the whitespace split alone (WhitespaceSplit).
+  void AddBert(bool punctuation = true);
 
   bool empty() const { return steps_.empty(); }
   bool byte_level() const { return !steps_.empty() && steps_.back().kind == Kind::kByteLevel; }
@@ -35,7 +38,7 @@ class PreTokenizer {
   void Run(std::string_view text, bool at_text_start, std::vector<std::string>* pieces) const;
 
  private:
-  enum class Kind { kSplit, kByteLevel, kMetaspace };
+  enum class Kind { kSplit, kByteLevel, kMetaspace, kBert };
   struct Step {
     Kind kind = Kind::kSplit;
     TextPattern pattern;
@@ -50,6 +53,9 @@ class PreTokenizer {
   // Splits one piece by a pattern; returns whether the first output piece starts at the piece's offset 0.
   static bool SplitPiece(const std::string& piece, const TextPattern& pattern, SplitBehavior behavior,
                          bool invert, std::vector<std::string>* out);
+  // Cuts a piece at whitespace (dropped) and around punctuation characters; returns whether the first output
+  // piece starts at the piece's offset 0.
+  static bool SplitBert(const std::string& piece, bool punctuation, std::vector<std::string>* out);
   std::vector<Step> steps_;
 };
 

@@ -56,6 +56,15 @@ std::string Strip(const std::string& token, const std::string& ch, int start, in
   return token.substr(b, e - b);
 }
 
+// tokenizers' wordpiece cleanup, in its order.
+std::string WordPieceCleanup(std::string s) {
+  static const std::pair<const char*, const char*> kRules[] = {
+      {" .", "."},   {" ?", "?"},           {" !", "!"},   {" ,", ","},     {" ' ", "'"},   {" n't", "n't"},
+      {" 'm", "'m"}, {" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+  for (const auto& [from, to] : kRules) s = TextPattern::Literal(from).ReplaceAll(s, to);
+  return s;
+}
+
 }  // namespace
 
 std::string TokenDecoder::Decode(std::vector<std::string> tokens) const {
@@ -101,6 +110,17 @@ std::string TokenDecoder::Decode(std::vector<std::string> tokens) const {
             }
           }
           tokens[i] = std::move(out);
+        }
+        break;
+      case Kind::kWordPiece:
+        for (size_t i = 0; i < tokens.size(); ++i) {
+          std::string& t = tokens[i];
+          if (i > 0 && t.compare(0, step.text.size(), step.text) == 0) {
+            t.erase(0, step.text.size());
+          } else if (i > 0) {
+            t = ' ' + t;
+          }
+          if (step.cleanup) t = WordPieceCleanup(std::move(t));
         }
         break;
     }

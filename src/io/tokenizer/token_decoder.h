@@ -32,17 +32,26 @@ class TokenDecoder {
     s.drop_first = drop_first;
   }
 
+  // WordPiece: continuation tokens (starting with `prefix`) lose it, the others get a leading space but the
+  // first; cleanup joins punctuation and English contractions back ("do n't" -> "don't") as tokenizers does.
+  void AddWordPiece(std::string prefix, bool cleanup) {
+    Step& s = Add(Kind::kWordPiece);
+    s.text = std::move(prefix);
+    s.cleanup = cleanup;
+  }
+
   // The text of the tokens; without steps they are joined by spaces, as tokenizers does.
   std::string Decode(std::vector<std::string> tokens) const;
 
  private:
-  enum class Kind { kByteLevel, kReplace, kByteFallback, kFuse, kStrip, kMetaspace };
+  enum class Kind { kByteLevel, kReplace, kByteFallback, kFuse, kStrip, kMetaspace, kWordPiece };
   struct Step {
     Kind kind = Kind::kFuse;
     TextPattern pattern;
     std::string text;
     int start = 0, stop = 0;
     bool drop_first = false;
+    bool cleanup = false;
   };
   Step& Add(Kind kind) {
     steps_.emplace_back().kind = kind;

@@ -5,6 +5,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +18,9 @@ class Tokenizer {
   // add_special: add what the tokenizer's post-processor adds (usually a leading BOS), as Hugging Face
   // `tokenizers` does with add_special_tokens=True. Special tokens written in the text are always recognised.
   virtual std::vector<int32_t> Encode(std::string_view text, bool add_special) const = 0;
+  // ids wrapped in what the post-processor adds ([CLS] ... [SEP], BOS ...): Encode(t, true) is
+  // WithSpecial(Encode(t, false)). For truncating the text's ids before the specials go around them.
+  virtual std::vector<int32_t> WithSpecial(std::span<const int32_t> ids) const = 0;
   // skip_special drops special tokens (BOS, EOS, control tokens); unknown ids are ignored. Always valid
   // UTF-8.
   virtual std::string Decode(const std::vector<int32_t>& ids, bool skip_special) const = 0;

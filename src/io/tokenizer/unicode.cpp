@@ -1,9 +1,11 @@
-// UTF-8 validation/repair, ICU normalization and the GPT-2 byte <-> character map.
+// UTF-8 validation/repair, ICU normalization and character classes, the GPT-2 byte <-> character map.
 #include "io/tokenizer/unicode.h"
 
 #include <unicode/bytestream.h>
+#include <unicode/locid.h>
 #include <unicode/normalizer2.h>
 #include <unicode/uchar.h>
+#include <unicode/unistr.h>
 
 #include <unordered_map>
 
@@ -111,6 +113,44 @@ bool IsWhitespace(uint32_t cp) {
 }
 
 bool IsWordChar(uint32_t cp) { return cp == '_' || u_isalnum((UChar32)cp); }
+
+bool IsBertPunctuation(uint32_t cp) {
+  if (cp < 0x80)
+    return (cp >= 0x21 && cp <= 0x2F) || (cp >= 0x3A && cp <= 0x40) || (cp >= 0x5B && cp <= 0x60) ||
+           (cp >= 0x7B && cp <= 0x7E);
+  return u_ispunct((UChar32)cp);
+}
+
+bool IsOther(uint32_t cp) { return (U_GET_GC_MASK((UChar32)cp) & U_GC_C_MASK) != 0; }
+
+bool IsChineseChar(uint32_t cp) {
+  return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) ||
+         (cp >= 0x20000 && cp <= 0x2A6DF) || (cp >= 0x2A700 && cp <= 0x2B73F) ||
+         (cp >= 0x2B740 && cp <= 0x2B81F) || (cp >= 0x2B920 && cp <= 0x2CEAF) ||
+         (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0x2F800 && cp <= 0x2FA1F);
+}
+
+bool IsNonspacingMark(uint32_t cp) { return u_charType((UChar32)cp) == U_NON_SPACING_MARK; }
+bool IsMark(uint32_t cp) { return (U_GET_GC_MASK((UChar32)cp) & U_GC_M_MASK) != 0; }
+
+std::string Lowercase(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const uint8_t b = (uint8_t)s[i];
+    if (b < 0x80) {
+      out += (char)(b >= 'A' && b <= 'Z' ? b + 32 : b);
+      ++i;
+      continue;
+    }
+    const size_t n = CharLength(b);
+    // One character alone: ICU's full mapping with no neighbours to condition on.
+    icu::UnicodeString ch = icu::UnicodeString::fromUTF8(icu::StringPiece(s.data() + i, (int32_t)n));
+    ch.toLower(icu::Locale::getRoot()).toUTF8String(out);
+    i += n;
+  }
+  return out;
+}
 
 std::string Normalize(std::string_view s, NormalForm form) {
   bool ascii = true;

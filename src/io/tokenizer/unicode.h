@@ -22,6 +22,17 @@ inline constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";
 
 bool IsWhitespace(uint32_t cp);  // Unicode White_Space, as Rust's char::is_whitespace
 bool IsWordChar(uint32_t cp);    // alphanumeric or '_'
+// BERT's character classes, as tokenizers has them: ASCII punctuation or Unicode P*; Unicode C* (control,
+// format, unassigned, private use, surrogate); the CJK ideograph blocks; a nonspacing mark (Mn); any mark
+// (M*).
+bool IsBertPunctuation(uint32_t cp);
+bool IsOther(uint32_t cp);
+bool IsChineseChar(uint32_t cp);
+bool IsNonspacingMark(uint32_t cp);
+bool IsMark(uint32_t cp);
+// Each character's full lowercase mapping, without context (Rust's char::to_lowercase, character by
+// character: a final sigma stays σ).
+std::string Lowercase(std::string_view s);
 
 enum class NormalForm { kNFC, kNFD, kNFKC, kNFKD };
 std::string Normalize(std::string_view s, NormalForm form);

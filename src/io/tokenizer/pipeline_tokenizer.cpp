@@ -1,13 +1,14 @@
-// BpeTokenizer: added tokens -> normalizer -> pre-tokenizer -> BPE -> post-processor, and the decoder back.
-#include "io/tokenizer/bpe_tokenizer.h"
+// PipelineTokenizer: added tokens -> normalizer -> pre-tokenizer -> model -> post-processor, and the decoder
+// back.
+#include "io/tokenizer/pipeline_tokenizer.h"
 
 #include "io/tokenizer/unicode.h"
 #include "ir/error.h"
 
 namespace prism {
 
-BpeTokenizer::BpeTokenizer(BpeTokenizerSpec spec) : spec_(std::move(spec)) {
-  if (!spec_.model) throw Error("tokenizer spec has no BPE model");
+PipelineTokenizer::PipelineTokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
+  if (!spec_.model) throw Error("tokenizer spec has no model");
   special_.assign(spec_.vocab.size(), false);
   text_to_id_.reserve(spec_.vocab.size());
   for (size_t id = 0; id < spec_.vocab.size(); ++id)
@@ -30,7 +31,7 @@ BpeTokenizer::BpeTokenizer(BpeTokenizerSpec spec) : spec_(std::move(spec)) {
     if (id >= 0 && id < VocabSize()) special_[id] = true;
 }
 
-std::vector<int32_t> BpeTokenizer::Encode(std::string_view input, bool add_special) const {
+std::vector<int32_t> PipelineTokenizer::Encode(std::string_view input, bool add_special) const {
   std::string repaired;
   std::string_view text = input;
   if (!unicode::IsValidUtf8(text)) {  // everything below relies on valid UTF-8
@@ -53,7 +54,15 @@ std::vector<int32_t> BpeTokenizer::Encode(std::string_view input, bool add_speci
   return ids;
 }
 
-void BpeTokenizer::EncodeText(std::string_view text, bool at_text_start, std::vector<int32_t>* ids) const {
+std::vector<int32_t> PipelineTokenizer::WithSpecial(std::span<const int32_t> ids) const {
+  std::vector<int32_t> out = spec_.prefix_ids;
+  out.insert(out.end(), ids.begin(), ids.end());
+  out.insert(out.end(), spec_.suffix_ids.begin(), spec_.suffix_ids.end());
+  return out;
+}
+
+void PipelineTokenizer::EncodeText(std::string_view text, bool at_text_start,
+                                   std::vector<int32_t>* ids) const {
   std::string normalized_text;
   std::string_view normalized = text;
   if (!spec_.normalizer.empty()) {
@@ -78,7 +87,7 @@ void BpeTokenizer::EncodeText(std::string_view text, bool at_text_start, std::ve
   }
 }
 
-std::string BpeTokenizer::Decode(const std::vector<int32_t>& ids, bool skip_special) const {
+std::string PipelineTokenizer::Decode(const std::vector<int32_t>& ids, bool skip_special) const {
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   int32_t prev = -1;
@@ -97,11 +106,11 @@ std::string BpeTokenizer::Decode(const std::vector<int32_t>& ids, bool skip_spec
   return spec_.decoder.Decode(std::move(tokens));
 }
 
-std::string BpeTokenizer::TokenText(int32_t id) const {
+std::string PipelineTokenizer::TokenText(int32_t id) const {
   return id >= 0 && id < VocabSize() ? spec_.vocab[id] : std::string();
 }
 
-std::optional<int32_t> BpeTokenizer::TokenId(std::string_view piece) const {
+std::optional<int32_t> PipelineTokenizer::TokenId(std::string_view piece) const {
   auto it = text_to_id_.find(piece);
   if (it == text_to_id_.end()) return std::nullopt;
   return it->second;

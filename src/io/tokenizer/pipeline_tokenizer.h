@@ -1,4 +1,4 @@
-// BpeTokenizer: the one Tokenizer implementation; the loaders (HF, llama2.c, GGUF) only fill its spec.
+// PipelineTokenizer: the one Tokenizer implementation; the loaders (HF, llama2.c, GGUF) only fill its spec.
 #pragma once
 
 #include <memory>
@@ -16,13 +16,13 @@
 namespace prism {
 
 // Everything that defines a tokenizer, in the order Encode applies it.
-struct BpeTokenizerSpec {
-  std::vector<std::string> vocab;   // raw token strings by id, added tokens included ("" for unused ids)
-  std::vector<AddedToken> added;    // matched in the text before anything else
-  Normalizer normalizer;            // applied to the text between added tokens
-  PreTokenizer pre_tokenizer;       // cuts normalized text into pieces
-  std::unique_ptr<BpeModel> model;  // piece -> ids
-  std::vector<int32_t> prefix_ids;  // post-processor: added around the ids when add_special
+struct TokenizerSpec {
+  std::vector<std::string> vocab;       // raw token strings by id, added tokens included ("" for unused ids)
+  std::vector<AddedToken> added;        // matched in the text before anything else
+  Normalizer normalizer;                // applied to the text between added tokens
+  PreTokenizer pre_tokenizer;           // cuts normalized text into pieces
+  std::unique_ptr<SubwordModel> model;  // piece -> ids (BPE, WordPiece)
+  std::vector<int32_t> prefix_ids;      // post-processor: added around the ids when add_special
   std::vector<int32_t> suffix_ids;
   TokenDecoder decoder;
   std::vector<int32_t> special_ids;  // also dropped by skip_special, beyond added tokens marked special
@@ -30,11 +30,12 @@ struct BpeTokenizerSpec {
   bool strip_space_after_bos = false;  // llama2.c: a token right after BOS loses its leading space
 };
 
-class BpeTokenizer final : public Tokenizer {
+class PipelineTokenizer final : public Tokenizer {
  public:
-  explicit BpeTokenizer(BpeTokenizerSpec spec);
+  explicit PipelineTokenizer(TokenizerSpec spec);
 
   std::vector<int32_t> Encode(std::string_view text, bool add_special) const override;
+  std::vector<int32_t> WithSpecial(std::span<const int32_t> ids) const override;
   std::string Decode(const std::vector<int32_t>& ids, bool skip_special) const override;
   int32_t VocabSize() const override { return (int32_t)spec_.vocab.size(); }
   int32_t BosId() const override { return spec_.bos_id; }
@@ -47,7 +48,7 @@ class BpeTokenizer final : public Tokenizer {
   // Normalizes, splits and BPE-encodes text that holds no raw-matched added token.
   void EncodeText(std::string_view text, bool at_text_start, std::vector<int32_t>* ids) const;
 
-  BpeTokenizerSpec spec_;
+  TokenizerSpec spec_;
   AddedTokenMatcher raw_matcher_;         // added tokens with normalized = false
   AddedTokenMatcher normalized_matcher_;  // the others, searched in normalized text
   std::vector<bool> special_;

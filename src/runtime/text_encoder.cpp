@@ -1,0 +1,77 @@
+// TextEncoder: loads an encoder, compiles its graph with the pooling its folder asks for, embeds texts.
+#include "runtime/text_encoder.h"
+
+#include <chrono>
+#include <filesystem>
+
+#include "ir/error.h"
+#include "models/family.h"
+#include "search/schedule_search.h"
+
+namespace prism {
+namespace fs = std::filesystem;
+
+bool IsEncoderModel(const std::string& path) {
+  const fs::path config = fs::path(path) / "config.json";
+  if (!fs::is_directory(path) || !fs::exists(config)) return false;
+  const ModelConfig c = ParseHfConfig(config.string());
+  return FamilyNamed(c.architecture, path, "architecture").encoder;
+}
+
+std::unique_ptr<TextEncoder> TextEncoder::Load(const std::string& path, const LoadOptions& opts) {
+  auto t0 = std::chrono::steady_clock::now();
+  std::unique_ptr<TextEncoder> enc(new TextEncoder());
+  enc->device_ = OpenDevice(opts.device);
+  enc->files_ = OpenModelFiles(path, opts.tokenizer_path);
+  const ModelConfig& cfg = enc->files_.config;
+  LmGraphOptions go;
+  go.pooling = enc->files_.pooling;
+  Graph g = BuildTextEncoder(cfg, enc->files_.Lookup(), go);  // throws for a causal model
+  int64_t limit = cfg.max_position;
+  if (go.pooling.max_tokens > 0) limit = std::min(limit, go.pooling.max_tokens);
+  if (opts.max_context > 0) limit = std::min(limit, opts.max_context);
+  enc->max_tokens_ = limit;
+  enc->dim_ = cfg.hidden_size * (int64_t)go.pooling.modes.size();
+  enc->search_busy_limit_ = opts.search_busy_limit;
+  CompileRequest req;
+  req.threads = opts.threads;
+  req.graph_replay = opts.gpu_graphs;
+  enc->exe_ = CompileModelGraph(*enc->device_, g, *enc->files_.weights, req);
+  enc->Tune(std::max(0.0, opts.search_budget));
+  enc->compile_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return enc;
+}
+
+std::vector<int32_t> TextEncoder::Tokenize(std::string_view text) const {
+  const Tokenizer& tok = *files_.tokenizer;
+  std::vector<int32_t> ids = tok.Encode(text, false);
+  const int64_t specials = (int64_t)tok.WithSpecial({}).size();
+  const int64_t room = std::max<int64_t>(max_tokens_ - specials, 0);
+  if ((int64_t)ids.size() > room) ids.resize(room);
+  return tok.WithSpecial(ids);
+}
+
+std::vector<float> TextEncoder::Embed(const std::vector<int32_t>& tokens) const {
+  if (tokens.empty()) throw Error("embed: no tokens");
+  if ((int64_t)tokens.size() > max_tokens_)
+    throw Error("embed: " + std::to_string(tokens.size()) + " tokens exceed the model's " +
+                std::to_string(max_tokens_));
+  for (int32_t t : tokens)
+    if (t < 0 || t >= files_.config.vocab_size)
+      throw Error("embed: token id " + std::to_string(t) + " outside the vocabulary [0, " +
+                  std::to_string(files_.config.vocab_size) + ")");
+  std::map<std::string, HostTensor> in{{"tokens", HostTensor::FromInts({(int64_t)tokens.size()}, tokens)}};
+  std::lock_guard<std::mutex> lock(run_mutex_);
+  return exe_->Run(in)[0].ToFloats();
+}
+
+nlohmann::json TextEncoder::Tune(double budget_seconds) {
+  SearchOptions so;
+  so.budget_seconds = budget_seconds;
+  so.db_path = TuningDatabasePath();
+  so.busy_limit = search_busy_limit_;
+  so.buckets = {{"prefill", {{"seq", std::min<int64_t>(128, std::max<int64_t>(2, max_tokens_))}}}};
+  return SearchSchedules(*exe_, so);
+}
+
+}  // namespace prism

@@ -1,0 +1,56 @@
+// An embedding model ready to run: an encoder's files opened, its graph compiled, texts -> vectors.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/language_model.h"
+
+namespace prism {
+
+// Whether MODEL holds an encoder (a Hugging Face folder whose config.json names an encoder family); reads
+// only its config.
+bool IsEncoderModel(const std::string& path);
+
+class TextEncoder {
+ public:
+  // MODEL is a Hugging Face folder of an encoder family (BERT), with sentence-transformers' modules.json
+  // and pooling config where it has them. opts.max_context > 0 caps the tokens of one input; threads,
+  // device and search_budget apply as for a LanguageModel. Throws prism::Error naming the path and the
+  // problem (a causal language model among them).
+  static std::unique_ptr<TextEncoder> Load(const std::string& path, const LoadOptions& opts = {});
+
+  const ModelConfig& config() const { return files_.config; }
+  const Tokenizer& tokenizer() const { return *files_.tokenizer; }
+  const EmbeddingPooling& pooling() const { return files_.pooling; }
+  const std::string& device() const { return exe_->device(); }
+  int64_t dim() const { return dim_; }
+  int64_t max_tokens() const { return max_tokens_; }  // an input's tokens, specials included
+  double compile_seconds() const { return compile_seconds_; }
+
+  // The text's tokens with the tokenizer's specials, the text's own truncated to fit max_tokens() (as
+  // sentence-transformers truncates).
+  std::vector<int32_t> Tokenize(std::string_view text) const;
+  // The embedding [dim()] of one input's tokens (1 ..= max_tokens() ids in the vocabulary). Thread-safe:
+  // concurrent calls take turns.
+  std::vector<float> Embed(const std::vector<int32_t>& tokens) const;
+  std::vector<float> EmbedText(std::string_view text) const { return Embed(Tokenize(text)); }
+
+  // Schedule search over a typical input length; returns receipts (as LanguageModel::Tune).
+  nlohmann::json Tune(double budget_seconds);
+
+ private:
+  TextEncoder() = default;
+
+  ModelFiles files_;
+  std::shared_ptr<Device> device_;
+  std::unique_ptr<Executable> exe_;
+  int64_t dim_ = 0, max_tokens_ = 0;
+  double search_busy_limit_ = 0.2, compile_seconds_ = 0;
+  mutable std::mutex run_mutex_;
+};
+
+}  // namespace prism
