@@ -281,6 +281,23 @@ inline std::vector<OpGraphCase> OpGraphCases() {
     }
     cases.push_back(c);
   }
+  {
+    // An encoder's attention: every query sees every key of its input, each run rewriting the scratch rows.
+    OpGraphCase c{"bidirectional_gqa_attention",
+                  [=](Graph& g) {
+                    T q = in(g, "q", {S(), Expr(6), Expr(8)});
+                    T k = in(g, "k", {S(), Expr(3), Expr(8)});
+                    T v = in(g, "v", {S(), Expr(3), Expr(8)});
+                    T kc{&g, g.State("k_cache", DType::F32, {Expr(32), Expr(3), Expr(8)})};
+                    T vc{&g, g.State("v_cache", DType::F32, {Expr(32), Expr(3), Expr(8)})};
+                    out(CausalAttention(q, k, v, kc, vc, Expr(0), 0.3, {.bidirectional = true}), "attn");
+                  },
+                  {{{"seq", 7}}, {{"seq", 1}}, {{"seq", 19}}},
+                  1e-5,
+                  1e-4,
+                  true};
+    cases.push_back(c);
+  }
   return cases;
 }
 

@@ -1,4 +1,5 @@
 // `prism embed`: sentence embeddings of texts from an encoder model, one JSON array per line.
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -16,7 +17,7 @@ Runner AddEmbedCommand(CLI::App& app) {
   struct Opts {
     std::string model, file, device = "cpu";
     std::vector<std::string> texts;
-    bool tokens = false;
+    bool tokens = false, timing = false;
     int threads = 0;
     int64_t max_tokens = 0;
     double search_budget = -1;
@@ -27,6 +28,7 @@ Runner AddEmbedCommand(CLI::App& app) {
   cmd->add_option("--text", o->texts, "a text to embed (repeat for more)");
   cmd->add_option("--file", o->file, "a file of texts, one per line ('-': standard input)");
   cmd->add_flag("--tokens", o->tokens, "print each text's token ids instead of its embedding");
+  cmd->add_flag("--timing", o->timing, "print the load time and the embedding throughput to stderr");
   cmd->add_option("-t,--threads", o->threads, "threads (0: all cores)");
   cmd->add_option("--max-tokens", o->max_tokens,
                   "truncate inputs to this many tokens (0: the model's limit)");
@@ -50,11 +52,18 @@ Runner AddEmbedCommand(CLI::App& app) {
     lo.device = o->device;
     lo.search_budget = o->search_budget;
     auto enc = TextEncoder::Load(o->model, lo);
+    const auto t0 = std::chrono::steady_clock::now();
+    size_t tokens = 0;
     for (const std::string& t : texts) {
       std::vector<int32_t> ids = enc->Tokenize(t);
+      tokens += ids.size();
       const nlohmann::json line = o->tokens ? nlohmann::json(ids) : nlohmann::json(enc->Embed(ids));
       std::printf("%s\n", line.dump().c_str());
     }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (o->timing)
+      std::fprintf(stderr, "prism embed: %zu texts, %zu tokens in %.3f s (%.1f tokens/s); load %.3f s\n",
+                   texts.size(), tokens, s, tokens / s, enc->compile_seconds());
     return 0;
   };
 }

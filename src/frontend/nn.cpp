@@ -241,7 +241,8 @@ Tensor CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const 
   Tensor t_idx{g, g->Iota(sshape, 3, DType::I32)};
   Tensor s_idx{g, g->Iota(sshape, 2, DType::I32)};
   auto shifted = [&](const Expr& by) { return s_idx + BroadcastTo(ExprValue(g, by, DType::I32), sshape); };
-  Tensor limit = shifted(windowed ? past + Expr(1) - first : past + Expr(1));
+  if (variant.bidirectional && windowed) throw Error("attention: a sliding window of a bidirectional attention");
+  Tensor limit = shifted(variant.bidirectional ? total : windowed ? past + Expr(1) - first : past + Expr(1));
   Tensor masked = Where(Less(t_idx, limit), scores, Full(g, -INFINITY, sshape));
   if (windowed)  // t + window < limit: before the window (compared so, no operand is negative)
     masked = Where(Less(t_idx + Full(g, (double)variant.window, sshape, DType::I32), limit), Full(g, -INFINITY, sshape),
@@ -249,18 +250,6 @@ Tensor CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const 
   Tensor p = Softmax(masked, -1);
   Tensor vt = vals.permute({1, 0, 2}).unsqueeze(1);  // [Hkv, 1, T, D]
   Tensor out = Matmul(p, vt);                          // [Hkv, group, seq, D]
-  return out.permute({2, 0, 1, 3}).reshape({seq, hq * d}).cast(q.dtype());
-}
-
-Tensor BidirectionalAttention(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
-  Expr seq = q.dim(0), hq = q.dim(1), d = q.dim(2), hkv = k.dim(1);
-  if (!hq.IsConst() || !hkv.IsConst() || hq.value() % hkv.value())
-    throw Error("attention: query heads " + hq.str() + " must be a multiple of key/value heads " + hkv.str());
-  const int64_t group = hq.value() / hkv.value();
-  Tensor qg = q.cast(DType::F32).reshape({seq, hkv, Expr(group), d}).permute({1, 2, 0, 3});  // [Hkv, G, S, D]
-  Tensor kt = k.cast(DType::F32).permute({1, 0, 2}).unsqueeze(1);                           // [Hkv, 1, S, D]
-  Tensor p = Softmax(Matmul(qg, kt.transpose(-1, -2)) * scale, -1);                         // [Hkv, G, S, S]
-  Tensor out = Matmul(p, v.cast(DType::F32).permute({1, 0, 2}).unsqueeze(1));               // [Hkv, G, S, D]
   return out.permute({2, 0, 1, 3}).reshape({seq, hq * d}).cast(q.dtype());
 }
 

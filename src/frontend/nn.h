@@ -55,6 +55,7 @@ Tensor SoftCap(const Tensor& x, double cap);
 struct AttentionVariant {
   int64_t window = 0;
   double softcap = 0;
+  bool bidirectional = false;  // no mask: every query sees every key of the cache's [0, past + seq) (encoders)
 };
 
 // Causal grouped-query attention over a KV cache held in state buffers.
@@ -64,10 +65,6 @@ struct AttentionVariant {
 // (from past + 1 - window on).
 Tensor CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
                        const Tensor& v_cache, const Expr& past, double scale, const AttentionVariant& variant = {});
-
-// Bidirectional grouped-query attention of one sequence (encoders): every query sees every key.
-// q [seq, Hq, D]; k, v [seq, Hkv, D]. Returns [seq, Hq * D].
-Tensor BidirectionalAttention(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
 
 // Attention of a ragged batch through a paged KV cache: the tokens of many sequences in one step, each
 // with its own position. q [T, Hq, D]; k, v [T, Hkv, D]; k_pool, v_pool are State tensors

@@ -23,6 +23,9 @@ LmBuilder::LmBuilder(Graph* g, const ModelConfig& cfg, const WeightLookup& w, co
   tokens_ = Tensor{g_, g_->Input("tokens", DType::I32, {seq})};
   if (encoder_) {
     if (paged()) throw Error("an encoder's graph has no KV cache to page");
+    if (opts_.max_context > cfg_.max_position)
+      throw Error("an encoder reads at most " + std::to_string(cfg_.max_position) + " tokens, not " +
+                  std::to_string(opts_.max_context));
     pos_ = Arange(g_, seq);
     return;
   }
@@ -113,9 +116,11 @@ Tensor LmBuilder::KvCache(const std::string& kind, int64_t l, int64_t heads) {
 }
 
 Tensor LmBuilder::Attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t l, double scale) {
-  if (encoder_) return BidirectionalAttention(q, k, v, scale);
   const int64_t nkv = k.dim(1).value();
   Tensor kc = KvCache("k_cache", l, nkv), vc = KvCache("v_cache", l, nkv);
+  // An encoder's keys and values pass through scratch rows of its cache (rewritten by every input) so that
+  // the fused attention template, which reads them from state, runs them with every key visible.
+  if (encoder_) return CausalAttention(q, k, v, kc, vc, Expr(0), scale, {.bidirectional = true});
   if (paged())
     return PagedAttention(q, k, v, kc, vc, slots_, table_, pos_, opts_.kv_block, scale, Variant(l));
   return CausalAttention(q, k, v, kc, vc, past_, scale, Variant(l));

@@ -24,13 +24,17 @@ std::unique_ptr<TextEncoder> TextEncoder::Load(const std::string& path, const Lo
   enc->device_ = OpenDevice(opts.device);
   enc->files_ = OpenModelFiles(path, opts.tokenizer_path);
   const ModelConfig& cfg = enc->files_.config;
+  int64_t limit = cfg.max_position;
+  if (enc->files_.pooling.max_tokens > 0) limit = std::min(limit, enc->files_.pooling.max_tokens);
+  if (opts.max_context > 0) limit = std::min(limit, opts.max_context);
+  if (limit < 1)
+    throw Error(path + ": the model takes no tokens (max_position_embeddings " +
+                std::to_string(cfg.max_position) + ")");
+  enc->max_tokens_ = limit;
   LmGraphOptions go;
+  go.max_context = limit;
   go.pooling = enc->files_.pooling;
   Graph g = BuildTextEncoder(cfg, enc->files_.Lookup(), go);  // throws for a causal model
-  int64_t limit = cfg.max_position;
-  if (go.pooling.max_tokens > 0) limit = std::min(limit, go.pooling.max_tokens);
-  if (opts.max_context > 0) limit = std::min(limit, opts.max_context);
-  enc->max_tokens_ = limit;
   enc->dim_ = cfg.hidden_size * (int64_t)go.pooling.modes.size();
   enc->search_busy_limit_ = opts.search_busy_limit;
   CompileRequest req;
