@@ -35,7 +35,9 @@ void BertFromGguf(const ModelFamily& /*f*/, const GgufKeys& k, ModelConfig* c) {
   c->norm_eps = k.Double("attention.layer_norm_epsilon", 1e-12);
   c->hidden_act = "gelu";
   c->attention_bias = true;
-  c->type_vocab_size = 2;
+  c->type_vocab_size = 1;
+  for (const GgufTensorInfo& t : k.file().TensorInfos())
+    if (t.name == "token_types.weight" && t.shape.size() == 2) c->type_vocab_size = t.shape[0];
 }
 
 const GgufNames kBertGgufNames = {{{"token_embd.weight", "embeddings.word_embeddings.weight"},

@@ -62,6 +62,8 @@ ModelFiles OpenModelFiles(const std::string& path, const std::string& tokenizer_
       if (tok.EosId() >= 0) mf.chat_variables["eos_token"] = tok.TokenText(tok.EosId());
     }
     mf.weights = StackExperts(HfNamedView(gguf));
+    if (FamilyNamed(mf.config.architecture, path, "architecture").encoder)
+      mf.pooling = EmbeddingPoolingFromGguf(*gguf);
     mf.conv1d_transposed = true;
   } else {
     ModelConfig cfg;

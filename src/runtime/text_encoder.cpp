@@ -4,6 +4,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "io/formats/gguf.h"
 #include "ir/error.h"
 #include "models/family.h"
 #include "search/schedule_search.h"
@@ -12,10 +13,15 @@ namespace prism {
 namespace fs = std::filesystem;
 
 bool IsEncoderModel(const std::string& path) {
-  const fs::path config = fs::path(path) / "config.json";
-  if (!fs::is_directory(path) || !fs::exists(config)) return false;
-  const ModelConfig c = ParseHfConfig(config.string());
-  return FamilyNamed(c.architecture, path, "architecture").encoder;
+  std::string arch;
+  if (const fs::path config = fs::path(path) / "config.json"; fs::is_directory(path) && fs::exists(config))
+    arch = ParseHfConfig(config.string()).architecture;
+  else if (fs::path(path).extension() == ".gguf")
+    arch = LoadGguf(path)->Architecture();
+  const ModelFamily* f = nullptr;
+  for (const ModelFamily& m : ModelFamilies())
+    if (m.name == arch) f = &m;
+  return f && f->encoder;
 }
 
 std::unique_ptr<TextEncoder> TextEncoder::Load(const std::string& path, const LoadOptions& opts) {

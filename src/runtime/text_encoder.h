@@ -11,8 +11,8 @@
 
 namespace prism {
 
-// Whether MODEL holds an encoder (a Hugging Face folder whose config.json names an encoder family); reads
-// only its config.
+// Whether MODEL holds an encoder (a Hugging Face folder or GGUF file of an encoder family); reads only its
+// config or metadata.
 bool IsEncoderModel(const std::string& path);
 
 class TextEncoder {

@@ -114,11 +114,11 @@ class Engine {
   // Sends the choice's end (unless cancelled), counts it, and finishes its job after its last choice.
   void Close(Choice* c, const std::string& error = "");
   void Publish();  // the atomics other threads read
-  void Warm();     // one step in each bucket's size: weights are packed for every form before the first request
+  void Warm();  // one step in each bucket's size: weights are packed for every form before the first request
   void Finished();  // an embedding request is done
 
   std::string name_;
-  std::unique_ptr<LanguageModel> lm_;  // a language model's engine, or
+  std::unique_ptr<LanguageModel> lm_;     // a language model's engine, or
   std::unique_ptr<TextEncoder> encoder_;  // an embedding model's
   EngineOptions opts_;
   Metrics* metrics_;

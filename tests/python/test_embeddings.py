@@ -299,3 +299,24 @@ def test_v1_embeddings_with_the_openai_client(prism_bin, zoo):
         assert "does not exist" in error(404, "model", model="nope", input="hi")
     finally:
         s.stop()
+
+
+def test_gguf_bert_matches_llamacpp(prism_bin):
+    """A BERT GGUF in llama.cpp's layout (tests/data/bert, written by tests/fixtures/make_bert_gguf.py): the
+    WordPiece vocabulary back from llama.cpp's spelling, and the mean-pooled, normalised embeddings of
+    llama.cpp and of transformers on the same weights."""
+    data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "bert")
+    ref = np.load(os.path.join(data, "reference.npz"))
+    keep = [i for i, t in enumerate(ref["texts"]) if "\x00" not in str(t)]  # not passable as an argument
+    texts = [str(ref["texts"][i]) for i in keep]
+    model = os.path.join(data, "tiny-bert-f32.gguf")
+    tokens = _prism_lines(prism_bin, model, texts, "--tokens")
+    off = ref["offsets"]
+    assert tokens == [ref["tokens"][off[i]:off[i + 1]].tolist() for i in keep]
+    got = np.array(_prism_lines(prism_bin, model, texts))
+    for name in ("llamacpp", "transformers"):
+        want = ref[name][keep]
+        cos = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+        diff = np.abs(got - want).max()
+        report("embed[gguf]", f"vs {name}: 1 - min cosine / max|diff|", f"{1 - cos.min():.1e} / {diff:.1e}")
+        assert 1 - cos.min() <= 1e-5 and diff <= 1e-4

@@ -75,6 +75,22 @@ std::string EmbeddingPooling::Describe() const {
   return normalize ? s + ", normalized" : s;
 }
 
+EmbeddingPooling EmbeddingPoolingFromGguf(const GgufFile& gguf) {
+  const nlohmann::json& m = gguf.Metadata();
+  EmbeddingPooling p;
+  p.normalize = true;
+  auto type = m.find(gguf.Architecture() + ".pooling_type");
+  if (type != m.end()) {
+    const int64_t t = type->is_number_integer() ? type->get<int64_t>() : -1;
+    static const char* const kGgufModes[] = {nullptr, "mean", "cls", "lasttoken"};
+    if (t < 1 || t > 3)
+      throw Error(gguf.Source() + ": " + gguf.Architecture() + ".pooling_type " + type->dump() +
+                  " is not supported (supported: 1 mean, 2 cls, 3 last)");
+    p.modes = {kGgufModes[t]};
+  }
+  return p;
+}
+
 EmbeddingPooling ReadEmbeddingPooling(const std::string& dir_path) {
   const fs::path dir(dir_path);
   EmbeddingPooling p;

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "io/formats/gguf.h"
+
 namespace prism {
 
 struct EmbeddingPooling {
@@ -21,5 +23,8 @@ struct EmbeddingPooling {
 // without modules.json gets mean pooling, unnormalised, as sentence-transformers gives a plain model.
 // Throws prism::Error naming the file for a module or pooling mode Prism does not run.
 EmbeddingPooling ReadEmbeddingPooling(const std::string& dir);
+// A GGUF encoder's <arch>.pooling_type (llama.cpp's: 1 mean, 2 cls, 3 last; absent: mean), normalised (the
+// file keeps no Normalize module; llama.cpp's server normalises), truncated at <arch>.context_length.
+EmbeddingPooling EmbeddingPoolingFromGguf(const GgufFile& gguf);
 
 }  // namespace prism

@@ -1,5 +1,7 @@
-// MakeGgufTokenizer: a tokenizer from GGUF's tokenizer.ggml.* metadata ("llama" SentencePiece or "gpt2" BPE).
+// MakeGgufTokenizer: a tokenizer from GGUF's tokenizer.ggml.* metadata ("llama" SentencePiece, "gpt2" BPE or
+// "bert" WordPiece).
 #include "io/tokenizer/pipeline_tokenizer.h"
+#include "io/tokenizer/wordpiece_model.h"
 #include "ir/error.h"
 
 namespace prism {
@@ -89,6 +91,25 @@ std::unique_ptr<Tokenizer> MakeGgufTokenizer(const GgufTokenizerData& d) {
     AddRankedMerges(merges, ids, where, bpe.get());
     spec.model = std::move(bpe);
     spec.decoder.AddByteLevel();
+  } else if (d.model == "bert") {
+    // llama.cpp's converter spells a word-initial token "▁x" and a continuation "x" (HF "##x"); control
+    // tokens stay as they are. Back to WordPiece's spelling, with BERT's uncased normalizer (the file does
+    // not record the tokenizer's casing; uncased is what most BERT embedders use).
+    StringIdMap ids;
+    for (size_t i = 0; i < n; ++i) {
+      if (model_vocab[i].empty()) continue;
+      const std::string& t = model_vocab[i];
+      ids[t.rfind("\u2581", 0) == 0 ? t.substr(3) : "##" + t] = (int32_t)i;
+    }
+    if (options.unk_id < 0) throw Error(where + ": WordPiece without tokenizer.ggml.unknown_token_id");
+    spec.normalizer.AddBert(true, true, true, true);
+    spec.pre_tokenizer.AddBert();
+    spec.model = std::make_unique<WordPieceModel>(std::move(ids), WordPieceOptions{options.unk_id});
+    spec.decoder.AddWordPiece("##", true);
+    for (size_t i = 0; i < n; ++i)  // the decoder sees the HF spelling too
+      if (!model_vocab[i].empty())
+        spec.vocab[i] =
+            model_vocab[i].rfind("\u2581", 0) == 0 ? model_vocab[i].substr(3) : "##" + model_vocab[i];
   } else {
     throw Error(where + ": unsupported tokenizer.ggml.model '" + d.model + "'");
   }
@@ -96,7 +117,15 @@ std::unique_ptr<Tokenizer> MakeGgufTokenizer(const GgufTokenizerData& d) {
   auto valid = [&](int32_t id) { return id >= 0 && (size_t)id < n ? id : -1; };
   spec.bos_id = valid(d.bos_id);
   spec.eos_id = valid(d.eos_id);
-  if (d.add_bos && spec.bos_id >= 0) spec.prefix_ids.push_back(spec.bos_id);
+  if (d.model == "bert") {
+    const int32_t cls = valid(d.cls_id >= 0 ? d.cls_id : d.bos_id),
+                  sep = valid(d.sep_id >= 0 ? d.sep_id : d.eos_id);
+    if (cls < 0 || sep < 0) throw Error(where + ": WordPiece without [CLS] and [SEP] token ids");
+    spec.prefix_ids = {cls};
+    spec.suffix_ids = {sep};
+  } else if (d.add_bos && spec.bos_id >= 0) {
+    spec.prefix_ids.push_back(spec.bos_id);
+  }
   return std::make_unique<PipelineTokenizer>(std::move(spec));
 }
 
@@ -118,6 +147,9 @@ GgufTokenizerData GgufTokenizerFromMetadata(const nlohmann::json& m, const std::
     if (auto* b = get("tokenizer.ggml.bos_token_id")) d.bos_id = b->get<int32_t>();
     if (auto* e = get("tokenizer.ggml.eos_token_id")) d.eos_id = e->get<int32_t>();
     if (auto* u = get("tokenizer.ggml.unknown_token_id")) d.unk_id = u->get<int32_t>();
+    if (auto* c = get("tokenizer.ggml.cls_token_id")) d.cls_id = c->get<int32_t>();
+    if (auto* s = get("tokenizer.ggml.seperator_token_id"))
+      d.sep_id = s->get<int32_t>();  // llama.cpp's spelling
     if (auto* a = get("tokenizer.ggml.add_bos_token")) d.add_bos = a->get<bool>();
   } catch (const nlohmann::json::exception& e) {
     throw Error(source + ": tokenizer.ggml.* metadata of the wrong type (" + e.what() + ")");

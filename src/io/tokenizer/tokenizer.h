@@ -62,13 +62,14 @@ std::unique_ptr<Tokenizer> LoadLlama2cTokenizer(const std::string& tokenizer_bin
 
 // The tokenizer.ggml.* metadata of a GGUF file.
 struct GgufTokenizerData {
-  std::string model;  // "llama" (SentencePiece BPE) or "gpt2" (byte-level BPE)
+  std::string model;  // "llama" (SentencePiece BPE), "gpt2" (byte-level BPE) or "bert" (WordPiece)
   std::string pre;    // tokenizer.ggml.pre: "default", "llama-bpe", "qwen2", "smollm", "gpt-2", ...
   std::vector<std::string> tokens;
   std::vector<float> scores;
   std::vector<int32_t> token_types;  // 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte
   std::vector<std::string> merges;   // "a b"
   int32_t bos_id = -1, eos_id = -1, unk_id = -1;
+  int32_t cls_id = -1, sep_id = -1;  // WordPiece: [CLS] and [SEP] around the text
   bool add_bos = true;
 };
 std::unique_ptr<Tokenizer> MakeGgufTokenizer(const GgufTokenizerData& data);
