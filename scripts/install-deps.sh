@@ -24,9 +24,9 @@ fi
 # its native module; scikit-build-core is what `pip install .` builds with). PRISM_PY_DEPS=0 skips them.
 if [ "${PRISM_PY_DEPS:-1}" = "1" ]; then
   PY=${PYTHON:-python3}
-  if ! $PY -c "import numpy, pytest, safetensors, gguf, torch, transformers, tokenizers, jinja2, openai, selenium, nanobind, scikit_build_core, sentence_transformers" 2>/dev/null; then
+  if ! $PY -c "import numpy, pytest, safetensors, gguf, torch, transformers, tokenizers, jinja2, openai, selenium, nanobind, scikit_build_core, sentence_transformers, ray.serve" 2>/dev/null; then
     $PY -m pip install -q --disable-pip-version-check \
       numpy pytest safetensors gguf "torch" transformers tokenizers jinja2 openai selenium nanobind scikit-build-core \
-      sentence-transformers
+      sentence-transformers "ray[serve]"
   fi
 fi
