@@ -267,7 +267,8 @@ def build_app(model, name="prism", threads=1, min_replicas=0, max_replicas=2, in
     artifact = compiled_artifact(model, ctx)
     scaling = {"min_replicas": min_replicas, "initial_replicas": max(initial_replicas, min_replicas),
                "max_replicas": max_replicas, "target_ongoing_requests": target_ongoing_requests,
-               "downscale_delay_s": idle_s, "downscale_to_zero_delay_s": idle_s}
+               "downscale_delay_s": idle_s, "downscale_to_zero_delay_s": idle_s,
+               "upscale_delay_s": 1.0}  # Ray's default (30 s) would hold a request to zero replicas that long
     scaling.update(autoscaling or {})
     replica = serve.deployment(PrismReplica, name="PrismReplica").options(
         ray_actor_options={"num_cpus": threads},
