@@ -24,7 +24,11 @@ SHAPES = {"base": dict(hidden_size=768, num_hidden_layers=12, num_attention_head
 
 def make_model(shape, folder):
     import torch
-    from sentence_transformers import SentenceTransformer, models
+    from sentence_transformers import SentenceTransformer
+    try:  # sentence-transformers 6 moved the modules
+        from sentence_transformers.sentence_transformer import modules as models
+    except ImportError:
+        from sentence_transformers import models
     from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors, trainers
     from tokenizers import models as tok_models
     from transformers import BertConfig, BertModel, PreTrainedTokenizerFast

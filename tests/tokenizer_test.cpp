@@ -560,8 +560,13 @@ TEST(TokenizerErrors, GgufMetadataUnsupportedOrInconsistent) {
   ExpectError([&] { MakeGgufTokenizer(d); }, {"GGUF tokenizer", "empty"});
   d.tokens = {"a", "b", "ab"};
   ExpectError([&] { MakeGgufTokenizer(d); }, {"GGUF tokenizer", "scores"});
-  d.model = "bert";
-  ExpectError([&] { MakeGgufTokenizer(d); }, {"unsupported tokenizer.ggml.model 'bert'"});
+  d.model = "t5";
+  ExpectError([&] { MakeGgufTokenizer(d); }, {"unsupported tokenizer.ggml.model 't5'"});
+  d.model = "bert";  // WordPiece needs its unknown token, and [CLS] and [SEP]
+  ExpectError([&] { MakeGgufTokenizer(d); }, {"WordPiece without tokenizer.ggml.unknown_token_id"});
+  d.unk_id = 0;
+  ExpectError([&] { MakeGgufTokenizer(d); }, {"WordPiece without [CLS] and [SEP]"});
+  d.unk_id = -1;
   d.model = "gpt2";
   d.merges = {"a b"};
   d.pre = "mystery";

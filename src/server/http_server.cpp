@@ -140,6 +140,20 @@ json Whole(const Response& st, const Tokenizer& tok) {
   return out;
 }
 
+// Runs a route's work: an ApiError becomes its status and OpenAI's error JSON, anything else a 500; counted.
+template <class Work>
+void Answer(Metrics& metrics, httplib::Response& res, Work&& work) {
+  try {
+    work();
+  } catch (const ApiError& e) {
+    SendError(res, e);
+    metrics.Request(e.status);
+  } catch (const std::exception& e) {
+    SendError(res, ApiError(500, "server_error", e.what()));
+    metrics.Request(500);
+  }
+}
+
 // An embedding as encoding_format "base64" sends it: its float32 bytes, little-endian, in base64.
 std::string Base64Floats(const std::vector<float>& v) {
   static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -285,7 +299,7 @@ void HttpServer::Routes() {
 }
 
 void HttpServer::Embeddings(const httplib::Request& req, httplib::Response& res) {
-  try {
+  Answer(metrics_, res, [&] {
     if (draining_) throw ApiError(503, "server_error", "the server is shutting down");
     if (!ready_) throw ApiError(503, "server_error", "the model is loading");
     const EmbeddingRequest r = ParseEmbeddingRequest(req.body);
@@ -304,18 +318,12 @@ void HttpServer::Embeddings(const httplib::Request& req, httplib::Response& res)
                         .dump(),
                     "application/json");
     metrics_.Request(200);
-  } catch (const ApiError& e) {
-    SendError(res, e);
-    metrics_.Request(e.status);
-  } catch (const std::exception& e) {
-    SendError(res, ApiError(500, "server_error", e.what()));
-    metrics_.Request(500);
-  }
+  });
 }
 
 void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, bool chat) {
   const auto arrived = std::chrono::steady_clock::now();
-  try {
+  Answer(metrics_, res, [&] {
     if (draining_) throw ApiError(503, "server_error", "the server is shutting down");
     if (!ready_) throw ApiError(503, "server_error", "the model is loading");
     auto st = std::make_shared<Response>();
@@ -387,13 +395,7 @@ void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, b
           if (!success) st->job->Cancel();
           streams_--;
         });
-  } catch (const ApiError& e) {
-    SendError(res, e);
-    metrics_.Request(e.status);
-  } catch (const std::exception& e) {
-    SendError(res, ApiError(500, "server_error", e.what()));
-    metrics_.Request(500);
-  }
+  });
 }
 
 }  // namespace prism

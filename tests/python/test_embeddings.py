@@ -107,7 +107,11 @@ def zoo(tmp_path_factory):
         {"tokenizer_class": "BertTokenizer", "do_lower_case": True, "model_max_length": 32}))
     out["tok_vocab_txt"] = str(folder)
 
-    from sentence_transformers import SentenceTransformer, models
+    from sentence_transformers import SentenceTransformer
+    try:  # sentence-transformers 6 moved the modules
+        from sentence_transformers.sentence_transformer import modules as models
+    except ImportError:
+        from sentence_transformers import models
     # (name, tokenizer, pooling modes, normalise, max_seq_length)
     for name, tok, modes, normalize, max_len, seed in [
             ("cls_norm", "uncased", "cls", True, 24, 1),

@@ -222,14 +222,14 @@ def _one_line_error(p):
 
 def test_unsupported_architecture(prism, zoo, tmp_path):
     _, folder, _ = zoo.get("llama2")
-    bad = tmp_path / "bert"
+    bad = tmp_path / "t5"
     shutil.copytree(folder, bad)
     cfg = json.loads((bad / "config.json").read_text())
-    cfg["model_type"], cfg["architectures"] = "bert", ["BertForMaskedLM"]
+    cfg["model_type"], cfg["architectures"] = "t5", ["T5ForConditionalGeneration"]
     (bad / "config.json").write_text(json.dumps(cfg))
     line = _one_line_error(prism.run("logits", bad, "--prompt-ids", "1,2", "-o", tmp_path / "o.json", check=False))
-    assert "bert" in line, line
-    for arch in ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "gpt2"):
+    assert "t5" in line, line
+    for arch in ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "gpt2", "bert"):
         assert arch in line, f"the message should list the supported architectures: {line}"
 
 

@@ -53,6 +53,9 @@ def _wait(what, until, timeout):
         time.sleep(0.25)
 
 
+# A one-second look-back (Ray's default is 30 s) so the test's short load moves the autoscaler; Ray warns that
+# it is shorter than the deprecated metrics_interval_s, which the push-interval variables above replace.
+@pytest.mark.filterwarnings("ignore:`look_back_period_s`")
 def test_answers_scale_to_two_then_zero_and_back(cluster, prism):
     from prism.ray import build_app
     app = build_app(STORIES, name="stories", threads=1, min_replicas=0, max_replicas=2, initial_replicas=1,
@@ -162,3 +165,35 @@ def test_requests_sharing_a_prefix_go_to_the_replica_that_has_it(cluster):
     others = {replica_of(f"{i} " * 40) for i in range(12)}  # distinct prompts: both replicas get some
     assert len(others) == 2, others
     serve.delete("prefix")
+
+
+def test_deleting_the_app_lets_a_running_stream_finish(cluster):
+    """Scale-down and delete stop a replica only after its in-flight requests (Ray's graceful shutdown,
+    then SIGTERM, on which prism serve finishes what it accepted)."""
+    from prism.ray import build_app
+    app = build_app(STORIES, name="drain", threads=1, min_replicas=1, max_replicas=1, ctx=512)
+    serve.run(app, name="drain", route_prefix="/")
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{cluster}/v1", api_key="none", max_retries=0, timeout=120)
+    started, finished = threading.Event(), {}
+
+    def stream():  # 16 choices of 480 tokens on one thread: seconds of work still to do when the delete comes
+        try:
+            for c in client.completions.create(model="drain", prompt=PROMPT, max_tokens=480, n=16, temperature=1,
+                                               seed=3, stream=True):
+                started.set()
+                for ch in c.choices:
+                    if ch.finish_reason:
+                        finished[ch.index] = ch.finish_reason
+        except Exception as e:  # noqa: BLE001
+            finished["error"] = repr(e)
+        started.set()
+
+    t = threading.Thread(target=stream)
+    t.start()
+    assert started.wait(60)
+    t0 = time.time()
+    serve.delete("drain")  # returns once the app is gone
+    t.join(120)
+    assert not t.is_alive()
+    assert "error" not in finished and len(finished) == 16, finished
+    print(f"\nthe app's deletion waited {time.time() - t0:.1f} s for the running stream")
