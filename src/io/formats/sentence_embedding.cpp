@@ -1,4 +1,4 @@
-// ReadEmbeddingPooling: modules.json, the Pooling module's config (new and legacy keys), Normalize.
+// Pooling from a model's files: sentence-transformers' modules and Pooling config, or a GGUF's pooling_type.
 #include "io/formats/sentence_embedding.h"
 
 #include <algorithm>
