@@ -52,13 +52,10 @@ std::unique_ptr<TextEncoder> TextEncoder::Load(const std::string& path, const Lo
   return enc;
 }
 
-std::vector<int32_t> TextEncoder::Tokenize(std::string_view text) const {
+std::vector<int32_t> TextEncoder::WithSpecials(std::span<const int32_t> text_ids) const {
   const Tokenizer& tok = *files_.tokenizer;
-  std::vector<int32_t> ids = tok.Encode(text, false);
-  const int64_t specials = (int64_t)tok.WithSpecial({}).size();
-  const int64_t room = std::max<int64_t>(max_tokens_ - specials, 0);
-  if ((int64_t)ids.size() > room) ids.resize(room);
-  return tok.WithSpecial(ids);
+  const size_t room = (size_t)std::max<int64_t>(max_tokens_ - (int64_t)tok.WithSpecial({}).size(), 0);
+  return tok.WithSpecial(text_ids.first(std::min(text_ids.size(), room)));
 }
 
 std::vector<float> TextEncoder::Embed(const std::vector<int32_t>& tokens) const {

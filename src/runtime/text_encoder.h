@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,7 +34,11 @@ class TextEncoder {
 
   // The text's tokens with the tokenizer's specials, the text's own truncated to fit max_tokens() (as
   // sentence-transformers truncates).
-  std::vector<int32_t> Tokenize(std::string_view text) const;
+  std::vector<int32_t> Tokenize(std::string_view text) const {
+    return WithSpecials(tokenizer().Encode(text, false));
+  }
+  // A text's token ids (no specials) truncated to fit max_tokens() with the specials, and wrapped in them.
+  std::vector<int32_t> WithSpecials(std::span<const int32_t> text_ids) const;
   // The embedding [dim()] of one input's tokens (1 ..= max_tokens() ids in the vocabulary). Thread-safe:
   // concurrent calls take turns.
   std::vector<float> Embed(const std::vector<int32_t>& tokens) const;

@@ -87,10 +87,7 @@ std::vector<std::vector<float>> Engine::Embed(const EmbeddingRequest& r, int64_t
         throw BadRequest("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                              std::to_string(enc.config().vocab_size) + ")",
                          "input");
-    const size_t room =
-        (size_t)std::max<int64_t>(enc.max_tokens() - (int64_t)enc.tokenizer().WithSpecial({}).size(), 0);
-    std::span<const int32_t> kept(ids.data(), std::min(ids.size(), room));
-    inputs.push_back(enc.tokenizer().WithSpecial(kept));
+    inputs.push_back(enc.WithSpecials(ids));
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -69,12 +69,6 @@ int64_t MaxTokens(const fs::path& dir) {
 
 }  // namespace
 
-std::string EmbeddingPooling::Describe() const {
-  std::string s;
-  for (const std::string& m : modes) s += (s.empty() ? "" : "+") + m;
-  return normalize ? s + ", normalized" : s;
-}
-
 EmbeddingPooling EmbeddingPoolingFromGguf(const GgufFile& gguf) {
   const nlohmann::json& m = gguf.Metadata();
   EmbeddingPooling p;

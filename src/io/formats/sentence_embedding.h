@@ -15,7 +15,6 @@ struct EmbeddingPooling {
   std::vector<std::string> modes = {"mean"};
   bool normalize = false;  // unit L2 norm (sentence-transformers' Normalize module)
   int64_t max_tokens = 0;  // longer inputs are truncated to this many tokens, specials included; 0: none set
-  std::string Describe() const;  // "cls, normalized"
 };
 
 // Reads modules.json and the modules it lists (Transformer, Pooling, Normalize), and the truncation length

@@ -95,21 +95,19 @@ std::unique_ptr<Tokenizer> MakeGgufTokenizer(const GgufTokenizerData& d) {
     // llama.cpp's converter spells a word-initial token "▁x" and a continuation "x" (HF "##x"); control
     // tokens stay as they are. Back to WordPiece's spelling, with BERT's uncased normalizer (the file does
     // not record the tokenizer's casing; uncased is what most BERT embedders use).
+    // The decoder sees the HF spelling too.
     StringIdMap ids;
     for (size_t i = 0; i < n; ++i) {
       if (model_vocab[i].empty()) continue;
       const std::string& t = model_vocab[i];
-      ids[t.rfind("\u2581", 0) == 0 ? t.substr(3) : "##" + t] = (int32_t)i;
+      spec.vocab[i] = t.rfind("\u2581", 0) == 0 ? t.substr(3) : "##" + t;
+      ids[spec.vocab[i]] = (int32_t)i;
     }
     if (options.unk_id < 0) throw Error(where + ": WordPiece without tokenizer.ggml.unknown_token_id");
     spec.normalizer.AddBert(true, true, true, true);
     spec.pre_tokenizer.AddBert();
     spec.model = std::make_unique<WordPieceModel>(std::move(ids), WordPieceOptions{options.unk_id});
     spec.decoder.AddWordPiece("##", true);
-    for (size_t i = 0; i < n; ++i)  // the decoder sees the HF spelling too
-      if (!model_vocab[i].empty())
-        spec.vocab[i] =
-            model_vocab[i].rfind("\u2581", 0) == 0 ? model_vocab[i].substr(3) : "##" + model_vocab[i];
   } else {
     throw Error(where + ": unsupported tokenizer.ggml.model '" + d.model + "'");
   }
