@@ -74,6 +74,14 @@ class Executable {
   }
   // Kernels after fusion (the interpreter counts one per graph node).
   virtual size_t kernel_count() const = 0;
+  // A device whose clock is a model (a simulated chip, backends/systolic): runs one step as Run does
+  // (its simulated kernels computed by the host, for speed) and returns the step's predicted time, its
+  // parts and its roofline. Null elsewhere: there the step's wall time is its time.
+  virtual nlohmann::json PredictStep(const std::map<std::string, HostTensor>& inputs,
+                                     const SymbolBindings& syms) {
+    (void)inputs, (void)syms;
+    return nullptr;
+  }
 };
 
 // A device: compiles graphs into executables that run on it.
@@ -85,9 +93,10 @@ class Device {
 };
 
 // The registry of devices (backends/registry.cpp): one line per device.
-std::vector<std::string> DeviceNames();  // "cpu", "opencl", "cuda", "interp"
-// Opens a device by name; throws prism::Error with one line saying why it is absent here (no
-// driver, no GPU) or that the name is unknown (listing the known ones).
+std::vector<std::string> DeviceNames();  // "cpu", "opencl", "cuda", "interp", "systolic"
+// Opens a device by name ("systolic:NAME" picks a simulated system's description); throws prism::Error with
+// one line saying why it is absent here (no driver, no GPU) or that the name is unknown (listing the known
+// ones).
 std::shared_ptr<Device> OpenDevice(const std::string& name);
 
 }  // namespace prism

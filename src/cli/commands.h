@@ -23,13 +23,25 @@ Runner AddReportCommand(CLI::App& app);
 Runner AddServeCommand(CLI::App& app);
 Runner AddEmbedCommand(CLI::App& app);
 
+// A registry device's name, with ":ARG" where the device takes one (systolic:edge).
+inline CLI::Validator DeviceName() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        const std::string name = value.substr(0, value.find(':'));
+        for (const std::string& n : DeviceNames())
+          if (n == name) return "";
+        return "unknown device '" + value + "'";
+      },
+      "DEVICE");
+}
+
 // --device NAME: where the model's step runs (default cpu), one of the registry's devices.
 inline void AddDeviceOption(CLI::App* cmd, std::string& device) {
   std::string names;
   for (const std::string& n : DeviceNames()) names += (names.empty() ? "" : ", ") + n;
-  cmd->add_option("--device", device, "where the model runs: " + names)
+  cmd->add_option("--device", device, "where the model runs: " + names + " (systolic:NAME: a description)")
       ->capture_default_str()
-      ->check(CLI::IsMember(DeviceNames()));
+      ->check(DeviceName());
 }
 
 // The model `prism run` uses when none is named: the stories260K checkpoint shipped in models/.

@@ -233,6 +233,15 @@ std::vector<float> LanguageModel::Forward(const std::vector<int32_t>& tokens) {
   return logits;
 }
 
+nlohmann::json LanguageModel::PredictForward(const std::vector<int32_t>& tokens) {
+  if (kv_block_ > 0) throw Error("forward: a batched model steps sequences with StepBatch");
+  CheckTokens(tokens, past_);
+  std::map<std::string, HostTensor> in{{"tokens", HostTensor::FromInts({(int64_t)tokens.size()}, tokens)}};
+  nlohmann::json predicted = step_->PredictStep(in, {{"past", past_}});
+  if (!predicted.is_null()) past_ += (int64_t)tokens.size();
+  return predicted;
+}
+
 void LanguageModel::Reset() {
   past_ = 0;
   step_->ResetState();

@@ -84,6 +84,10 @@ class LanguageModel {
   // Appends tokens to the KV cache; returns the logits of the last one ([vocab]).
   std::vector<float> Forward(const std::vector<int32_t>& tokens);
   void Reset();
+  // On a device timed by a model (a simulated chip: Executable::PredictStep): appends tokens as Forward
+  // does and returns the step's predicted time and parts instead of its logits; null (and nothing run)
+  // on a device whose wall time is its time.
+  nlohmann::json PredictForward(const std::vector<int32_t>& tokens);
   // Logits of every position of a fresh sequence ([n * vocab]); for perplexity. Compiled on first use.
   std::vector<float> ForwardAll(const std::vector<int32_t>& tokens);
 

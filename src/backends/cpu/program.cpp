@@ -211,6 +211,8 @@ void Program::PlanLaunches(const SymbolBindings& b, bool prepare) {
       st.reduce_outer = !st.use_template && c->reduce_outer && fns_ro_[k];
       if (c->threading != Threading::ByWorkSize) st.parallel = threads > 1 && c->threading == Threading::Team;
     }
+    const bool offloaded = k < offloaded_.size() && offloaded_[k];
+    if (offloaded) st.parallel = false;  // thread 0 hands it over and waits
     st.barrier_before = false;
     if (st.skip) continue;
     for (int j : deps_[k])
@@ -231,6 +233,7 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
   const Kernel& kn = kp_.kernels[k];
   const KernelLaunch& st = launches_[k];
   if (st.total <= 0 || st.skip) return;
+  if (k < offloaded_.size() && offloaded_[k]) return offload_(k, bufs, syms);
   if (st.use_template && kn.attention) {
     const AttentionTemplate& at = *kn.attention;
     if (at.table_buffer >= 0) {

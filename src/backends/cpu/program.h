@@ -1,6 +1,7 @@
 // The CPU executable: the graph's kernels built as C++ for the CPU, with buffers, weights and state.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -92,6 +93,16 @@ class Program : public Executable {
   const KernelChoices& choices() const { return choices_; }
   void SetChoices(KernelChoices c) { choices_ = std::move(c); }
   std::string ProfileTable() const;
+  // Wall seconds each kernel took over the profiled runs (per-kernel dispatch only).
+  const std::vector<double>& kernel_seconds() const { return kernel_seconds_; }
+  // Kernels another device computes (an accelerator around this host: backends/systolic): thread 0
+  // calls `fn` for them instead of their own code, with the step's buffers and sizes (in kernels().symbols
+  // order), at their place in the kernel order; the rest of the step runs here as before.
+  using OffloadFn = std::function<void(size_t k, void* const* bufs, const int64_t* syms)>;
+  void SetOffload(std::vector<bool> offloaded, OffloadFn fn) {
+    offloaded_ = std::move(offloaded);
+    offload_ = std::move(fn);
+  }
   ~Program();
 
  private:
@@ -167,6 +178,8 @@ class Program : public Executable {
   bool profile_ = false;
   std::vector<double> kernel_seconds_;
   std::vector<int64_t> kernel_calls_;
+  std::vector<bool> offloaded_;
+  OffloadFn offload_;
 };
 
 }  // namespace prism

@@ -1,0 +1,246 @@
+// The systolic system's executable: the host Program runs the step, handing matrix products and attention
+// to the simulated devices; their time comes from the timing model, the host's from its own clock.
+#include "backends/systolic/systolic_device.h"
+
+#include <algorithm>
+
+#include "backends/cpu/attention.h"
+#include "backends/timing.h"
+#include "ir/error.h"
+
+namespace prism {
+
+nlohmann::json DeviceChoiceToJson(const DeviceChoice& c) {
+  return {{"tile", {c.tiling.m, c.tiling.n, c.tiling.k}}, {"placement", PlacementName(c.placement)}};
+}
+
+DeviceChoice DeviceChoiceFromJson(const nlohmann::json& j) {
+  DeviceChoice c;
+  const auto& t = j.at("tile");
+  c.tiling = {t.at(0).get<int64_t>(), t.at(1).get<int64_t>(), t.at(2).get<int64_t>()};
+  c.placement = j.at("placement").get<std::string>() == "layer" ? Placement::Layer : Placement::Column;
+  return c;
+}
+
+namespace {
+
+SymbolBindings Bindings(const KernelProgram& kp, const int64_t* syms) {
+  SymbolBindings b;
+  for (size_t i = 0; i < kp.symbols.size(); ++i) b[kp.symbols[i]] = syms[i];
+  return b;
+}
+
+double WeightBytes(const SystolicDescription& d) { return d.bf16_products ? 2 : 4; }
+
+}  // namespace
+
+SystolicProgram::SystolicProgram(std::string name, SystolicDescription desc, const Graph& g,
+                                 const CompileRequest& req)
+    : name_(std::move(name)), desc_(std::move(desc)) {
+  if (!req.artifact_dir.empty())
+    throw Error(req.artifact_dir + ": device " + name_ +
+                " loads no compiled artifacts (the cpu device does)");
+  CompileOptions opts;
+  opts.fusion.gemm_epilogues = false;  // the device returns the product; the host finishes it
+  opts.threads = req.threads;
+  host_ = Program::Compile(g, opts);
+  const KernelProgram& kp = host_->kernels();
+  // Matrix products against weights and the fused attention go to the devices; expert-indexed products
+  // (MoE) stay on the host: the simulator has no gathered-slab form.
+  on_device_.assign(kp.kernels.size(), false);
+  double total = 0;
+  std::vector<double> bytes(kp.kernels.size(), 0);
+  for (size_t k = 0; k < kp.kernels.size(); ++k) {
+    const Kernel& kn = kp.kernels[k];
+    on_device_[k] = (kn.gemm && kn.gemm->index_buffer < 0) || (kn.attention && AttentionTemplateSupported());
+    if (kn.gemm) bytes[k] = (double)kn.gemm->n * kn.gemm->k * WeightBytes(desc_);
+    total += on_device_[k] ? bytes[k] : 0;
+  }
+  // Layer placement: device kernels in order, in contiguous runs of about equal weight bytes per device.
+  home_.assign(kp.kernels.size(), 0);
+  double before = 0;
+  for (size_t k = 0; k < kp.kernels.size(); ++k) {
+    if (!on_device_[k]) continue;
+    home_[k] = total > 0 ? std::min(desc_.devices - 1, (int)(before / total * desc_.devices)) : 0;
+    before += bytes[k];
+  }
+  host_->SetOffload(on_device_, [this](size_t k, void* const* bufs, const int64_t* syms) {
+    const SymbolBindings b = Bindings(host_->kernels(), syms);
+    Simulate(k, ChoiceFor(k, b), bufs, b);
+  });
+}
+
+void SystolicProgram::BindWeight(const std::string& name, const HostTensor& t) {
+  host_->BindWeight(name, t);
+  const KernelProgram& kp = host_->kernels();
+  for (size_t k = 0; k < kp.kernels.size(); ++k) {
+    const auto& gm = kp.kernels[k].gemm;
+    if (on_device_[k] && gm && kp.buffers[gm->w_buffer].name == name)
+      device_weights_[gm->w_buffer] = ToDeviceWeight(desc_, t.data, t.dtype, gm->n, gm->k);
+  }
+}
+
+const DeviceWeight& SystolicProgram::BoundWeight(size_t k) const {
+  const auto& gm = *host_->kernels().kernels[k].gemm;
+  auto it = device_weights_.find(gm.w_buffer);
+  if (it == device_weights_.end())
+    throw Error("device " + name_ + ": weight '" + host_->kernels().buffers[gm.w_buffer].name +
+                "' is not bound");
+  return it->second;
+}
+
+DeviceChoice SystolicProgram::ChoiceFor(size_t k, const SymbolBindings& b) {
+  auto it = choices_.find(BucketOf(b, choices_.count("prefill-long") > 0, choices_.count("batch") > 0));
+  DeviceChoice c = it != choices_.end() && k < it->second.size() ? it->second[k] : DeviceChoice{};
+  const auto& gm = host_->kernels().kernels[k].gemm;
+  if (gm && c.tiling.m == 0) {  // the model's best tile for this many rows, by column
+    const int64_t m = gm->m.Eval(b);
+    auto [pos, fresh] = best_tile_.try_emplace({k, m});
+    if (fresh) {
+      const int64_t share = (gm->n + desc_.devices - 1) / desc_.devices;
+      pos->second = TilingCandidates(desc_, m, share, gm->k, WeightBytes(desc_)).front();
+    }
+    c.tiling = pos->second;
+  }
+  return c;
+}
+
+KernelTime SystolicProgram::Predict(size_t k, const DeviceChoice& c, const SymbolBindings& b) const {
+  const Kernel& kn = host_->kernels().kernels[k];
+  if (kn.gemm)
+    return PredictGemm(desc_, kn.gemm->m.Eval(b), kn.gemm->n, kn.gemm->k, WeightBytes(desc_), c.tiling,
+                       c.placement);
+  const AttentionTemplate& at = *kn.attention;
+  return PredictAttention(desc_, {at.heads_kv, at.group, at.head_dim, at.seq.Eval(b), at.total.Eval(b)},
+                          c.placement);
+}
+
+void SystolicProgram::Simulate(size_t k, const DeviceChoice& c, void* const* bufs, const SymbolBindings& b,
+                               const DeviceWeight* weight) {
+  const KernelProgram& kp = host_->kernels();
+  const Kernel& kn = kp.kernels[k];
+  if (kn.gemm) {
+    const GemmTemplate& gm = *kn.gemm;
+    SimulateGemm(desc_, static_cast<const float*>(bufs[gm.a_buffer]), gm.m.Eval(b),
+                 weight ? *weight : BoundWeight(k), c.tiling, static_cast<float*>(bufs[kn.out_buffer]));
+    return;
+  }
+  const AttentionTemplate& at = *kn.attention;
+  const AttentionShape shape{at.heads_kv, at.group, at.head_dim, at.seq.Eval(b), at.total.Eval(b)};
+  KeyRow row;
+  if (at.table_buffer >= 0) {
+    const auto* table = static_cast<const int32_t*>(bufs[at.table_buffer]);
+    const auto* positions = static_cast<const int32_t*>(bufs[at.positions_buffer]);
+    const int64_t blocks = shape.total / at.block, rows = kp.buffers[at.k_buffer].shape[0].value();
+    row = [=](int64_t s, int64_t t) -> int64_t {
+      if (t > positions[s]) return -1;
+      const int64_t r = (int64_t)table[s * blocks + t / at.block] * at.block + t % at.block;
+      return std::clamp<int64_t>(r, 0, rows - 1);
+    };
+  } else {
+    const int64_t offset = at.offset.Eval(b);
+    row = [=](int64_t s, int64_t t) -> int64_t { return t < s + offset ? t : -1; };
+  }
+  SimulateAttention(desc_, static_cast<const float*>(bufs[at.q_buffer]),
+                    static_cast<const float*>(bufs[at.k_buffer]),
+                    static_cast<const float*>(bufs[at.v_buffer]), static_cast<float*>(bufs[kn.out_buffer]),
+                    shape, at.scale, at.exp_scale, row);
+}
+
+std::vector<HostTensor> SystolicProgram::Run(const std::map<std::string, HostTensor>& inputs,
+                                             const SymbolBindings& syms) {
+  return host_->Run(inputs, syms);
+}
+
+nlohmann::json SystolicProgram::PredictStep(const std::map<std::string, HostTensor>& inputs,
+                                            const SymbolBindings& syms) {
+  const KernelProgram& kp = host_->kernels();
+  const SymbolBindings b = BindSymbols(graph(), inputs, syms);
+  // The host's kernels timed for real, one dispatch each (the devices' kernels computed by the host too:
+  // their time comes from the model).
+  const std::vector<double> before = host_->kernel_seconds();
+  host_->SetOffload({}, nullptr);
+  host_->SetMegakernel(false);
+  host_->EnableProfile(true);
+  host_->Run(inputs, syms);
+  host_->EnableProfile(false);
+  host_->SetMegakernel(true);
+  host_->SetOffload(on_device_, [this](size_t k, void* const* bufs, const int64_t* s) {
+    const SymbolBindings bb = Bindings(host_->kernels(), s);
+    Simulate(k, ChoiceFor(k, bb), bufs, bb);
+  });
+  // The step's timeline: the host runs its kernels in order and waits for each device kernel's result; a
+  // device starts loading a kernel's first weight tile as soon as it is free (weights do not depend on
+  // the step's data), which hides behind the host's work before it.
+  std::vector<double> free_at(desc_.devices, 0);
+  double now = 0, host_s = 0, hidden_s = 0, flops = 0, hbm = 0;
+  KernelTime parts;
+  nlohmann::json kernels = nlohmann::json::array();
+  std::vector<std::pair<double, std::string>> gaps;
+  for (size_t k = 0; k < kp.kernels.size(); ++k) {
+    const Kernel& kn = kp.kernels[k];
+    if (kn.covered_by >= 0 && on_device_[kn.covered_by]) continue;
+    if (!on_device_[k]) {
+      const double s = host_->kernel_seconds()[k] - before[k];
+      now += s;
+      host_s += s;
+      kernels.push_back({{"kernel", kn.name}, {"on", "host"}, {"measured_us", s * 1e6}});
+      continue;
+    }
+    const DeviceChoice c = ChoiceFor(k, b);
+    const KernelTime t = Predict(k, c, b);
+    double ready = 0;
+    for (int d = 0; d < desc_.devices; ++d)
+      if (c.placement == Placement::Column ? d < t.devices : d == home_[k])
+        ready = std::max(ready, free_at[d]);
+    const double hidden = std::min(t.first_load_s, std::max(0.0, now - ready));
+    now += t.seconds - hidden;
+    for (int d = 0; d < desc_.devices; ++d)
+      if (c.placement == Placement::Column ? d < t.devices : d == home_[k]) free_at[d] = now;
+    hidden_s += hidden;
+    parts.launch_s += t.launch_s;
+    parts.link_s += t.link_s;
+    parts.device_s += t.device_s;
+    parts.link_bytes += t.link_bytes;
+    flops += t.flops;
+    hbm += t.hbm_bytes;
+    const double floor = RooflineSeconds(desc_, t.flops, t.hbm_bytes);
+    gaps.push_back({t.seconds - hidden - floor, kn.name});
+    nlohmann::json j = t.ToJson();
+    j["kernel"] = kn.name;
+    j["on"] = c.placement == Placement::Column ? "devices" : "device " + std::to_string(home_[k]);
+    j["choice"] = DeviceChoiceToJson(c);
+    j["hidden_first_load_us"] = hidden * 1e6;
+    j["roofline_us"] = floor * 1e6;
+    j["roofline_fraction"] = t.seconds - hidden > 0 ? floor / (t.seconds - hidden) : 0;
+    kernels.push_back(j);
+  }
+  std::sort(gaps.rbegin(), gaps.rend());
+  nlohmann::json limits = nlohmann::json::array();
+  for (size_t i = 0; i < gaps.size() && i < 5; ++i)
+    limits.push_back({{"kernel", gaps[i].second}, {"over_roofline_us", gaps[i].first * 1e6}});
+  const double floor = RooflineSeconds(desc_, flops, hbm);
+  return {{"device", name_},
+          {"description", desc_.name},
+          {"sizes", b},
+          {"predicted_us", now * 1e6},
+          {"host_us", host_s * 1e6},
+          {"device_us", parts.device_s * 1e6},
+          {"link_us", parts.link_s * 1e6},
+          {"launch_us", parts.launch_s * 1e6},
+          {"hidden_weight_loads_us", hidden_s * 1e6},
+          {"flops", flops},
+          {"hbm_bytes", hbm},
+          {"link_bytes", parts.link_bytes},
+          {"roofline_us", floor * 1e6},
+          {"roofline_fraction", now > 0 ? floor / now : 0},
+          {"furthest_from_roofline", limits},
+          {"kernels", kernels}};
+}
+
+std::unique_ptr<Executable> SystolicDevice::Compile(const Graph& g, const CompileRequest& req) {
+  if (g.outputs().empty()) throw Error("compile: the graph has no outputs");
+  return std::make_unique<SystolicProgram>(name_, desc_, g, req);
+}
+
+}  // namespace prism

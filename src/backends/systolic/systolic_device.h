@@ -1,0 +1,81 @@
+// The simulated systolic-array system as a device of the registry: matrix products and attention on the
+// accelerators (functional simulator, timing model as their clock), everything else on the host CPU.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/program.h"
+#include "backends/device.h"
+#include "backends/systolic/description.h"
+#include "backends/systolic/simulator.h"
+#include "backends/systolic/timing_model.h"
+
+namespace prism {
+
+// Where and how one device kernel runs in a size bucket.
+struct DeviceChoice {
+  Tiling tiling;  // GEMMs; {0,0,0}: the model's best for the step's rows
+  Placement placement = Placement::Column;
+  bool operator==(const DeviceChoice&) const = default;
+};
+nlohmann::json DeviceChoiceToJson(const DeviceChoice& c);
+DeviceChoice DeviceChoiceFromJson(const nlohmann::json& j);
+
+class SystolicProgram : public Executable {
+ public:
+  SystolicProgram(std::string name, SystolicDescription desc, const Graph& g, const CompileRequest& req);
+  const std::string& device() const override { return name_; }
+  const Graph& graph() const override { return host_->graph(); }
+  void BindWeight(const std::string& name, const HostTensor& t) override;
+  std::vector<HostTensor> Run(const std::map<std::string, HostTensor>& inputs,
+                              const SymbolBindings& syms = {}) override;
+  void ResetState() override { host_->ResetState(); }
+  std::unique_ptr<ScheduleSpace> OpenSearch() override;
+  size_t kernel_count() const override { return host_->kernel_count(); }
+  nlohmann::json PredictStep(const std::map<std::string, HostTensor>& inputs,
+                             const SymbolBindings& syms) override;
+
+  const SystolicDescription& description() const { return desc_; }
+  const KernelProgram& kernels() const { return host_->kernels(); }
+  bool OnDevice(size_t k) const { return on_device_[k]; }
+  // The choice kernel k runs with at these sizes (the bucket's, else the model's best tile, by column).
+  DeviceChoice ChoiceFor(size_t k, const SymbolBindings& b);
+  // Kernel k's predicted time under a choice at these sizes.
+  KernelTime Predict(size_t k, const DeviceChoice& c, const SymbolBindings& b) const;
+  // Runs device kernel k in the simulator on the step's buffers, under a choice; `weight` null: its bound
+  // weight's device copy.
+  void Simulate(size_t k, const DeviceChoice& c, void* const* bufs, const SymbolBindings& b,
+                const DeviceWeight* weight = nullptr);
+  const DeviceWeight& BoundWeight(size_t k) const;
+  std::map<std::string, std::vector<DeviceChoice>>& choices() { return choices_; }
+  Program& host() { return *host_; }
+
+ private:
+  std::string name_;
+  SystolicDescription desc_;
+  std::unique_ptr<Program> host_;
+  std::vector<bool> on_device_;
+  std::vector<int> home_;                       // per device kernel: its device under layer placement
+  std::map<int, DeviceWeight> device_weights_;  // GEMM weight buffer -> its copy in HBM
+  std::map<std::string, std::vector<DeviceChoice>> choices_;  // bucket -> per kernel (device kernels only)
+  std::map<std::pair<size_t, int64_t>, Tiling> best_tile_;    // (kernel, rows) -> the model's best tile
+};
+
+class SystolicDevice : public Device {
+ public:
+  // `name` is how the registry opened it: "systolic" (the built-in "quad") or "systolic:<description>".
+  SystolicDevice(std::string name, SystolicDescription desc)
+      : name_(std::move(name)), desc_(std::move(desc)) {}
+  std::string name() const override { return name_; }
+  std::unique_ptr<Executable> Compile(const Graph& g, const CompileRequest& req = {}) override;
+  const SystolicDescription& description() const { return desc_; }
+
+ private:
+  std::string name_;
+  SystolicDescription desc_;
+};
+
+}  // namespace prism

@@ -1,0 +1,151 @@
+// The systolic system's schedule space for the one search: device kernels choose an SRAM tile and a
+// placement (by column over every device, or whole on the layer's device), timed by the timing model and
+// checked in the functional simulator within its rounding bounds; host kernels are the CPU's, timed for
+// real.
+#include <functional>
+
+#include "backends/systolic/systolic_device.h"
+
+namespace prism {
+namespace {
+
+class SystolicScheduleSpace : public ScheduleSpace {
+ public:
+  SystolicScheduleSpace(SystolicProgram& p, std::unique_ptr<ScheduleSpace> host)
+      : p_(p), host_(std::move(host)), d_(p.description()) {}
+
+  const KernelProgram& kernels() const override { return p_.kernels(); }
+  std::string identity() const override {
+    return "systolic|" + d_.name + "|" + std::to_string(std::hash<std::string>{}(d_.text)) + "|" +
+           host_->identity();
+  }
+  DeviceCeilings Ceilings(size_t k) const override {
+    if (!p_.OnDevice(k)) return host_->Ceilings(k);
+    return {d_.devices * d_.PeakFlops() / 1e9,
+            std::string(d_.bf16_products ? "bf16" : "f32") + " systolic arrays", d_.devices * d_.hbm_gbps};
+  }
+  void StartBucket(const std::string& bucket, const std::string& from) override {
+    host_->StartBucket(bucket, from);
+    auto& chosen = p_.choices()[bucket];
+    chosen = from.empty() ? std::vector<DeviceChoice>(kernels().kernels.size()) : p_.choices().at(from);
+    // Weights stay where the first bucket put them: later buckets choose tiles only.
+    placement_fixed_ = !from.empty();
+    bucket_ = bucket;
+  }
+  SearchBuffers Prepare(const SymbolBindings& sizes, const std::vector<bool>& timed, bool whole_step,
+                        uint64_t seed) override {
+    buffers_ = host_->Prepare(sizes, timed, whole_step, seed);
+    weights_.clear();
+    return buffers_;
+  }
+  std::vector<ScheduleCandidate> Candidates(size_t k, nlohmann::json& notes) override {
+    if (!p_.OnDevice(k)) return host_->Candidates(k, notes);
+    const Kernel& kn = kernels().kernels[k];
+    std::vector<Placement> placements = {Placement::Column, Placement::Layer};
+    if (placement_fixed_) placements = {p_.choices()[bucket_][k].placement};
+    if (d_.devices == 1) placements = {Placement::Layer};
+    std::vector<ScheduleCandidate> out;
+    for (Placement pl : placements) {
+      std::vector<Tiling> tiles = {Tiling{0, 0, 0}};
+      if (kn.gemm) {
+        const int64_t m = kn.gemm->m.Eval(buffers_.sizes), n = kn.gemm->n;
+        const int64_t share = pl == Placement::Column ? (n + d_.devices - 1) / d_.devices : n;
+        tiles = TilingCandidates(d_, m, share, kn.gemm->k, d_.bf16_products ? 2 : 4);
+      }
+      for (const Tiling& t : tiles) {
+        const DeviceChoice c{t, pl};
+        std::string name = PlacementName(pl);
+        if (kn.gemm)
+          name += "/" + std::to_string(t.m) + "x" + std::to_string(t.n) + "x" + std::to_string(t.k);
+        const KernelTime kt = p_.Predict(k, c, buffers_.sizes);
+        out.push_back({name, DeviceChoiceToJson(c), kt.ToJson(), true, ""});
+      }
+    }
+    notes["on"] = "systolic devices (" + d_.name + ")";
+    return out;
+  }
+  void BeforeReference(size_t k) override { host_->BeforeReference(k); }
+  std::vector<double> RunAndRead(size_t k, const ScheduleCandidate& c,
+                                 const std::vector<int64_t>& at) override {
+    if (!p_.OnDevice(k)) return host_->RunAndRead(k, c, at);
+    const bool gemm = kernels().kernels[k].gemm.has_value();
+    const DeviceChoice choice = DeviceChoiceFromJson(c.choice);
+    p_.Simulate(k, choice, buffers_.host.data(), buffers_.sizes, gemm ? Weight(k) : nullptr);
+    const KBuffer& out = kernels().buffers[kernels().kernels[k].out_buffer];
+    std::vector<double> got;
+    for (int64_t i : at)
+      got.push_back(LoadAsDouble(buffers_.host[kernels().kernels[k].out_buffer], out.dtype, i));
+    return got;
+  }
+  double ErrorBound(size_t k, const ScheduleCandidate& c, int64_t out_index) override {
+    if (!p_.OnDevice(k)) return host_->ErrorBound(k, c, out_index);
+    const Kernel& kn = kernels().kernels[k];
+    void* const* bufs = buffers_.host.data();
+    if (kn.gemm) {
+      const auto* a = static_cast<const float*>(bufs[kn.gemm->a_buffer]);
+      return GemmErrorBound(d_, a + out_index / kn.gemm->n * kn.gemm->k, *Weight(k), out_index % kn.gemm->n);
+    }
+    const AttentionTemplate& at = *kn.attention;
+    const AttentionShape shape{at.heads_kv, at.group, at.head_dim, at.seq.Eval(buffers_.sizes),
+                               at.total.Eval(buffers_.sizes)};
+    const int64_t offset = at.offset.Eval(buffers_.sizes);
+    // The paged form's key rows come from its table; the bound only needs which keys are seen and where.
+    KeyRow row = [offset](int64_t s, int64_t t) -> int64_t { return t < s + offset ? t : -1; };
+    if (at.table_buffer >= 0) {
+      const auto* table = static_cast<const int32_t*>(bufs[at.table_buffer]);
+      const auto* positions = static_cast<const int32_t*>(bufs[at.positions_buffer]);
+      const int64_t blocks = shape.total / at.block, rows = kernels().buffers[at.k_buffer].shape[0].value();
+      const int64_t block = at.block;
+      row = [=](int64_t s, int64_t t) -> int64_t {
+        if (t > positions[s]) return -1;
+        return std::clamp<int64_t>((int64_t)table[s * blocks + t / block] * block + t % block, 0, rows - 1);
+      };
+    }
+    return AttentionErrorBound(
+        d_, static_cast<const float*>(bufs[at.q_buffer]), static_cast<const float*>(bufs[at.k_buffer]),
+        static_cast<const float*>(bufs[at.v_buffer]), shape, at.scale, at.exp_scale, row, out_index);
+  }
+  double TimeUs(size_t k, const ScheduleCandidate& c) override {
+    if (!p_.OnDevice(k)) return host_->TimeUs(k, c);
+    return p_.Predict(k, DeviceChoiceFromJson(c.choice), buffers_.sizes).seconds * 1e6;
+  }
+  void Apply(const std::string& bucket, size_t k, const nlohmann::json& choice) override {
+    if (!p_.OnDevice(k)) return host_->Apply(bucket, k, choice);
+    auto& chosen = p_.choices()[bucket];
+    chosen.resize(kernels().kernels.size());
+    chosen[k] = DeviceChoiceFromJson(choice);
+  }
+  bool Runs(const std::string& bucket, size_t k) const override {
+    const Kernel& kn = kernels().kernels[k];
+    if (kn.covered_by >= 0 && p_.OnDevice(kn.covered_by)) return false;
+    return p_.OnDevice(k) || host_->Runs(bucket, k);
+  }
+  void Finish() override { host_->Finish(); }
+
+ private:
+  // The device copy of kernel k's weight as the search's buffers hold it (real weights where bound).
+  const DeviceWeight* Weight(size_t k) {
+    const GemmTemplate& gm = *kernels().kernels[k].gemm;
+    auto [it, fresh] = weights_.try_emplace(gm.w_buffer);
+    if (fresh)
+      it->second =
+          ToDeviceWeight(d_, buffers_.host[gm.w_buffer], kernels().buffers[gm.w_buffer].dtype, gm.n, gm.k);
+    return &it->second;
+  }
+
+  SystolicProgram& p_;
+  std::unique_ptr<ScheduleSpace> host_;
+  const SystolicDescription& d_;
+  SearchBuffers buffers_;
+  std::map<int, DeviceWeight> weights_;
+  bool placement_fixed_ = false;
+  std::string bucket_;
+};
+
+}  // namespace
+
+std::unique_ptr<ScheduleSpace> SystolicProgram::OpenSearch() {
+  return std::make_unique<SystolicScheduleSpace>(*this, host_->OpenSearch());
+}
+
+}  // namespace prism

@@ -1,0 +1,61 @@
+// The simulated system's clock: predicted time of a matrix product or an attention on the devices, from
+// the array's folds (fill and drain), SRAM tiles double-buffered against HBM loads, link transfers and
+// launches; the search times device kernels with it.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "backends/systolic/description.h"
+
+namespace prism {
+
+// An SRAM tile of a product [m x k] . [k x n]: rows of inputs, weight columns, depth.
+struct Tiling {
+  int64_t m = 0, n = 0, k = 0;  // 0: not chosen yet
+  bool operator==(const Tiling&) const = default;
+};
+// Where a kernel's weights live: split by output columns (attention: by KV heads) over every device,
+// or whole on one device (its layer's).
+enum class Placement : uint8_t { Column, Layer };
+std::string PlacementName(Placement p);
+
+struct KernelTime {
+  double seconds = 0;                                 // launch to result back on the host
+  double launch_s = 0, link_s = 0, device_s = 0;      // its parts, in sequence
+  double compute_s = 0, hbm_s = 0, first_load_s = 0;  // inside device_s (overlapped but the first load)
+  double flops = 0, hbm_bytes = 0, link_bytes = 0;    // over every device it runs on
+  int devices = 1;                                    // devices it runs on
+  double utilization = 0;  // useful multiply-adds over the busy arrays' capacity while computing
+  nlohmann::json ToJson() const;
+};
+
+// Cycles one array takes for [m x k] . [k x n], as SCALE-Sim counts them: per fold (weight-stationary:
+// a rows x cols block of weights, inputs streamed through; output-stationary: a rows x cols block of
+// outputs, k streamed through) the stream plus fill and drain, and the weights' shift-in where it is not
+// double-buffered. Folds are shared among the device's arrays.
+double ArrayCycles(const SystolicDescription& d, int64_t m, int64_t n, int64_t k);
+
+// Whether the tile's double-buffered inputs (bf16), weights (wbytes each) and f32 outputs fit the SRAM.
+bool TilingFits(const SystolicDescription& d, const Tiling& t, double wbytes);
+// The tiles worth trying for a product on one device: powers of two fitted to the array and the SRAM.
+std::vector<Tiling> TilingCandidates(const SystolicDescription& d, int64_t m, int64_t n, int64_t k,
+                                     double wbytes);
+
+// y[m, n] = x[m, k] . w[n, k]^T with weights of wbytes per element in HBM.
+KernelTime PredictGemm(const SystolicDescription& d, int64_t m, int64_t n, int64_t k, double wbytes,
+                       const Tiling& t, Placement p);
+
+// Causal attention over heads_kv x group heads of head_dim: seq queries against total keys whose K and V
+// (bf16) live in HBM beside the layer's weights; the new seq rows of K and V come over the link.
+struct AttentionShape {
+  int64_t heads_kv, group, head_dim, seq, total;
+};
+KernelTime PredictAttention(const SystolicDescription& d, const AttentionShape& a, Placement p);
+
+// The system's floor for moving `bytes` from HBM and doing `flops` on every device at once.
+double RooflineSeconds(const SystolicDescription& d, double flops, double hbm_bytes);
+
+}  // namespace prism

@@ -1,0 +1,198 @@
+// The simulated systolic-array system: its descriptions, its timing model against hand counts and the
+// roofline, its bf16 kernels checked against the reference within rigorous bounds by the one search, the
+// search's choices moving with the description, and stories260K's greedy text through the simulator.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "backends/systolic/systolic_device.h"
+#include "ir/error.h"
+#include "models/transformer.h"
+#include "runtime/language_model.h"
+#include "search/schedule_search.h"
+#include "stories_reference.h"
+
+namespace prism {
+namespace {
+
+using testing::kStoriesDir;
+
+std::string ErrorOf(const nlohmann::json& j) {
+  try {
+    ParseSystolicDescription(j, "test.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(SystolicDescription, BuiltinsParseAndBadFieldsGiveOneLineErrors) {
+  for (const std::string& name : BuiltinSystolicDescriptions()) {
+    const SystolicDescription d = LoadSystolicDescription(name);
+    EXPECT_EQ(d.name, name);
+    EXPECT_GT(d.PeakFlops(), 0);
+    EXPECT_FALSE(d.sources.empty()) << name << " says where its figures come from";
+  }
+  const SystolicDescription quad = LoadSystolicDescription("");
+  EXPECT_EQ(quad.devices, 4);
+  EXPECT_DOUBLE_EQ(quad.hbm_bytes, 32.0 * (1 << 30));
+  EXPECT_NEAR(quad.PeakFlops(), 275e12, 1e12);  // the published TPU v4 chip's bf16 rate
+  EXPECT_FALSE(LoadSystolicDescription("quad-f32").bf16_products);
+  nlohmann::json j = nlohmann::json::parse(SystolicDescriptionTexts().front().second);
+  j["array"].erase("rows");
+  EXPECT_EQ(ErrorOf(j), "test.json: missing number 'array.rows'");
+  j = nlohmann::json::parse(SystolicDescriptionTexts().front().second);
+  j["array"]["dataflow"] = "row_stationary";
+  EXPECT_NE(ErrorOf(j).find("array.dataflow 'row_stationary'"), std::string::npos);
+  j["array"]["dataflow"] = "weight_stationary";
+  j["hbm"]["gbps"] = -1;
+  EXPECT_EQ(ErrorOf(j), "test.json: 'hbm.gbps' must be positive, got -1");
+  EXPECT_NE(ErrorOf({{"extends", "tpu"}}).find("extends 'tpu'"), std::string::npos);
+  EXPECT_THROW(LoadSystolicDescription("/nonexistent/system.json"), Error);
+  EXPECT_THROW(OpenDevice("cpu:edge"), Error);
+  EXPECT_EQ(OpenDevice("systolic:edge")->name(), "systolic:edge");
+}
+
+TEST(SystolicTiming, ArrayCyclesCountFoldsFillAndDrain) {
+  // SCALE-Sim's count (no double buffering): per fold, the stream plus 2R + C - 2.
+  SystolicDescription edge = LoadSystolicDescription("edge");  // 32x32, output stationary
+  EXPECT_EQ(ArrayCycles(edge, 64, 64, 100), 4 * (100 + 64 + 32 - 2));
+  edge.dataflow = Dataflow::WeightStationary;
+  EXPECT_EQ(ArrayCycles(edge, 10, 40, 70), 3 * 2 * (10 + 64 + 32 - 2));
+  // Double-buffered folds pay the skew once per array; eight arrays share the folds.
+  const SystolicDescription quad = LoadSystolicDescription("quad");
+  EXPECT_EQ(ArrayCycles(quad, 1, 2048, 2048), 256 / 8 * 128 + 254);
+  EXPECT_EQ(ArrayCycles(quad, 512, 2048, 2048), 256 / 8 * 512 + 254);
+}
+
+TEST(SystolicTiming, NeverBeatsTheRooflineAndDecodeIsBoundByHbm) {
+  for (const std::string& name : BuiltinSystolicDescriptions()) {
+    const SystolicDescription d = LoadSystolicDescription(name);
+    for (int64_t m : {1, 7, 128, 512})
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{2048, 2048}, {8192, 2048}, {64, 48}, {1000, 333}})
+        for (const Tiling& t : TilingCandidates(d, m, (n + d.devices - 1) / d.devices, k, 2))
+          for (Placement p : {Placement::Column, Placement::Layer}) {
+            const KernelTime kt = PredictGemm(d, m, n, k, 2, t, p);
+            EXPECT_GE(kt.seconds * (1 + 1e-9),
+                      RooflineSeconds(d, kt.flops, kt.hbm_bytes) * d.devices / kt.devices)
+                << name << " m=" << m << " n=" << n << " k=" << k;
+            EXPECT_GE(kt.device_s, std::max(kt.compute_s, kt.hbm_s) * (1 - 1e-9));
+            EXPECT_GT(kt.utilization, 0);
+            EXPECT_LE(kt.utilization, 1 + 1e-9);
+          }
+  }
+  // A decode product on the quad system streams its weights: the arrays wait for HBM, not the reverse.
+  const SystolicDescription quad = LoadSystolicDescription("quad");
+  const Tiling best = TilingCandidates(quad, 1, 2048, 2048, 2).front();
+  const KernelTime kt = PredictGemm(quad, 1, 8192, 2048, 2, best, Placement::Column);
+  EXPECT_GT(kt.hbm_s, kt.compute_s);
+  EXPECT_NEAR(kt.hbm_s, 2048.0 * 2048 * 2 / 1200e9, 0.05 * kt.hbm_s);
+}
+
+// The bf16 simulator's kernels against the kernel IR in double: the one search checks every candidate
+// (each tile and placement) within the simulator's rigorous per-output bound, and fails any beyond it.
+SearchOptions Buckets(const std::string& db = "") {
+  SearchOptions so;
+  so.buckets = {{"decode", {{"seq", 1}, {"past", 9}}}, {"prefill", {{"seq", 37}, {"past", 0}}}};
+  so.budget_seconds = 30;
+  so.db_path = db;
+  so.samples = 16;
+  return so;
+}
+
+// stories260K's step compiled on a device; the model's files stay open while it runs (weights are borrowed).
+struct Compiled {
+  ModelFiles files;
+  std::unique_ptr<Executable> exe;
+};
+Compiled StoriesOn(const std::string& device) {
+  Compiled c{OpenModelFiles(kStoriesDir + "stories260K.bin"), nullptr};
+  LmGraphOptions go;
+  go.max_context = 64;
+  const Graph g = BuildCausalLM(c.files.config, c.files.Lookup(), go);
+  c.exe = CompileModelGraph(*OpenDevice(device), g, *c.files.weights, {});
+  return c;
+}
+
+// Bucket/kernel -> chosen candidate, for the kernels on the devices (products and attention).
+bool OnDevices(const nlohmann::json& receipt) {
+  const std::string chosen = receipt.value("chosen", "");
+  return chosen.rfind("column", 0) == 0 || chosen.rfind("layer", 0) == 0;
+}
+std::map<std::string, std::string> DeviceChoices(const nlohmann::json& receipts) {
+  std::map<std::string, std::string> chosen;
+  for (const auto& r : receipts)
+    if (OnDevices(r))
+      chosen[r["bucket"].get<std::string>() + "/" + r["kernel"].get<std::string>()] = r["chosen"];
+  return chosen;
+}
+
+TEST(SystolicSearch, EveryCandidatePassesItsBoundAndChoicesFollowTheDescription) {
+  Compiled q = StoriesOn("systolic"), e = StoriesOn("systolic:edge");
+  Executable *quad = q.exe.get(), *edge = e.exe.get();
+  const nlohmann::json rq = SearchSchedules(*quad, Buckets()), re = SearchSchedules(*edge, Buckets());
+  int device_kernels = 0, searched = 0;
+  for (const auto& r : rq) {
+    if (!OnDevices(r)) continue;
+    device_kernels++;
+    if (!r.contains("candidates")) continue;  // a kernel equal to one searched already takes its choice
+    searched++;
+    for (const auto& c : r["candidates"]) {
+      EXPECT_TRUE(c.value("passed", false)) << r.dump();
+      EXPECT_GT(c.value("rel_error_bound", 0.0), 0) << "bf16 products have a bound";
+    }
+  }
+  EXPECT_EQ(device_kernels,
+            2 * (5 * 8 + 1));  // two buckets x (five layers x (seven products, attention), lm head)
+  EXPECT_GE(searched, 2 * 5);
+  const auto cq = DeviceChoices(rq), ce = DeviceChoices(re);
+  ASSERT_EQ(cq.size(), ce.size());
+  int differ = 0;
+  for (const auto& [k, v] : cq) differ += ce.at(k) != v;
+  EXPECT_GT(differ, (int)cq.size() / 2) << "the quad and edge systems should not choose alike";
+  // The whole step's prediction under the choices: never past the roofline, and the parts add up.
+  std::map<std::string, HostTensor> in;
+  HostTensor tokens = HostTensor::Zeros(DType::I32, {3});
+  for (int i = 0; i < 3; ++i) static_cast<int32_t*>(tokens.data)[i] = 1 + i;
+  in["tokens"] = tokens;
+  const nlohmann::json p = quad->PredictStep(in, {{"past", 0}});
+  ASSERT_FALSE(p.is_null());
+  EXPECT_GT(p["predicted_us"].get<double>(), 0);
+  EXPECT_LE(p["roofline_fraction"].get<double>(), 1.0);
+  EXPECT_EQ(p["furthest_from_roofline"].size(), 5u);
+}
+
+// A system whose launches and transfers cost little spreads even small products over its devices; the
+// quad system keeps stories260K's tiny ones whole on one device each.
+TEST(SystolicSearch, PlacementFollowsTheLinkCosts) {
+  const std::string path = ::testing::TempDir() + "/fast_link.json";
+  {
+    std::ofstream f(path);
+    f << R"({"extends": "quad", "name": "quad-fast-link", "link": {"gbps": 1000, "latency_us": 0.001, "launch_us": 0.001}})";
+  }
+  Compiled slow = StoriesOn("systolic"), fast = StoriesOn("systolic:" + path);
+  int slow_column = 0, fast_column = 0, products = 0;
+  for (const auto& [k, v] : DeviceChoices(SearchSchedules(*slow.exe, Buckets())))
+    slow_column += v.rfind("column", 0) == 0, products++;
+  for (const auto& [k, v] : DeviceChoices(SearchSchedules(*fast.exe, Buckets())))
+    fast_column += v.rfind("column", 0) == 0;
+  EXPECT_EQ(slow_column, 0);
+  EXPECT_GT(fast_column, products / 2);
+}
+
+// Greedy text through the simulator: with f32 products the whole reference (as the CPU gives it); with
+// bf16 products its first 200 characters on every prompt (stories260K's logits are close enough later on
+// that bf16 rounding picks other tokens).
+TEST(SystolicStories, GreedyTextThroughTheSimulator) {
+  for (const std::string& d : {"systolic:quad-f32", "systolic", "systolic:edge"}) {
+    LoadOptions lo;
+    lo.device = d;
+    auto lm = LanguageModel::Load(kStoriesDir + "stories260K.bin", lo);
+    EXPECT_EQ(lm->device(), d);
+    testing::ExpectReferenceText(*lm, "stories260K.bin on " + d,
+                                 d == "systolic:quad-f32" ? std::string::npos : 200);
+  }
+}
+
+}  // namespace
+}  // namespace prism
