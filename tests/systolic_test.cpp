@@ -194,5 +194,41 @@ TEST(SystolicStories, GreedyTextThroughTheSimulator) {
   }
 }
 
+// Prompts on one device and generation on another, the KV cache handed over after each prompt and back
+// before the next: the same greedy text, and the same logits through a chat-like sequence of steps.
+TEST(SplitDevices, PrefillOnOneDecodeOnAnother) {
+  for (auto [prefill, decode] :
+       {std::pair<std::string, std::string>{"cpu", "systolic:quad-f32"}, {"systolic:quad-f32", "cpu"}}) {
+    LoadOptions lo;
+    lo.device = decode;
+    lo.prefill_device = prefill;
+    auto lm = LanguageModel::Load(kStoriesDir + "stories260K.bin", lo);
+    EXPECT_EQ(lm->prefill_device(), prefill);
+    EXPECT_EQ(lm->device(), decode);
+    testing::ExpectReferenceText(*lm, "stories260K.bin prefilled on " + prefill + ", decoded on " + decode);
+    ASSERT_FALSE(lm->last_handover().is_null());
+    // A KV cache row is 2 (K, V) x 5 layers x 4 KV heads x 8 dims of f32.
+    const nlohmann::json& h = lm->last_handover();
+    EXPECT_EQ(h["bytes"].get<double>(), h["rows"].get<double>() * 2 * 5 * 32 * 4) << h.dump();
+    EXPECT_EQ(h["link_s"].get<double>() > 0, true) << "a simulated device's link has a cost";
+    auto cpu = LanguageModel::Load(kStoriesDir + "stories260K.bin");
+    lm->Reset();
+    const std::vector<std::vector<int32_t>> steps = {
+        {1, 403, 407, 261, 506}, {29}, {30}, {31, 32, 33, 34}, {35}};
+    const int64_t before = lm->handovers();
+    std::vector<float> want, got;
+    for (const auto& s : steps) {
+      want = cpu->Forward(s);
+      got = lm->Forward(s);
+    }
+    EXPECT_EQ(lm->handovers() - before, 3);  // after each prompt, and back before the second
+    ASSERT_EQ(want.size(), got.size());
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(want[i], got[i], 1e-4) << i;
+  }
+  LoadOptions bad;
+  bad.prefill_device = "systolic:nonexistent";
+  EXPECT_THROW(LanguageModel::Load(kStoriesDir + "stories260K.bin", bad), Error);
+}
+
 }  // namespace
 }  // namespace prism

@@ -63,6 +63,23 @@ class Executable {
   virtual std::vector<HostTensor> Run(const std::map<std::string, HostTensor>& inputs,
                                       const SymbolBindings& syms = {}) = 0;
   virtual void ResetState() = 0;
+  // Persistent state crossing to another device (a KV cache prefilled on one and decoded on another):
+  // rows [0, rows) along axis 0 of state `name`, in the graph's dtype (zeros where nothing was written),
+  // and writing them back in place. Devices that cannot yet throw prism::Error saying so.
+  virtual HostTensor ReadStateRows(const std::string& name, int64_t rows) {
+    (void)rows;
+    throw Error("state '" + name + "': device " + device() + " cannot hand its state to another device yet");
+  }
+  virtual void WriteStateRows(const std::string& name, const HostTensor& rows) {
+    (void)rows;
+    throw Error("state '" + name + "': device " + device() + " cannot take state from another device yet");
+  }
+  // Predicted seconds for `bytes` of state to cross between this device and the host (a simulated device's
+  // link); 0 where the copy's wall time is its time.
+  virtual double StateTransferSeconds(double bytes) const {
+    (void)bytes;
+    return 0;
+  }
   // Its kernels' schedule candidates and how to run and time them, for the one search
   // (search/schedule_search.h), which applies its decisions through it; null: one schedule per kernel.
   virtual std::unique_ptr<ScheduleSpace> OpenSearch() { return nullptr; }

@@ -43,7 +43,7 @@ Stat MeanStd(const std::vector<double>& xs) {
 Runner AddBenchCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Prompt-processing and generation speed, llama-bench style");
   struct Opts {
-    std::string model, prompts = "128,512", threads = "1,2", tokenizer, device = "cpu";
+    std::string model, prompts = "128,512", threads = "1,2", tokenizer, device = "cpu", prefill_device;
     int gen = 128, reps = 3;
     bool json = false;
   };
@@ -57,6 +57,7 @@ Runner AddBenchCommand(CLI::App& app) {
   cmd->add_flag("--json", o->json, "one JSON object per line instead of a table");
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file (llama2.c checkpoints)");
   AddDeviceOption(cmd, o->device);
+  AddSplitDeviceOptions(cmd, o->device, o->prefill_device);
   return [o]() {
     std::string path = o->model.empty() ? DefaultModelPath() : o->model;
     std::vector<int> prompts = ParseList(o->prompts), threads = ParseList(o->threads);
@@ -68,41 +69,54 @@ Runner AddBenchCommand(CLI::App& app) {
     for (int t : threads) {
       LoadOptions lo{o->tokenizer, std::max<int64_t>(max_prompt, o->gen) + 8, t};
       lo.device = o->device;
+      lo.prefill_device = o->prefill_device;
       auto lm = LanguageModel::Load(path, lo);
       std::mt19937 rng(1234);
       std::uniform_int_distribution<int32_t> tok(0, (int32_t)lm->config().vocab_size - 1);
-      // A simulated device's steps take the time its model predicts (their host kernels timed for real).
-      const bool simulated = !lm->PredictForward({tok(rng)}).is_null();
-      nlohmann::json predicted;  // the last step's prediction
+      // A simulated device's steps take the time its model predicts (its host kernels timed for real); a KV
+      // cache handed between devices (--prefill-device) adds its copy and the simulated links' time.
+      nlohmann::json predicted;  // the last step's prediction (null: it ran on a device timed by the clock)
       auto step_seconds = [&](const std::vector<int32_t>& ids) {
-        if (simulated) {
-          predicted = lm->PredictForward(ids);
-          return predicted["predicted_us"].get<double>() * 1e-6;
+        const int64_t handovers = lm->handovers();
+        predicted = lm->PredictForward(ids);
+        double sec;
+        if (!predicted.is_null()) {
+          sec = predicted["predicted_us"].get<double>() * 1e-6;
+        } else {
+          auto t0 = std::chrono::steady_clock::now();
+          lm->Forward(ids);
+          sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         }
-        auto t0 = std::chrono::steady_clock::now();
-        lm->Forward(ids);
-        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (lm->handovers() != handovers) {
+          const nlohmann::json& h = lm->last_handover();
+          sec += h["link_s"].get<double>() + (predicted.is_null() ? 0 : h["wall_s"].get<double>());
+        }
+        return sec;
       };
       auto report = [&](const std::string& test, const std::vector<double>& tps) {
         Stat s = MeanStd(tps);
         if (o->json) {
-          nlohmann::json j{{"model", path}, {"device", o->device},         {"test", test},
-                           {"threads", t},  {"tokens_per_second", s.mean}, {"stdev", s.stdev},
-                           {"samples", tps}};
-          if (simulated) {  // the last step's prediction, less its per-kernel list
+          nlohmann::json j{
+              {"model", path},    {"device", o->device}, {"prefill_device", lm->prefill_device()},
+              {"test", test},     {"threads", t},        {"tokens_per_second", s.mean},
+              {"stdev", s.stdev}, {"samples", tps}};
+          if (!predicted.is_null()) {  // the last step's prediction, less its per-kernel list
             j["predicted_step"] = predicted;
             j["predicted_step"].erase("kernels");
           }
           std::printf("%s\n", j.dump().c_str());
         } else {
           const std::string note =
-              simulated
+              !predicted.is_null()
                   ? " (predicted; " +
                         std::to_string((int)std::lround(100 * predicted.value("roofline_fraction", 0.0))) +
                         "% of roofline)"
                   : "";
-          std::printf("| %s | %s | %s | %s | %.2f ± %.2f%s |\n", path.c_str(), o->device.c_str(),
-                      test.c_str(), gpu ? "-" : std::to_string(t).c_str(), s.mean, s.stdev, note.c_str());
+          const std::string where = lm->prefill_device() == lm->device()
+                                        ? lm->device()
+                                        : "prompt " + lm->prefill_device() + ", generation " + lm->device();
+          std::printf("| %s | %s | %s | %s | %.2f ± %.2f%s |\n", path.c_str(), where.c_str(), test.c_str(),
+                      gpu ? "-" : std::to_string(t).c_str(), s.mean, s.stdev, note.c_str());
         }
         std::fflush(stdout);
       };

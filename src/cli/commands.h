@@ -44,6 +44,17 @@ inline void AddDeviceOption(CLI::App* cmd, std::string& device) {
       ->check(DeviceName());
 }
 
+// --prefill-device NAME and --decode-device NAME: prompts on one device, generation on another (the KV
+// cache handed over after each prompt); --decode-device is --device by another name.
+inline void AddSplitDeviceOptions(CLI::App* cmd, std::string& device, std::string& prefill_device) {
+  cmd->add_option("--prefill-device", prefill_device,
+                  "where prompts run (default: --device); the KV cache then "
+                  "moves to the decoding device")
+      ->check(DeviceName());
+  cmd->add_option("--decode-device", device, "where generation runs: --device by another name")
+      ->check(DeviceName());
+}
+
 // The model `prism run` uses when none is named: the stories260K checkpoint shipped in models/.
 std::string DefaultModelPath();
 

@@ -26,7 +26,7 @@ Runner AddRunCommand(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("run", "Generate text from a prompt (default model: the shipped stories260K)");
   struct Opts {
-    std::string model, prompt = "Once upon a time", tokenizer, device = "cpu";
+    std::string model, prompt = "Once upon a time", tokenizer, device = "cpu", prefill_device;
     int n = 256, threads = 0;
     int64_t ctx = 0;
     float temp = 0.8f, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f;
@@ -55,10 +55,12 @@ Runner AddRunCommand(CLI::App& app) {
   cmd->add_option("--ctx", o->ctx, "context size in tokens (default: the model's, at most 4096)");
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file (llama2.c checkpoints)");
   AddDeviceOption(cmd, o->device);
+  AddSplitDeviceOptions(cmd, o->device, o->prefill_device);
   return [o, seed]() {
     std::string path = o->model.empty() ? DefaultModelPath() : o->model;
     LoadOptions lo{o->tokenizer, o->ctx, o->threads};
     lo.device = o->device;
+    lo.prefill_device = o->prefill_device;
     auto lm = LanguageModel::Load(path, lo);
     GenerateOptions go;
     go.max_tokens = o->n;
@@ -80,6 +82,10 @@ Runner AddRunCommand(CLI::App& app) {
     std::fprintf(stderr, "prompt: %d tokens, %.1f tokens/s | generated: %zu tokens, %.1f tokens/s | %s\n",
                  r.prompt_tokens, r.PromptTokensPerSecond(), r.tokens.size(), r.GenerateTokensPerSecond(),
                  r.finish_reason.c_str());
+    if (lm->prefill_device() != lm->device())
+      std::fprintf(stderr, "prompt on %s, generation on %s: KV cache handed over (%.0f bytes)\n",
+                   lm->prefill_device().c_str(), lm->device().c_str(),
+                   lm->last_handover().is_null() ? 0.0 : lm->last_handover().value("bytes", 0.0));
     return 0;
   };
 }

@@ -46,7 +46,8 @@ int64_t Offset(const std::vector<int64_t>& idx, const std::vector<int64_t>& stri
 
 }  // namespace
 
-std::vector<HostTensor> Interpreter::Run(const std::map<std::string, HostTensor>& inputs, const SymbolBindings& syms) {
+std::vector<HostTensor> Interpreter::Run(const std::map<std::string, HostTensor>& inputs,
+                                         const SymbolBindings& syms) {
   SymbolBindings b = BindSymbols(g_, inputs, syms);
   int32_t n = g_.size();
   std::vector<std::vector<double>> vals(n);
@@ -71,8 +72,8 @@ std::vector<HostTensor> Interpreter::Run(const std::map<std::string, HostTensor>
         auto it = weights_.find(nd.name);
         if (it == weights_.end()) throw Error("weight '" + nd.name + "' was not bound");
         if (it->second.shape != shape)
-          throw Error("weight '" + nd.name + "': bound shape " + it->second.ShapeString() + ", graph expects " +
-                      ShapeStr(nd.shape));
+          throw Error("weight '" + nd.name + "': bound shape " + it->second.ShapeString() +
+                      ", graph expects " + ShapeStr(nd.shape));
         for (int64_t i = 0; i < (int64_t)out.size(); ++i) out[i] = it->second.At(i);
         break;
       }
@@ -85,20 +86,30 @@ std::vector<HostTensor> Interpreter::Run(const std::map<std::string, HostTensor>
       case Op::Constant: std::fill(out.begin(), out.end(), nd.scalar); break;
       case Op::Iota: {
         int64_t axis = nd.axes[0];
-        ForEachIndex(shape, [&](int64_t lin, const std::vector<int64_t>& idx) { out[lin] = (double)idx[axis]; });
+        ForEachIndex(shape,
+                     [&](int64_t lin, const std::vector<int64_t>& idx) { out[lin] = (double)idx[axis]; });
         break;
       }
-      case Op::Exp2: case Op::Log2: case Op::Sin: case Op::Sqrt: case Op::Recip:
+      case Op::Exp2:
+      case Op::Log2:
+      case Op::Sin:
+      case Op::Sqrt:
+      case Op::Recip:
         for (size_t i = 0; i < out.size(); ++i) out[i] = ApplyUnary(nd.op, in(0)[i]);
         break;
       case Op::Cast: out = in(0); break;  // rounding to the target type happens below
-      case Op::Add: case Op::Mul: case Op::Mod: case Op::LessThan: case Op::Max:
+      case Op::Add:
+      case Op::Mul:
+      case Op::Mod:
+      case Op::LessThan:
+      case Op::Max:
         for (size_t i = 0; i < out.size(); ++i) out[i] = ApplyBinary(nd.op, in(0)[i], in(1)[i]);
         break;
       case Op::Where:
         for (size_t i = 0; i < out.size(); ++i) out[i] = in(0)[i] != 0 ? in(1)[i] : in(2)[i];
         break;
-      case Op::SumReduce: case Op::MaxReduce: {
+      case Op::SumReduce:
+      case Op::MaxReduce: {
         bool is_max = nd.op == Op::MaxReduce;
         std::fill(out.begin(), out.end(), is_max ? -std::numeric_limits<double>::infinity() : 0.0);
         auto ost = Strides(shape);
@@ -106,8 +117,10 @@ std::vector<HostTensor> Interpreter::Run(const std::map<std::string, HostTensor>
           int64_t o = 0;
           for (size_t d = 0; d < idx.size(); ++d) o += (shape[d] == 1 ? 0 : idx[d]) * ost[d];
           double v = in(0)[lin];
-          if (is_max) out[o] = (std::isnan(v) || std::isnan(out[o])) ? NAN : std::max(out[o], v);
-          else out[o] += v;
+          if (is_max)
+            out[o] = (std::isnan(v) || std::isnan(out[o])) ? NAN : std::max(out[o], v);
+          else
+            out[o] += v;
         });
         break;
       }
@@ -153,8 +166,9 @@ std::vector<HostTensor> Interpreter::Run(const std::map<std::string, HostTensor>
           step[d] = nd.args[r + d].Eval(b);
           if (shape[d] > 0 && (start[d] < 0 || start[d] + step[d] * (shape[d] - 1) >= is[d]))
             throw Error("Slice " + g_.Describe(id) + ": axis " + std::to_string(d) + " reads [" +
-                        std::to_string(start[d]) + ", " + std::to_string(start[d] + step[d] * (shape[d] - 1)) +
-                        "] of a size-" + std::to_string(is[d]) + " axis");
+                        std::to_string(start[d]) + ", " +
+                        std::to_string(start[d] + step[d] * (shape[d] - 1)) + "] of a size-" +
+                        std::to_string(is[d]) + " axis");
         }
         ForEachIndex(shape, [&](int64_t lin, const std::vector<int64_t>& idx) {
           int64_t o = 0;
@@ -183,8 +197,8 @@ std::vector<HostTensor> Interpreter::Run(const std::map<std::string, HostTensor>
         const Shape& vs = in_shape(1);
         if (offset < 0 || offset + vs[axis] > shape[axis])
           throw Error("StateWrite '" + nd.name + "': writing [" + std::to_string(offset) + ", " +
-                      std::to_string(offset + vs[axis]) + ") past the state's size " + std::to_string(shape[axis]) +
-                      " on axis " + std::to_string(axis));
+                      std::to_string(offset + vs[axis]) + ") past the state's size " +
+                      std::to_string(shape[axis]) + " on axis " + std::to_string(axis));
         out = in(0);
         auto ost = Strides(shape);
         ForEachIndex(vs, [&](int64_t lin, const std::vector<int64_t>& idx) {
@@ -218,6 +232,17 @@ std::vector<HostTensor> Interpreter::Run(const std::map<std::string, HostTensor>
     results.push_back(std::move(r));
   }
   return results;
+}
+
+std::vector<double>& Interpreter::MutableStateValues(const std::string& name) {
+  for (const Node& n : g_.nodes())
+    if (n.op == Op::State && n.name == name) {
+      auto& s = state_[name];
+      const size_t size = (size_t)Product(n.shape).Eval({});
+      if (s.size() != size) s.assign(size, 0.0);
+      return s;
+    }
+  throw Error("state '" + name + "': the graph has no such state");
 }
 
 }  // namespace prism

@@ -17,9 +17,12 @@ class Interpreter {
   explicit Interpreter(const Graph& g) : g_(g) {}
   void BindWeight(const std::string& name, HostTensor t) { weights_[name] = std::move(t); }
   // Runs one step; returns the outputs in the graph's output order (as f32 unless integer).
-  std::vector<HostTensor> Run(const std::map<std::string, HostTensor>& inputs, const SymbolBindings& syms = {});
+  std::vector<HostTensor> Run(const std::map<std::string, HostTensor>& inputs,
+                              const SymbolBindings& syms = {});
   // Persistent state values (allocated as zeros on first use).
   const std::vector<double>& StateValues(const std::string& name) const { return state_.at(name); }
+  // State `name`'s values to change in place (allocated as zeros of its node's shape if not yet).
+  std::vector<double>& MutableStateValues(const std::string& name);
   void ResetState() { state_.clear(); }
 
  private:

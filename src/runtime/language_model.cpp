@@ -32,6 +32,18 @@ std::unique_ptr<LanguageModel> LanguageModel::Load(const std::string& path, cons
   lm->step_ = lm->CompileStep(false);
   // Schedules from the tuning database (and a search within the budget, if one was given).
   lm->Tune(std::max(0.0, opts.search_budget));
+  if (!opts.prefill_device.empty() && opts.prefill_device != opts.device) {
+    if (lm->kv_block_ > 0)
+      throw Error("--prefill-device: a batched model (serving) prefills on its own device");
+    std::shared_ptr<Device> pd = OpenDevice(opts.prefill_device);
+    lm->prefill_ = CompileModelGraph(*pd, lm->StepGraph(false), *lm->files_.weights,
+                                     {.threads = opts.threads, .graph_replay = opts.gpu_graphs});
+    // Its schedules from the tuning database (its own device's decisions), searched like the step's.
+    std::swap(lm->step_, lm->prefill_);
+    lm->Tune(std::max(0.0, opts.search_budget));
+    std::swap(lm->step_, lm->prefill_);
+    lm->kv_on_ = lm->step_.get();
+  }
   lm->compile_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return lm;
 }
@@ -98,6 +110,9 @@ std::unique_ptr<LanguageModel> LanguageModel::LoadArtifact(const std::string& di
   if (opts.device != device)
     throw Error(dir + ": a compiled artifact holds " + device + " kernels; give the model files to run on " +
                 opts.device);
+  if (!opts.prefill_device.empty() && opts.prefill_device != device)
+    throw Error(dir + ": a compiled artifact runs on one device; give the model files to prefill on " +
+                opts.prefill_device);
   std::unique_ptr<LanguageModel> lm(new LanguageModel());
   lm->device_ = OpenDevice(device);
   lm->path_ = m.value("model", "");
@@ -224,12 +239,46 @@ std::vector<std::vector<float>> LanguageModel::StepBatch(const std::vector<Batch
   return out;
 }
 
+void LanguageModel::HandOver(Executable& from, Executable& to, int64_t rows) {
+  const auto t0 = std::chrono::steady_clock::now();
+  double bytes = 0, link = 0;
+  for (const Node& n : from.graph().nodes()) {
+    if (n.op != Op::State) continue;
+    const HostTensor t = from.ReadStateRows(n.name, rows);
+    to.WriteStateRows(n.name, t);
+    bytes += (double)t.nbytes();
+    link += from.StateTransferSeconds((double)t.nbytes()) + to.StateTransferSeconds((double)t.nbytes());
+  }
+  handovers_++;
+  last_handover_ = {{"from", from.device()},
+                    {"to", to.device()},
+                    {"rows", rows},
+                    {"bytes", bytes},
+                    {"wall_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()},
+                    {"link_s", link}};
+}
+
+Executable& LanguageModel::StepFor(size_t n) {
+  if (!prefill_) return *step_;
+  // A prompt runs on the prefill device: the cache comes back first when decoding wrote to it since.
+  Executable& exe = n > 1 ? *prefill_ : *step_;
+  if (kv_on_ != &exe && past_ > 0) HandOver(*kv_on_, exe, past_);
+  kv_on_ = &exe;
+  return exe;
+}
+
 std::vector<float> LanguageModel::Forward(const std::vector<int32_t>& tokens) {
   if (kv_block_ > 0) throw Error("forward: a batched model steps sequences with StepBatch");
   CheckTokens(tokens, past_);
   std::map<std::string, HostTensor> in{{"tokens", HostTensor::FromInts({(int64_t)tokens.size()}, tokens)}};
-  std::vector<float> logits = step_->Run(in, {{"past", past_}})[0].ToFloats();
+  Executable& exe = StepFor(tokens.size());
+  std::vector<float> logits = exe.Run(in, {{"past", past_}})[0].ToFloats();
   past_ += (int64_t)tokens.size();
+  // After a prompt the cache goes to the decoding device at once: its cost is part of the first token's.
+  if (&exe == prefill_.get()) {
+    HandOver(exe, *step_, past_);
+    kv_on_ = step_.get();
+  }
   return logits;
 }
 
@@ -237,14 +286,22 @@ nlohmann::json LanguageModel::PredictForward(const std::vector<int32_t>& tokens)
   if (kv_block_ > 0) throw Error("forward: a batched model steps sequences with StepBatch");
   CheckTokens(tokens, past_);
   std::map<std::string, HostTensor> in{{"tokens", HostTensor::FromInts({(int64_t)tokens.size()}, tokens)}};
-  nlohmann::json predicted = step_->PredictStep(in, {{"past", past_}});
-  if (!predicted.is_null()) past_ += (int64_t)tokens.size();
+  Executable& exe = StepFor(tokens.size());
+  nlohmann::json predicted = exe.PredictStep(in, {{"past", past_}});
+  if (predicted.is_null()) return predicted;  // nothing ran: Forward runs it
+  past_ += (int64_t)tokens.size();
+  if (&exe == prefill_.get()) {
+    HandOver(exe, *step_, past_);
+    kv_on_ = step_.get();
+  }
   return predicted;
 }
 
 void LanguageModel::Reset() {
   past_ = 0;
   step_->ResetState();
+  if (prefill_) prefill_->ResetState();
+  kv_on_ = step_.get();
 }
 
 std::vector<float> LanguageModel::ForwardAll(const std::vector<int32_t>& tokens) {

@@ -23,6 +23,9 @@ struct LoadOptions {
   // searched schedules), "opencl" or "cuda" (GpuProgram; threads and search_budget do not apply
   // there), "interp" (the reference interpreter).
   std::string device = "cpu";
+  // Another device for prompts (steps of more than one token): the same graph compiled there too, the KV
+  // cache handed to `device` after each prompt (and back before the next). "": everything on `device`.
+  std::string prefill_device;
   // On cuda: each step's launches replay as one CUDA graph (updated with the step's arguments)
   // instead of one launch per kernel. No effect elsewhere.
   bool gpu_graphs = true;
@@ -88,6 +91,12 @@ class LanguageModel {
   // does and returns the step's predicted time and parts instead of its logits; null (and nothing run)
   // on a device whose wall time is its time.
   nlohmann::json PredictForward(const std::vector<int32_t>& tokens);
+  // The KV cache's last hand-over between devices (LoadOptions::prefill_device): rows, bytes, wall seconds
+  // of the copy, predicted seconds on simulated devices' links; null before the first. handovers() counts
+  // them.
+  const nlohmann::json& last_handover() const { return last_handover_; }
+  int64_t handovers() const { return handovers_; }
+  const std::string& prefill_device() const { return prefill_ ? prefill_->device() : step_->device(); }
   // Logits of every position of a fresh sequence ([n * vocab]); for perplexity. Compiled on first use.
   std::vector<float> ForwardAll(const std::vector<int32_t>& tokens);
 
@@ -109,6 +118,10 @@ class LanguageModel {
   // Compiles the step graph (or the all-logits one) on the device and binds its weights.
   std::unique_ptr<Executable> CompileStep(bool all_logits, const std::string& artifact_dir = "") const;
   void CheckTokens(std::span<const int32_t> tokens, int64_t past) const;
+  // The executable a step of n tokens runs on, with the KV cache's first past_ rows moved there first.
+  Executable& StepFor(size_t n);
+  // Moves the KV cache's first `rows` rows from one executable to the other, into last_handover_.
+  void HandOver(Executable& from, Executable& to, int64_t rows);
   void SetBatching(const LoadOptions& opts);
 
   std::string path_, tokenizer_path_;
@@ -120,6 +133,10 @@ class LanguageModel {
   bool graph_replay_ = true;
   std::shared_ptr<Device> device_;
   std::unique_ptr<Executable> step_, all_;  // the step program, and the all-logits one (made on first use)
+  std::unique_ptr<Executable> prefill_;     // the step on LoadOptions::prefill_device, or null
+  Executable* kv_on_ = nullptr;             // which step holds the KV cache (with prefill_)
+  nlohmann::json last_handover_;
+  int64_t handovers_ = 0;
   int64_t past_ = 0;
   int64_t kv_block_ = 0, kv_blocks_ = 0;
 };

@@ -22,21 +22,25 @@ nlohmann::json ReadArtifactJson(const std::string& dir, const char* name) {
 
 }  // namespace
 
-std::unique_ptr<Executable> CpuDevice::Compile(const Graph& g, const CompileRequest& req) {
-  CompileOptions co;
-  co.threads = req.threads;
-  if (req.artifact_dir.empty()) return Program::Compile(g, co);
-  co.prebuilt_so = (fs::path(req.artifact_dir) / "kernels.so").string();
-  std::ifstream src(fs::path(req.artifact_dir) / "kernels.cpp");
-  if (!src) throw Error(req.artifact_dir + ": artifact has no kernels.cpp");
+std::unique_ptr<Program> Program::LoadArtifact(const Graph& g, CompileOptions co, const std::string& dir) {
+  co.prebuilt_so = (fs::path(dir) / "kernels.so").string();
+  std::ifstream src(fs::path(dir) / "kernels.cpp");
+  if (!src) throw Error(dir + ": artifact has no kernels.cpp");
   co.prebuilt_source.assign(std::istreambuf_iterator<char>(src), std::istreambuf_iterator<char>());
   std::unique_ptr<Program> p = Program::Compile(g, co);
   KernelChoices choices;
-  const nlohmann::json schedule = ReadArtifactJson(req.artifact_dir, "schedule.json");  // outlives items()
+  const nlohmann::json schedule = ReadArtifactJson(dir, "schedule.json");  // outlives items()
   for (const auto& [bucket, arr] : schedule.items())
     for (const auto& c : arr) choices[bucket].push_back(ChoiceFromJson(c));
   p->SetChoices(std::move(choices));
   return p;
+}
+
+std::unique_ptr<Executable> CpuDevice::Compile(const Graph& g, const CompileRequest& req) {
+  CompileOptions co;
+  co.threads = req.threads;
+  if (req.artifact_dir.empty()) return Program::Compile(g, co);
+  return Program::LoadArtifact(g, co, req.artifact_dir);
 }
 
 void Program::SaveArtifact(const std::string& dir, nlohmann::json& manifest) {

@@ -167,6 +167,39 @@ void Program::ResetState() {
     if (kp_.buffers[b].kind == BufferKind::State) storage_[b] = HostTensor();
 }
 
+// The state buffer named `name`, allocated (zeros) if no step has run since ResetState.
+static HostTensor& StateStorage(const KernelProgram& kp, std::vector<HostTensor>& storage,
+                                const std::string& name) {
+  for (size_t b = 0; b < kp.buffers.size(); ++b) {
+    const KBuffer& kb = kp.buffers[b];
+    if (kb.kind != BufferKind::State || kb.name != name) continue;
+    if (!storage[b].data) storage[b] = HostTensor::Zeros(kb.dtype, EvalShape(kb.shape, {}));
+    return storage[b];
+  }
+  throw Error("state '" + name + "': the graph has no such state");
+}
+
+HostTensor Program::ReadStateRows(const std::string& name, int64_t rows) {
+  const HostTensor& s = StateStorage(kp_, storage_, name);
+  if (rows < 0 || rows > s.shape.at(0))
+    throw Error("state '" + name + "': " + std::to_string(rows) + " rows asked of " + s.ShapeString());
+  std::vector<int64_t> shape = s.shape;
+  shape[0] = rows;
+  HostTensor out = HostTensor::Zeros(s.dtype, shape);
+  std::memcpy(out.data, s.data, (size_t)out.nbytes());
+  return out;
+}
+
+void Program::WriteStateRows(const std::string& name, const HostTensor& rows) {
+  HostTensor& s = StateStorage(kp_, storage_, name);
+  if (rows.dtype != s.dtype || rows.shape.empty() || rows.shape[0] > s.shape[0] ||
+      !std::equal(rows.shape.begin() + 1, rows.shape.end(), s.shape.begin() + 1, s.shape.end()))
+    throw Error("state '" + name + "': rows " + rows.ShapeString() + " " +
+                std::string(DTypeName(rows.dtype)) + " do not fit " + s.ShapeString() + " " +
+                std::string(DTypeName(s.dtype)));
+  std::memcpy(s.data, rows.data, (size_t)rows.nbytes());
+}
+
 void Program::PlanLaunches(const SymbolBindings& b, bool prepare) {
   launches_.resize(kp_.kernels.size());
   const int threads = pool_->size();

@@ -60,12 +60,17 @@ using KernelFn = void (*)(void* const* bufs, const int64_t* syms, int64_t begin,
 class Program : public Executable {
  public:
   static std::unique_ptr<Program> Compile(const Graph& g, const CompileOptions& opts = {});
+  // Loads what SaveArtifact wrote into `dir` (kernels.so, kernels.cpp, schedule.json) for this graph,
+  // compiled with `opts`' fusion; the kernels rendered now must equal the artifact's (cpu_device.cpp).
+  static std::unique_ptr<Program> LoadArtifact(const Graph& g, CompileOptions opts, const std::string& dir);
 
   // Weights are bound once (borrowed: the caller keeps the memory alive, e.g. an mmap).
   void BindWeight(const std::string& name, const HostTensor& t) override;
   std::vector<HostTensor> Run(const std::map<std::string, HostTensor>& inputs,
                               const SymbolBindings& syms = {}) override;
   void ResetState() override;
+  HostTensor ReadStateRows(const std::string& name, int64_t rows) override;
+  void WriteStateRows(const std::string& name, const HostTensor& rows) override;
   const std::string& device() const override { return device_; }
   const Graph& graph() const override { return graph_; }
   size_t kernel_count() const override { return kp_.kernels.size(); }

@@ -25,9 +25,32 @@ class InterpExecutable : public Executable {
     return interp_.Run(inputs, syms);
   }
   void ResetState() override { interp_.ResetState(); }
+  HostTensor ReadStateRows(const std::string& name, int64_t rows) override {
+    const Node& n = StateNode(name);
+    std::vector<int64_t> shape = EvalShape(n.shape, {});
+    if (rows < 0 || rows > shape.at(0))
+      throw Error("state '" + name + "': " + std::to_string(rows) + " rows asked");
+    shape[0] = rows;
+    HostTensor out = HostTensor::Zeros(n.dtype, shape);
+    const std::vector<double>& v = interp_.MutableStateValues(name);
+    for (int64_t i = 0; i < out.numel(); ++i) StoreFromDouble(out.data, n.dtype, i, v[i]);
+    return out;
+  }
+  void WriteStateRows(const std::string& name, const HostTensor& rows) override {
+    const Node& n = StateNode(name);
+    std::vector<double>& v = interp_.MutableStateValues(name);
+    if (rows.dtype != n.dtype || rows.numel() > (int64_t)v.size())
+      throw Error("state '" + name + "': rows " + rows.ShapeString() + " do not fit " + ShapeStr(n.shape));
+    for (int64_t i = 0; i < rows.numel(); ++i) v[i] = LoadAsDouble(rows.data, rows.dtype, i);
+  }
   size_t kernel_count() const override { return graph_.size(); }
 
  private:
+  const Node& StateNode(const std::string& name) const {
+    for (const Node& n : graph_.nodes())
+      if (n.op == Op::State && n.name == name) return n;
+    throw Error("state '" + name + "': the graph has no such state");
+  }
   std::string name_ = "interp";
   Graph graph_;
   Interpreter interp_;

@@ -3,6 +3,8 @@
 #include "backends/systolic/systolic_device.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 
 #include "backends/cpu/attention.h"
 #include "backends/timing.h"
@@ -37,13 +39,11 @@ double WeightBytes(const SystolicDescription& d) { return d.bf16_products ? 2 : 
 SystolicProgram::SystolicProgram(std::string name, SystolicDescription desc, const Graph& g,
                                  const CompileRequest& req)
     : name_(std::move(name)), desc_(std::move(desc)) {
-  if (!req.artifact_dir.empty())
-    throw Error(req.artifact_dir + ": device " + name_ +
-                " loads no compiled artifacts (the cpu device does)");
   CompileOptions opts;
   opts.fusion.gemm_epilogues = false;  // the device returns the product; the host finishes it
   opts.threads = req.threads;
-  host_ = Program::Compile(g, opts);
+  host_ =
+      req.artifact_dir.empty() ? Program::Compile(g, opts) : Program::LoadArtifact(g, opts, req.artifact_dir);
   const KernelProgram& kp = host_->kernels();
   // Matrix products against weights and the fused attention go to the devices; expert-indexed products
   // (MoE) stay on the host: the simulator has no gathered-slab form.
@@ -68,6 +68,30 @@ SystolicProgram::SystolicProgram(std::string name, SystolicDescription desc, con
     const SymbolBindings b = Bindings(host_->kernels(), syms);
     Simulate(k, ChoiceFor(k, b), bufs, b);
   });
+  if (req.artifact_dir.empty()) return;
+  const std::string path = (std::filesystem::path(req.artifact_dir) / "systolic.json").string();
+  std::ifstream f(path);
+  const nlohmann::json j = f ? nlohmann::json::parse(f, nullptr, false) : nlohmann::json();
+  if (!j.is_object() || !j.contains("description") || !j.contains("choices"))
+    throw Error(path + ": missing or not a systolic schedule (compile the artifact with --device " + name_ +
+                ")");
+  if (j["description"].dump() != desc_.text)
+    throw Error(path + ": compiled for systolic description '" + j["description"].value("name", "?") +
+                "', not this device's '" + desc_.name + "' as given; compile it again");
+  for (const auto& [bucket, arr] : j["choices"].items())
+    for (const auto& c : arr) choices_[bucket].push_back(DeviceChoiceFromJson(c));
+}
+
+void SystolicProgram::SaveArtifact(const std::string& dir, nlohmann::json& manifest) {
+  host_->SaveArtifact(dir, manifest);
+  nlohmann::json choices = nlohmann::json::object();
+  for (const auto& [bucket, cs] : choices_) {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const DeviceChoice& c : cs) arr.push_back(DeviceChoiceToJson(c));
+    choices[bucket] = arr;
+  }
+  std::ofstream(std::filesystem::path(dir) / "systolic.json")
+      << nlohmann::json{{"description", nlohmann::json::parse(desc_.text)}, {"choices", choices}}.dump(1);
 }
 
 void SystolicProgram::BindWeight(const std::string& name, const HostTensor& t) {

@@ -26,6 +26,7 @@ DeviceChoice DeviceChoiceFromJson(const nlohmann::json& j);
 
 class SystolicProgram : public Executable {
  public:
+  // Compiles the host program (or loads it and the device choices from an artifact, req.artifact_dir).
   SystolicProgram(std::string name, SystolicDescription desc, const Graph& g, const CompileRequest& req);
   const std::string& device() const override { return name_; }
   const Graph& graph() const override { return host_->graph(); }
@@ -33,10 +34,22 @@ class SystolicProgram : public Executable {
   std::vector<HostTensor> Run(const std::map<std::string, HostTensor>& inputs,
                               const SymbolBindings& syms = {}) override;
   void ResetState() override { host_->ResetState(); }
+  // The KV cache lives in the devices' HBM (each layer's on its devices); it crosses the links in parallel.
+  HostTensor ReadStateRows(const std::string& name, int64_t rows) override {
+    return host_->ReadStateRows(name, rows);
+  }
+  void WriteStateRows(const std::string& name, const HostTensor& rows) override {
+    host_->WriteStateRows(name, rows);
+  }
+  double StateTransferSeconds(double bytes) const override {
+    return desc_.link_latency_us * 1e-6 + bytes / desc_.devices / (desc_.link_gbps * 1e9);
+  }
   std::unique_ptr<ScheduleSpace> OpenSearch() override;
   size_t kernel_count() const override { return host_->kernel_count(); }
   nlohmann::json PredictStep(const std::map<std::string, HostTensor>& inputs,
                              const SymbolBindings& syms) override;
+  // The host program's artifact, and systolic.json: the description and the device kernels' choices.
+  void SaveArtifact(const std::string& dir, nlohmann::json& manifest) override;
 
   const SystolicDescription& description() const { return desc_; }
   const KernelProgram& kernels() const { return host_->kernels(); }
