@@ -4,6 +4,7 @@
 #     out, see ggml_cpu_args). It compiles llama.cpp with CMake: ~30 minutes on 2 busy cores. Set
 #     BENCH_LLAMACPP_FORCE=1 to rebuild (e.g. after moving to a different CPU).
 #   - torch, transformers, numpy, safetensors, gguf (PyTorch eager baseline, model writers).
+#   - scalesim (SCALE-Sim, the cycle-level simulator the systolic timing model is checked against).
 # It also builds Prism and the roofline probe (build/prism, build/prism_roofline_probe).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +47,12 @@ fi
 pip_install llama-cpp-python
 $PY -c "import llama_cpp; print('setup: llama_cpp', llama_cpp.__version__)"
 
+# SCALE-Sim, the cycle-level systolic-array simulator bench/systolic_scalesim.py checks Prism's timing model with.
+if ! $PY -c "import scalesim" 2>/dev/null; then
+  echo "setup: installing scalesim"
+  pip_install scalesim
+fi
+
 # --llama-server: llama.cpp's own server (bench/serve.py's anchor), built from the llama.cpp that
 # llama-cpp-python's source distribution vendors, for this CPU, into bench/llama-server/bin.
 if [ "${1:-}" = "--llama-server" ] && [ ! -x bench/llama-server/bin/llama-server ]; then
@@ -66,6 +73,6 @@ fi
 # Incremental (a no-op when up to date); BENCH_REBUILD=0 only builds what is missing.
 if [ ! -x build/prism ] || [ ! -x build/prism_roofline_probe ] || [ "${BENCH_REBUILD:-1}" = "1" ]; then
   [ -f build/build.ninja ] || cmake -S . -B build -G Ninja >/dev/null
-  ninja -C build -j"${BENCH_BUILD_JOBS:-1}" prism prism_roofline_probe
+  ninja -C build -j"${BENCH_BUILD_JOBS:-1}" prism prism_roofline_probe prism_systolic_cycles
 fi
 echo "setup: done"

@@ -54,9 +54,10 @@ TEST(SystolicDescription, BuiltinsParseAndBadFieldsGiveOneLineErrors) {
 }
 
 TEST(SystolicTiming, ArrayCyclesCountFoldsFillAndDrain) {
-  // SCALE-Sim's count (no double buffering): per fold, the stream plus 2R + C - 2.
+  // SCALE-Sim's count (no double buffering; bench/systolic_scalesim.py compares): per output-stationary
+  // fold the stream plus R + C - 2, per weight-stationary one the weights' shift-in (R) besides.
   SystolicDescription edge = LoadSystolicDescription("edge");  // 32x32, output stationary
-  EXPECT_EQ(ArrayCycles(edge, 64, 64, 100), 4 * (100 + 64 + 32 - 2));
+  EXPECT_EQ(ArrayCycles(edge, 64, 64, 100), 4 * (100 + 32 + 32 - 2));
   edge.dataflow = Dataflow::WeightStationary;
   EXPECT_EQ(ArrayCycles(edge, 10, 40, 70), 3 * 2 * (10 + 64 + 32 - 2));
   // Double-buffered folds pay the skew once per array; eight arrays share the folds.
@@ -178,6 +179,24 @@ TEST(SystolicSearch, PlacementFollowsTheLinkCosts) {
     fast_column += v.rfind("column", 0) == 0;
   EXPECT_EQ(slow_column, 0);
   EXPECT_GT(fast_column, products / 2);
+}
+
+// Weights that do not fit the devices' HBM are refused with a one-line error, not simulated.
+TEST(SystolicDevice, WeightsBeyondHbmAreRefused) {
+  const std::string path = ::testing::TempDir() + "/tiny_hbm.json";
+  std::ofstream(path) << R"({"extends": "edge", "name": "tiny", "hbm": {"gib": 0.0001}})";
+  LoadOptions lo;
+  lo.device = "systolic:" + path;
+  auto lm = LanguageModel::Load(kStoriesDir + "stories260K.bin", lo);
+  try {
+    lm->Forward({1, 2, 3});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("device 0 need"), std::string::npos) << m;
+    EXPECT_NE(m.find("its HBM holds"), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos);
+  }
 }
 
 // Greedy text through the simulator: with f32 products the whole reference (as the CPU gives it); with

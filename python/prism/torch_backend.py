@@ -6,7 +6,7 @@ for the device and run on the inputs' memory. Dynamic sizes (dynamic=True, mark_
 symbols, so one compiled program serves every size. Operators Prism does not lower run in eager
 PyTorch for their part of the graph (one warning lists them); the rest still runs in Prism.
 
-Options (torch.compile(..., options={...})): device ("cpu", "cuda", "opencl", "interp"; default: cpu,
+Options (torch.compile(..., options={...})): device ("cpu", "cuda", "opencl", "interp", "systolic[:NAME]"; default: cpu,
 or cuda for CUDA inputs), threads (0: every core), search_budget (seconds of schedule search per graph
 at its first sizes; default none: the tuning database's decisions and the defaults).
 

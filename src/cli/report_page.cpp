@@ -150,7 +150,8 @@ BucketReceipts ReceiptsOf(const json& receipts, const std::string& bucket) {
   BucketReceipts b;
   std::set<std::string> not_run;
   for (const json& r : receipts)
-    if (r.value("bucket", "") == bucket && r.value("chosen", "").rfind("template-attention", 0) == 0)
+    if (r.value("bucket", "") == bucket &&
+        (r.value("chosen", "").rfind("template-attention", 0) == 0 || r.value("always_fused", false)))
       for (const json& k : r.value("unfused_kernels", json::array())) not_run.insert(k.get<std::string>());
   b.not_run = not_run.size();
   for (const json& r : receipts) {

@@ -69,7 +69,7 @@ def _reference(zoo, name):
     return zoo.cache[key]
 
 
-# PRISM_TEST_DEVICE=cuda (or opencl, interp) runs Prism's side of the logits checks on that device.
+# PRISM_TEST_DEVICE=cuda (or opencl, interp, systolic:quad-f32) runs Prism's side of the logits checks there.
 DEVICE = os.environ.get("PRISM_TEST_DEVICE", "cpu")
 
 

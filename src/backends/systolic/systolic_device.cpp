@@ -171,8 +171,33 @@ void SystolicProgram::Simulate(size_t k, const DeviceChoice& c, void* const* buf
                     shape, at.scale, at.exp_scale, row);
 }
 
+void SystolicProgram::CheckCapacity(const SymbolBindings& b) {
+  std::vector<double> bytes(desc_.devices, 0);
+  const KernelProgram& kp = host_->kernels();
+  for (size_t k = 0; k < kp.kernels.size(); ++k) {
+    if (!on_device_[k] || !kp.kernels[k].gemm) continue;
+    const GemmTemplate& gm = *kp.kernels[k].gemm;
+    const double w = (double)gm.n * gm.k * WeightBytes(desc_);
+    if (ChoiceFor(k, b).placement == Placement::Layer)
+      bytes[home_[k]] += w;
+    else
+      for (double& x : bytes) x += w / desc_.devices;
+  }
+  for (const KBuffer& kb : kp.buffers)  // the KV cache, spread over the devices with its layers
+    if (kb.kind == BufferKind::State) {
+      const double kv = (double)Product(kb.shape).Eval(b) * (desc_.bf16_products ? 2 : 4);
+      for (double& x : bytes) x += kv / desc_.devices;
+    }
+  for (int d = 0; d < desc_.devices; ++d)
+    if (bytes[d] > desc_.hbm_bytes)
+      throw Error("device " + name_ + ": the weights placed on device " + std::to_string(d) + " need " +
+                  std::to_string(bytes[d] / (1 << 30)) + " GiB; its HBM holds " +
+                  std::to_string(desc_.hbm_bytes / (1 << 30)) + " GiB");
+}
+
 std::vector<HostTensor> SystolicProgram::Run(const std::map<std::string, HostTensor>& inputs,
                                              const SymbolBindings& syms) {
+  CheckCapacity(BindSymbols(graph(), inputs, syms));
   return host_->Run(inputs, syms);
 }
 
@@ -180,6 +205,7 @@ nlohmann::json SystolicProgram::PredictStep(const std::map<std::string, HostTens
                                             const SymbolBindings& syms) {
   const KernelProgram& kp = host_->kernels();
   const SymbolBindings b = BindSymbols(graph(), inputs, syms);
+  CheckCapacity(b);
   // The host's kernels timed for real, one dispatch each (the devices' kernels computed by the host too:
   // their time comes from the model).
   const std::vector<double> before = host_->kernel_seconds();
@@ -193,34 +219,46 @@ nlohmann::json SystolicProgram::PredictStep(const std::map<std::string, HostTens
     const SymbolBindings bb = Bindings(host_->kernels(), s);
     Simulate(k, ChoiceFor(k, bb), bufs, bb);
   });
-  // The step's timeline: the host runs its kernels in order and waits for each device kernel's result; a
-  // device starts loading a kernel's first weight tile as soon as it is free (weights do not depend on
-  // the step's data), which hides behind the host's work before it.
-  std::vector<double> free_at(desc_.devices, 0);
-  double now = 0, host_s = 0, hidden_s = 0, flops = 0, hbm = 0;
+  // The step's timeline. The host walks the kernels in order: it runs its own kernels once their inputs
+  // are ready, and for a device kernel spends the launches, then goes on while the devices work; a device
+  // kernel starts when launched, its inputs are ready and its devices are free, and its result is back
+  // a link transfer and its device time later. A device loads a kernel's first weight tile as soon as it
+  // is free (weights do not depend on the step's data), which hides behind whatever came before.
+  std::vector<double> free_at(desc_.devices, 0), done(kp.kernels.size(), 0);
+  std::vector<int> writer(kp.buffers.size(), -1);  // the kernel that last wrote each buffer
+  double host = 0, end = 0, host_s = 0, hidden_s = 0, flops = 0, hbm = 0;
   KernelTime parts;
   nlohmann::json kernels = nlohmann::json::array();
   std::vector<std::pair<double, std::string>> gaps;
   for (size_t k = 0; k < kp.kernels.size(); ++k) {
     const Kernel& kn = kp.kernels[k];
     if (kn.covered_by >= 0 && on_device_[kn.covered_by]) continue;
+    double ready = 0;
+    for (int r : KernelReads(kn))
+      if (writer[r] >= 0) ready = std::max(ready, done[writer[r]]);
+    writer[kn.out_buffer] = (int)k;
     if (!on_device_[k]) {
       const double s = host_->kernel_seconds()[k] - before[k];
-      now += s;
+      host = std::max(host, ready) + s;
+      done[k] = host;
       host_s += s;
       kernels.push_back({{"kernel", kn.name}, {"on", "host"}, {"measured_us", s * 1e6}});
+      end = std::max(end, done[k]);
       continue;
     }
     const DeviceChoice c = ChoiceFor(k, b);
     const KernelTime t = Predict(k, c, b);
-    double ready = 0;
+    auto uses = [&](int d) { return c.placement == Placement::Column ? d < t.devices : d == home_[k]; };
+    double idle_since = 0;
     for (int d = 0; d < desc_.devices; ++d)
-      if (c.placement == Placement::Column ? d < t.devices : d == home_[k])
-        ready = std::max(ready, free_at[d]);
-    const double hidden = std::min(t.first_load_s, std::max(0.0, now - ready));
-    now += t.seconds - hidden;
+      if (uses(d)) idle_since = std::max(idle_since, free_at[d]);
+    host += t.launch_s;
+    const double start = std::max({host, ready, idle_since});
+    const double hidden = std::min(t.first_load_s, start - idle_since);
+    done[k] = start + t.link_s + t.device_s - hidden;
     for (int d = 0; d < desc_.devices; ++d)
-      if (c.placement == Placement::Column ? d < t.devices : d == home_[k]) free_at[d] = now;
+      if (uses(d)) free_at[d] = done[k];
+    end = std::max(end, done[k]);
     hidden_s += hidden;
     parts.launch_s += t.launch_s;
     parts.link_s += t.link_s;
@@ -234,11 +272,13 @@ nlohmann::json SystolicProgram::PredictStep(const std::map<std::string, HostTens
     j["kernel"] = kn.name;
     j["on"] = c.placement == Placement::Column ? "devices" : "device " + std::to_string(home_[k]);
     j["choice"] = DeviceChoiceToJson(c);
+    j["start_us"] = start * 1e6;
     j["hidden_first_load_us"] = hidden * 1e6;
     j["roofline_us"] = floor * 1e6;
     j["roofline_fraction"] = t.seconds - hidden > 0 ? floor / (t.seconds - hidden) : 0;
     kernels.push_back(j);
   }
+  const double now = end;
   std::sort(gaps.rbegin(), gaps.rend());
   nlohmann::json limits = nlohmann::json::array();
   for (size_t i = 0; i < gaps.size() && i < 5; ++i)

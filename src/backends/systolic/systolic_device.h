@@ -67,6 +67,10 @@ class SystolicProgram : public Executable {
   Program& host() { return *host_; }
 
  private:
+  // Throws prism::Error when the weights placed on a device (under the choices at these sizes) and its share
+  // of the KV cache exceed its HBM.
+  void CheckCapacity(const SymbolBindings& b);
+
   std::string name_;
   SystolicDescription desc_;
   std::unique_ptr<Program> host_;

@@ -62,6 +62,13 @@ class SystolicScheduleSpace : public ScheduleSpace {
       }
     }
     notes["on"] = "systolic devices (" + d_.name + ")";
+    if (kn.attention) {  // the devices always run attention fused: the unfused form's kernels never run
+      notes["always_fused"] = true;
+      notes["unfused_kernels"] = nlohmann::json::array();
+      for (size_t j = 0; j < kernels().kernels.size(); ++j)
+        if (kernels().kernels[j].covered_by == (int)k)
+          notes["unfused_kernels"].push_back(kernels().kernels[j].name);
+    }
     return out;
   }
   void BeforeReference(size_t k) override { host_->BeforeReference(k); }

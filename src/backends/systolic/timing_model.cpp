@@ -66,15 +66,15 @@ nlohmann::json KernelTime::ToJson() const {
 double ArrayCycles(const SystolicDescription& d, int64_t m, int64_t n, int64_t k) {
   const int64_t R = d.rows, C = d.cols;
   // Weight-stationary: a fold holds R x C weights and streams the m input rows; output-stationary: a
-  // fold holds R x C outputs and streams k. Without double buffering (SCALE-Sim's count) each fold
-  // shifts its operand block in (R cycles), streams, and fills and drains (R + C - 2); with it, the next
-  // fold's block shifts in during this one's stream and folds follow each other without draining, so an
-  // array pays the skew once.
+  // fold holds R x C outputs and streams k. Without double buffering (SCALE-Sim's count, which
+  // bench/systolic_scalesim.py checks) a fold streams and fills and drains (R + C - 2), and a
+  // weight-stationary one first shifts its weights in (R); with it, the next fold's weights shift in
+  // during this one's stream and folds follow each other without draining: an array pays the skew once.
   const bool ws = d.dataflow == Dataflow::WeightStationary;
   const int64_t folds = ws ? Ceil(k, R) * Ceil(n, C) : Ceil(m, R) * Ceil(n, C), stream = ws ? m : k;
   const double per_array = (double)Ceil(folds, d.arrays);
-  if (d.weight_double_buffer) return per_array * (double)std::max(stream, R) + (double)(R + C - 2);
-  return per_array * (double)(stream + 2 * R + C - 2);
+  if (d.weight_double_buffer) return per_array * (double)(ws ? std::max(stream, R) : stream) + (double)(R + C - 2);
+  return per_array * (double)(stream + (ws ? R : 0) + R + C - 2);
 }
 
 bool TilingFits(const SystolicDescription& d, const Tiling& t, double wbytes) {

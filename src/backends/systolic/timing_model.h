@@ -32,10 +32,10 @@ struct KernelTime {
   nlohmann::json ToJson() const;
 };
 
-// Cycles one array takes for [m x k] . [k x n], as SCALE-Sim counts them: per fold (weight-stationary:
-// a rows x cols block of weights, inputs streamed through; output-stationary: a rows x cols block of
-// outputs, k streamed through) the stream plus fill and drain, and the weights' shift-in where it is not
-// double-buffered. Folds are shared among the device's arrays.
+// Cycles one array takes for [m x k] . [k x n], as SCALE-Sim counts them (within a cycle): per fold
+// (weight-stationary: a rows x cols block of weights, inputs streamed through; output-stationary: a rows x
+// cols block of outputs, k streamed through) the stream plus fill and drain, and the weights' shift-in
+// where it is not double-buffered. Folds are shared among the device's arrays.
 double ArrayCycles(const SystolicDescription& d, int64_t m, int64_t n, int64_t k);
 
 // Whether the tile's double-buffered inputs (bf16), weights (wbytes each) and f32 outputs fit the SRAM.
