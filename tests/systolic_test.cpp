@@ -128,6 +128,14 @@ std::map<std::string, std::string> DeviceChoices(const nlohmann::json& receipts)
   return chosen;
 }
 
+// Weights stay where the first bucket searched (decode) placed them: prefill chooses tiles only.
+void ExpectPlacementsHeld(const nlohmann::json& receipts) {
+  const auto chosen = DeviceChoices(receipts);
+  for (const auto& [key, v] : chosen)
+    if (key.rfind("prefill/", 0) == 0)
+      EXPECT_EQ(v.substr(0, v.find('/')), chosen.at("decode/" + key.substr(8)).substr(0, v.find('/'))) << key;
+}
+
 TEST(SystolicSearch, EveryCandidatePassesItsBoundAndChoicesFollowTheDescription) {
   Compiled q = StoriesOn("systolic"), e = StoriesOn("systolic:edge");
   Executable *quad = q.exe.get(), *edge = e.exe.get();
@@ -146,6 +154,7 @@ TEST(SystolicSearch, EveryCandidatePassesItsBoundAndChoicesFollowTheDescription)
   EXPECT_EQ(device_kernels,
             2 * (5 * 8 + 1));  // two buckets x (five layers x (seven products, attention), lm head)
   EXPECT_GE(searched, 2 * 5);
+  ExpectPlacementsHeld(rq);
   const auto cq = DeviceChoices(rq), ce = DeviceChoices(re);
   ASSERT_EQ(cq.size(), ce.size());
   int differ = 0;
@@ -175,8 +184,9 @@ TEST(SystolicSearch, PlacementFollowsTheLinkCosts) {
   int slow_column = 0, fast_column = 0, products = 0;
   for (const auto& [k, v] : DeviceChoices(SearchSchedules(*slow.exe, Buckets())))
     slow_column += v.rfind("column", 0) == 0, products++;
-  for (const auto& [k, v] : DeviceChoices(SearchSchedules(*fast.exe, Buckets())))
-    fast_column += v.rfind("column", 0) == 0;
+  const nlohmann::json fr = SearchSchedules(*fast.exe, Buckets());
+  for (const auto& [k, v] : DeviceChoices(fr)) fast_column += v.rfind("column", 0) == 0;
+  ExpectPlacementsHeld(fr);
   EXPECT_EQ(slow_column, 0);
   EXPECT_GT(fast_column, products / 2);
 }

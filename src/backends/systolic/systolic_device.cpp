@@ -24,6 +24,25 @@ DeviceChoice DeviceChoiceFromJson(const nlohmann::json& j) {
   return c;
 }
 
+AttentionCall AttentionCallOf(const KernelProgram& kp, const AttentionTemplate& at, void* const* bufs,
+                              const SymbolBindings& b) {
+  AttentionCall call{{at.heads_kv, at.group, at.head_dim, at.seq.Eval(b), at.total.Eval(b)}, nullptr};
+  if (at.table_buffer >= 0) {
+    const auto* table = static_cast<const int32_t*>(bufs[at.table_buffer]);
+    const auto* positions = static_cast<const int32_t*>(bufs[at.positions_buffer]);
+    const int64_t blocks = call.shape.total / at.block, block = at.block;
+    const int64_t rows = kp.buffers[at.k_buffer].shape[0].value();
+    call.row = [=](int64_t s, int64_t t) -> int64_t {
+      if (t > positions[s]) return -1;
+      return std::clamp<int64_t>((int64_t)table[s * blocks + t / block] * block + t % block, 0, rows - 1);
+    };
+  } else {
+    const int64_t offset = at.offset.Eval(b);
+    call.row = [=](int64_t s, int64_t t) -> int64_t { return t < s + offset ? t : -1; };
+  }
+  return call;
+}
+
 namespace {
 
 SymbolBindings Bindings(const KernelProgram& kp, const int64_t* syms) {
@@ -64,10 +83,7 @@ SystolicProgram::SystolicProgram(std::string name, SystolicDescription desc, con
     home_[k] = total > 0 ? std::min(desc_.devices - 1, (int)(before / total * desc_.devices)) : 0;
     before += bytes[k];
   }
-  host_->SetOffload(on_device_, [this](size_t k, void* const* bufs, const int64_t* syms) {
-    const SymbolBindings b = Bindings(host_->kernels(), syms);
-    Simulate(k, ChoiceFor(k, b), bufs, b);
-  });
+  Offload(true);
   if (req.artifact_dir.empty()) return;
   const std::string path = (std::filesystem::path(req.artifact_dir) / "systolic.json").string();
   std::ifstream f(path);
@@ -92,6 +108,14 @@ void SystolicProgram::SaveArtifact(const std::string& dir, nlohmann::json& manif
   }
   std::ofstream(std::filesystem::path(dir) / "systolic.json")
       << nlohmann::json{{"description", nlohmann::json::parse(desc_.text)}, {"choices", choices}}.dump(1);
+}
+
+void SystolicProgram::Offload(bool on) {
+  if (!on) return host_->SetOffload({}, nullptr);
+  host_->SetOffload(on_device_, [this](size_t k, void* const* bufs, const int64_t* syms) {
+    const SymbolBindings b = Bindings(host_->kernels(), syms);
+    Simulate(k, ChoiceFor(k, b), bufs, b);
+  });
 }
 
 void SystolicProgram::BindWeight(const std::string& name, const HostTensor& t) {
@@ -150,25 +174,11 @@ void SystolicProgram::Simulate(size_t k, const DeviceChoice& c, void* const* buf
     return;
   }
   const AttentionTemplate& at = *kn.attention;
-  const AttentionShape shape{at.heads_kv, at.group, at.head_dim, at.seq.Eval(b), at.total.Eval(b)};
-  KeyRow row;
-  if (at.table_buffer >= 0) {
-    const auto* table = static_cast<const int32_t*>(bufs[at.table_buffer]);
-    const auto* positions = static_cast<const int32_t*>(bufs[at.positions_buffer]);
-    const int64_t blocks = shape.total / at.block, rows = kp.buffers[at.k_buffer].shape[0].value();
-    row = [=](int64_t s, int64_t t) -> int64_t {
-      if (t > positions[s]) return -1;
-      const int64_t r = (int64_t)table[s * blocks + t / at.block] * at.block + t % at.block;
-      return std::clamp<int64_t>(r, 0, rows - 1);
-    };
-  } else {
-    const int64_t offset = at.offset.Eval(b);
-    row = [=](int64_t s, int64_t t) -> int64_t { return t < s + offset ? t : -1; };
-  }
+  const AttentionCall call = AttentionCallOf(kp, at, bufs, b);
   SimulateAttention(desc_, static_cast<const float*>(bufs[at.q_buffer]),
                     static_cast<const float*>(bufs[at.k_buffer]),
                     static_cast<const float*>(bufs[at.v_buffer]), static_cast<float*>(bufs[kn.out_buffer]),
-                    shape, at.scale, at.exp_scale, row);
+                    call.shape, at.scale, at.exp_scale, call.row);
 }
 
 void SystolicProgram::CheckCapacity(const SymbolBindings& b) {
@@ -209,16 +219,13 @@ nlohmann::json SystolicProgram::PredictStep(const std::map<std::string, HostTens
   // The host's kernels timed for real, one dispatch each (the devices' kernels computed by the host too:
   // their time comes from the model).
   const std::vector<double> before = host_->kernel_seconds();
-  host_->SetOffload({}, nullptr);
+  Offload(false);
   host_->SetMegakernel(false);
   host_->EnableProfile(true);
   host_->Run(inputs, syms);
   host_->EnableProfile(false);
   host_->SetMegakernel(true);
-  host_->SetOffload(on_device_, [this](size_t k, void* const* bufs, const int64_t* s) {
-    const SymbolBindings bb = Bindings(host_->kernels(), s);
-    Simulate(k, ChoiceFor(k, bb), bufs, bb);
-  });
+  Offload(true);
   // The step's timeline. The host walks the kernels in order: it runs its own kernels once their inputs
   // are ready, and for a device kernel spends the launches, then goes on while the devices work; a device
   // kernel starts when launched, its inputs are ready and its devices are free, and its result is back

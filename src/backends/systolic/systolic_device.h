@@ -24,6 +24,15 @@ struct DeviceChoice {
 nlohmann::json DeviceChoiceToJson(const DeviceChoice& c);
 DeviceChoice DeviceChoiceFromJson(const nlohmann::json& j);
 
+// An attention kernel at these sizes: its shape, and which K/V row query s's key t reads (through its block
+// table when paged, else causally in place), over a step's buffers.
+struct AttentionCall {
+  AttentionShape shape;
+  KeyRow row;
+};
+AttentionCall AttentionCallOf(const KernelProgram& kp, const AttentionTemplate& at, void* const* bufs,
+                              const SymbolBindings& b);
+
 class SystolicProgram : public Executable {
  public:
   // Compiles the host program (or loads it and the device choices from an artifact, req.artifact_dir).
@@ -67,6 +76,8 @@ class SystolicProgram : public Executable {
   Program& host() { return *host_; }
 
  private:
+  // Whether the host hands the device kernels to the simulator (else it computes them itself, for speed).
+  void Offload(bool on);
   // Throws prism::Error when the weights placed on a device (under the choices at these sizes) and its share
   // of the KV cache exceed its HBM.
   void CheckCapacity(const SymbolBindings& b);

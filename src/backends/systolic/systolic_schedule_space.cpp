@@ -28,8 +28,8 @@ class SystolicScheduleSpace : public ScheduleSpace {
     host_->StartBucket(bucket, from);
     auto& chosen = p_.choices()[bucket];
     chosen = from.empty() ? std::vector<DeviceChoice>(kernels().kernels.size()) : p_.choices().at(from);
-    // Weights stay where the first bucket put them: later buckets choose tiles only.
-    placement_fixed_ = !from.empty();
+    // Weights stay where the first bucket searched put them: later buckets choose tiles only.
+    if (first_bucket_.empty()) first_bucket_ = bucket;
     bucket_ = bucket;
   }
   SearchBuffers Prepare(const SymbolBindings& sizes, const std::vector<bool>& timed, bool whole_step,
@@ -42,7 +42,7 @@ class SystolicScheduleSpace : public ScheduleSpace {
     if (!p_.OnDevice(k)) return host_->Candidates(k, notes);
     const Kernel& kn = kernels().kernels[k];
     std::vector<Placement> placements = {Placement::Column, Placement::Layer};
-    if (placement_fixed_) placements = {p_.choices()[bucket_][k].placement};
+    if (bucket_ != first_bucket_) placements = {Placed(k)};
     if (d_.devices == 1) placements = {Placement::Layer};
     std::vector<ScheduleCandidate> out;
     for (Placement pl : placements) {
@@ -93,24 +93,11 @@ class SystolicScheduleSpace : public ScheduleSpace {
       return GemmErrorBound(d_, a + out_index / kn.gemm->n * kn.gemm->k, *Weight(k), out_index % kn.gemm->n);
     }
     const AttentionTemplate& at = *kn.attention;
-    const AttentionShape shape{at.heads_kv, at.group, at.head_dim, at.seq.Eval(buffers_.sizes),
-                               at.total.Eval(buffers_.sizes)};
-    const int64_t offset = at.offset.Eval(buffers_.sizes);
-    // The paged form's key rows come from its table; the bound only needs which keys are seen and where.
-    KeyRow row = [offset](int64_t s, int64_t t) -> int64_t { return t < s + offset ? t : -1; };
-    if (at.table_buffer >= 0) {
-      const auto* table = static_cast<const int32_t*>(bufs[at.table_buffer]);
-      const auto* positions = static_cast<const int32_t*>(bufs[at.positions_buffer]);
-      const int64_t blocks = shape.total / at.block, rows = kernels().buffers[at.k_buffer].shape[0].value();
-      const int64_t block = at.block;
-      row = [=](int64_t s, int64_t t) -> int64_t {
-        if (t > positions[s]) return -1;
-        return std::clamp<int64_t>((int64_t)table[s * blocks + t / block] * block + t % block, 0, rows - 1);
-      };
-    }
-    return AttentionErrorBound(
-        d_, static_cast<const float*>(bufs[at.q_buffer]), static_cast<const float*>(bufs[at.k_buffer]),
-        static_cast<const float*>(bufs[at.v_buffer]), shape, at.scale, at.exp_scale, row, out_index);
+    const AttentionCall call = AttentionCallOf(kernels(), at, bufs, buffers_.sizes);
+    return AttentionErrorBound(d_, static_cast<const float*>(bufs[at.q_buffer]),
+                               static_cast<const float*>(bufs[at.k_buffer]),
+                               static_cast<const float*>(bufs[at.v_buffer]), call.shape, at.scale,
+                               at.exp_scale, call.row, out_index);
   }
   double TimeUs(size_t k, const ScheduleCandidate& c) override {
     if (!p_.OnDevice(k)) return host_->TimeUs(k, c);
@@ -121,6 +108,7 @@ class SystolicScheduleSpace : public ScheduleSpace {
     auto& chosen = p_.choices()[bucket];
     chosen.resize(kernels().kernels.size());
     chosen[k] = DeviceChoiceFromJson(choice);
+    if (bucket != first_bucket_) chosen[k].placement = Placed(k);  // (a database entry from another order)
   }
   bool Runs(const std::string& bucket, size_t k) const override {
     const Kernel& kn = kernels().kernels[k];
@@ -130,6 +118,11 @@ class SystolicScheduleSpace : public ScheduleSpace {
   void Finish() override { host_->Finish(); }
 
  private:
+  // Where the first bucket placed kernel k's weights.
+  Placement Placed(size_t k) {
+    const auto& first = p_.choices()[first_bucket_];
+    return k < first.size() ? first[k].placement : Placement::Column;
+  }
   // The device copy of kernel k's weight as the search's buffers hold it (real weights where bound).
   const DeviceWeight* Weight(size_t k) {
     const GemmTemplate& gm = *kernels().kernels[k].gemm;
@@ -145,8 +138,7 @@ class SystolicScheduleSpace : public ScheduleSpace {
   const SystolicDescription& d_;
   SearchBuffers buffers_;
   std::map<int, DeviceWeight> weights_;
-  bool placement_fixed_ = false;
-  std::string bucket_;
+  std::string bucket_, first_bucket_;
 };
 
 }  // namespace

@@ -73,7 +73,8 @@ double ArrayCycles(const SystolicDescription& d, int64_t m, int64_t n, int64_t k
   const bool ws = d.dataflow == Dataflow::WeightStationary;
   const int64_t folds = ws ? Ceil(k, R) * Ceil(n, C) : Ceil(m, R) * Ceil(n, C), stream = ws ? m : k;
   const double per_array = (double)Ceil(folds, d.arrays);
-  if (d.weight_double_buffer) return per_array * (double)(ws ? std::max(stream, R) : stream) + (double)(R + C - 2);
+  if (d.weight_double_buffer)
+    return per_array * (double)(ws ? std::max(stream, R) : stream) + (double)(R + C - 2);
   return per_array * (double)(stream + (ws ? R : 0) + R + C - 2);
 }
 
