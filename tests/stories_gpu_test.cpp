@@ -61,6 +61,21 @@ TEST(Stories260KOpenCl, GreedyTextMatchesReference) {
   testing::ExpectReferenceText(*lm, "stories260K.bin on OpenCL");
 }
 
+// Prompts on OpenCL and generation on the CPU, and the reverse: the KV cache read from and written to the
+// device's buffers at each hand-over, and the published text either way.
+TEST(Stories260KOpenCl, PrefillOnOneDeviceDecodeOnAnother) {
+  PRISM_REQUIRE_DEVICE(OpenClDevice);
+  for (auto [prefill, decode] : {std::pair<std::string, std::string>{"opencl", "cpu"}, {"cpu", "opencl"}}) {
+    LoadOptions lo = OnDevice(decode);
+    lo.prefill_device = prefill;
+    auto lm = LanguageModel::Load(kStoriesDir + "stories260K.bin", lo);
+    testing::ExpectReferenceText(*lm, "stories260K.bin prefilled on " + prefill + ", decoded on " + decode);
+    ASSERT_FALSE(lm->last_handover().is_null());
+    EXPECT_EQ(lm->last_handover()["from"], prefill);
+    EXPECT_GT(lm->last_handover()["bytes"].get<double>(), 0);
+  }
+}
+
 // The one search on OpenCL through the language model, as `prism compile --device opencl` runs it:
 // kernels searched per bucket and saved to the tuning database, the chosen schedules keeping the
 // published greedy text, an artifact holding them, a second load deciding everything from the

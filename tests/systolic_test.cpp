@@ -259,5 +259,33 @@ TEST(SplitDevices, PrefillOnOneDecodeOnAnother) {
   EXPECT_THROW(LanguageModel::Load(kStoriesDir + "stories260K.bin", bad), Error);
 }
 
+// State rows read from one device write into another's state of the same graph; rows that do not fit are
+// refused in one line, on every device that hands state over.
+TEST(SplitDevices, StateRowsRoundTripAndMisfitsAreRefused) {
+  for (const std::string& device : {"cpu", "interp", "systolic:quad-f32"}) {
+    Compiled c = StoriesOn(device);
+    std::string state;
+    for (const Node& n : c.exe->graph().nodes())
+      if (n.op == Op::State) state = n.name;
+    ASSERT_FALSE(state.empty());
+    HostTensor rows = c.exe->ReadStateRows(state, 3);
+    ASSERT_EQ(rows.shape.size(), 3u) << device;
+    EXPECT_EQ(rows.shape[0], 3);
+    for (int64_t i = 0; i < rows.numel(); ++i) static_cast<float*>(rows.data)[i] = 0.5f + (float)i;
+    c.exe->WriteStateRows(state, rows);
+    const HostTensor back = c.exe->ReadStateRows(state, 3);
+    for (int64_t i = 0; i < rows.numel(); ++i)
+      ASSERT_EQ(static_cast<const float*>(back.data)[i], 0.5f + (float)i);
+    HostTensor wrong = HostTensor::Zeros(DType::F32, {3, rows.shape[1] + 1, rows.shape[2]});
+    try {
+      c.exe->WriteStateRows(state, wrong);
+      FAIL() << device << ": expected an error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("do not fit"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(c.exe->ReadStateRows(state, 1 << 20), Error) << device;
+  }
+}
+
 }  // namespace
 }  // namespace prism

@@ -2,6 +2,7 @@
 // weights, runs steps, owns its state and searches its schedules; the registry opens devices by name.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -50,6 +51,19 @@ inline void CheckWeightDtype(const std::string& name, DType given, DType expecte
                 std::string(DTypeName(expected)));
 }
 
+// Every executable's check of state rows handed to it (WriteStateRows) for state `name` of this shape and
+// dtype: the same dtype and row shape, no more rows than the state holds.
+inline void CheckStateRows(const std::string& name, const HostTensor& rows, const std::vector<int64_t>& state,
+                           DType dtype) {
+  if (rows.dtype == dtype && !rows.shape.empty() && !state.empty() && rows.shape[0] <= state[0] &&
+      std::equal(rows.shape.begin() + 1, rows.shape.end(), state.begin() + 1, state.end()))
+    return;
+  std::string want;
+  for (int64_t d : state) want += (want.empty() ? "" : ", ") + std::to_string(d);
+  throw Error("state '" + name + "': rows " + rows.ShapeString() + " " + std::string(DTypeName(rows.dtype)) +
+              " do not fit [" + want + "] " + std::string(DTypeName(dtype)));
+}
+
 // A graph compiled for one device, with its weights and state (the KV cache) in the device's memory.
 class Executable {
  public:
@@ -65,15 +79,9 @@ class Executable {
   virtual void ResetState() = 0;
   // Persistent state crossing to another device (a KV cache prefilled on one and decoded on another):
   // rows [0, rows) along axis 0 of state `name`, in the graph's dtype (zeros where nothing was written),
-  // and writing them back in place. Devices that cannot yet throw prism::Error saying so.
-  virtual HostTensor ReadStateRows(const std::string& name, int64_t rows) {
-    (void)rows;
-    throw Error("state '" + name + "': device " + device() + " cannot hand its state to another device yet");
-  }
-  virtual void WriteStateRows(const std::string& name, const HostTensor& rows) {
-    (void)rows;
-    throw Error("state '" + name + "': device " + device() + " cannot take state from another device yet");
-  }
+  // and writing them back in place.
+  virtual HostTensor ReadStateRows(const std::string& name, int64_t rows) = 0;
+  virtual void WriteStateRows(const std::string& name, const HostTensor& rows) = 0;
   // Predicted seconds for `bytes` of state to cross between this device and the host (a simulated device's
   // link); 0 where the copy's wall time is its time.
   virtual double StateTransferSeconds(double bytes) const {

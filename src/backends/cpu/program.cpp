@@ -192,11 +192,7 @@ HostTensor Program::ReadStateRows(const std::string& name, int64_t rows) {
 
 void Program::WriteStateRows(const std::string& name, const HostTensor& rows) {
   HostTensor& s = StateStorage(kp_, storage_, name);
-  if (rows.dtype != s.dtype || rows.shape.empty() || rows.shape[0] > s.shape[0] ||
-      !std::equal(rows.shape.begin() + 1, rows.shape.end(), s.shape.begin() + 1, s.shape.end()))
-    throw Error("state '" + name + "': rows " + rows.ShapeString() + " " +
-                std::string(DTypeName(rows.dtype)) + " do not fit " + s.ShapeString() + " " +
-                std::string(DTypeName(s.dtype)));
+  CheckStateRows(name, rows, s.shape, s.dtype);
   std::memcpy(s.data, rows.data, (size_t)rows.nbytes());
 }
 

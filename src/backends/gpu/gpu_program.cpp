@@ -278,6 +278,35 @@ void GpuProgram::BindWeight(const std::string& name, const HostTensor& t) {
   throw Error("weight '" + name + "' is not used by this graph");
 }
 
+size_t GpuProgram::StateSlot(const std::string& name) {
+  for (size_t b = 0; b < kp_.buffers.size(); ++b) {
+    const KBuffer& kb = kp_.buffers[b];
+    if (kb.kind != BufferKind::State || kb.name != name) continue;
+    const std::vector<int64_t> shape = EvalShape(kb.shape, {});
+    if (!slots_[b].allocated || slots_[b].shape != shape) Place(b, shape);  // Alloc zero-fills
+    return b;
+  }
+  throw Error("state '" + name + "': the graph has no such state");
+}
+
+HostTensor GpuProgram::ReadStateRows(const std::string& name, int64_t rows) {
+  const size_t b = StateSlot(name);
+  std::vector<int64_t> shape = slots_[b].shape;
+  if (rows < 0 || rows > shape.at(0))
+    throw Error("state '" + name + "': " + std::to_string(rows) + " rows asked of " +
+                ShapeStr(kp_.buffers[b].shape));
+  shape[0] = rows;
+  HostTensor out = HostTensor::Zeros(kp_.buffers[b].dtype, shape);
+  if (out.nbytes() > 0) device_->Download(out.data, slots_[b].mem, (size_t)out.nbytes());
+  return out;
+}
+
+void GpuProgram::WriteStateRows(const std::string& name, const HostTensor& rows) {
+  const size_t b = StateSlot(name);
+  CheckStateRows(name, rows, slots_[b].shape, kp_.buffers[b].dtype);
+  if (rows.nbytes() > 0) device_->Upload(slots_[b].mem, rows.data, (size_t)rows.nbytes());
+}
+
 void GpuProgram::ResetState() {
   for (size_t b = 0; b < kp_.buffers.size(); ++b)
     if (kp_.buffers[b].kind == BufferKind::State) Release(b);

@@ -87,6 +87,8 @@ class GpuProgram : public Executable {
   std::vector<HostTensor> Run(const std::map<std::string, HostTensor>& inputs,
                               const SymbolBindings& syms = {}) override;
   void ResetState() override;
+  HostTensor ReadStateRows(const std::string& name, int64_t rows) override;
+  void WriteStateRows(const std::string& name, const HostTensor& rows) override;
   const std::string& device() const override { return device_name_; }
   size_t kernel_count() const override { return kp_.kernels.size(); }
   // The schedule space the one search explores (backends/gpu/gpu_schedule_space.cpp): the renderer's
@@ -138,6 +140,8 @@ class GpuProgram : public Executable {
   void Place(size_t b, const std::vector<int64_t>& shape);  // (re)allocates zero-filled storage
   void Reuse(size_t b, const std::vector<int64_t>& shape);  // keeps storage that is big enough
   void Release(size_t b);
+  // The buffer of state `name`, placed (zeros) if no step has run since ResetState.
+  size_t StateSlot(const std::string& name);
   void Launch(const std::vector<size_t>& kernels, const std::vector<GpuLaunchParams>& launches);
   // Renders the kernels under per-kernel choices (empty: as compiled) into a build's source and functions.
   Plan BuildPlan(const std::vector<GpuKernelChoice>& choices, const std::string& prefix, std::string& source,

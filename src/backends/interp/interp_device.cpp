@@ -39,8 +39,7 @@ class InterpExecutable : public Executable {
   void WriteStateRows(const std::string& name, const HostTensor& rows) override {
     const Node& n = StateNode(name);
     std::vector<double>& v = interp_.MutableStateValues(name);
-    if (rows.dtype != n.dtype || rows.numel() > (int64_t)v.size())
-      throw Error("state '" + name + "': rows " + rows.ShapeString() + " do not fit " + ShapeStr(n.shape));
+    CheckStateRows(name, rows, EvalShape(n.shape, {}), n.dtype);
     for (int64_t i = 0; i < rows.numel(); ++i) v[i] = LoadAsDouble(rows.data, rows.dtype, i);
   }
   size_t kernel_count() const override { return graph_.size(); }
