@@ -64,6 +64,17 @@ inline void CheckStateRows(const std::string& name, const HostTensor& rows, cons
               " do not fit [" + want + "] " + std::string(DTypeName(dtype)));
 }
 
+// The tensor ReadStateRows fills: the first `rows` rows of state `name` of this shape and dtype (zeros), or
+// prism::Error when the state has fewer.
+inline HostTensor StateRowsTensor(const std::string& name, int64_t rows, std::vector<int64_t> state,
+                                  DType dtype) {
+  if (state.empty() || rows < 0 || rows > state[0])
+    throw Error("state '" + name + "': " + std::to_string(rows) + " rows asked of " +
+                std::to_string(state.empty() ? 0 : state[0]));
+  state[0] = rows;
+  return HostTensor::Zeros(dtype, state);
+}
+
 // A graph compiled for one device, with its weights and state (the KV cache) in the device's memory.
 class Executable {
  public:

@@ -267,18 +267,22 @@ Executable& LanguageModel::StepFor(size_t n) {
   return exe;
 }
 
+void LanguageModel::Advance(Executable& exe, size_t n) {
+  past_ += (int64_t)n;
+  // After a prompt the cache goes to the decoding device at once: its cost is part of the first token's.
+  if (&exe == prefill_.get()) {
+    HandOver(exe, *step_, past_);
+    kv_on_ = step_.get();
+  }
+}
+
 std::vector<float> LanguageModel::Forward(const std::vector<int32_t>& tokens) {
   if (kv_block_ > 0) throw Error("forward: a batched model steps sequences with StepBatch");
   CheckTokens(tokens, past_);
   std::map<std::string, HostTensor> in{{"tokens", HostTensor::FromInts({(int64_t)tokens.size()}, tokens)}};
   Executable& exe = StepFor(tokens.size());
   std::vector<float> logits = exe.Run(in, {{"past", past_}})[0].ToFloats();
-  past_ += (int64_t)tokens.size();
-  // After a prompt the cache goes to the decoding device at once: its cost is part of the first token's.
-  if (&exe == prefill_.get()) {
-    HandOver(exe, *step_, past_);
-    kv_on_ = step_.get();
-  }
+  Advance(exe, tokens.size());
   return logits;
 }
 
@@ -289,11 +293,7 @@ nlohmann::json LanguageModel::PredictForward(const std::vector<int32_t>& tokens)
   Executable& exe = StepFor(tokens.size());
   nlohmann::json predicted = exe.PredictStep(in, {{"past", past_}});
   if (predicted.is_null()) return predicted;  // nothing ran: Forward runs it
-  past_ += (int64_t)tokens.size();
-  if (&exe == prefill_.get()) {
-    HandOver(exe, *step_, past_);
-    kv_on_ = step_.get();
-  }
+  Advance(exe, tokens.size());
   return predicted;
 }
 

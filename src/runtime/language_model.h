@@ -120,6 +120,8 @@ class LanguageModel {
   void CheckTokens(std::span<const int32_t> tokens, int64_t past) const;
   // The executable a step of n tokens runs on, with the KV cache's first past_ rows moved there first.
   Executable& StepFor(size_t n);
+  // After a step of n tokens ran on exe: the position moves on, and a prompt's cache goes to the decoder.
+  void Advance(Executable& exe, size_t n);
   // Moves the KV cache's first `rows` rows from one executable to the other, into last_handover_.
   void HandOver(Executable& from, Executable& to, int64_t rows);
   void SetBatching(const LoadOptions& opts);

@@ -181,11 +181,7 @@ static HostTensor& StateStorage(const KernelProgram& kp, std::vector<HostTensor>
 
 HostTensor Program::ReadStateRows(const std::string& name, int64_t rows) {
   const HostTensor& s = StateStorage(kp_, storage_, name);
-  if (rows < 0 || rows > s.shape.at(0))
-    throw Error("state '" + name + "': " + std::to_string(rows) + " rows asked of " + s.ShapeString());
-  std::vector<int64_t> shape = s.shape;
-  shape[0] = rows;
-  HostTensor out = HostTensor::Zeros(s.dtype, shape);
+  HostTensor out = StateRowsTensor(name, rows, s.shape, s.dtype);
   std::memcpy(out.data, s.data, (size_t)out.nbytes());
   return out;
 }

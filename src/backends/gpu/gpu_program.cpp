@@ -291,12 +291,7 @@ size_t GpuProgram::StateSlot(const std::string& name) {
 
 HostTensor GpuProgram::ReadStateRows(const std::string& name, int64_t rows) {
   const size_t b = StateSlot(name);
-  std::vector<int64_t> shape = slots_[b].shape;
-  if (rows < 0 || rows > shape.at(0))
-    throw Error("state '" + name + "': " + std::to_string(rows) + " rows asked of " +
-                ShapeStr(kp_.buffers[b].shape));
-  shape[0] = rows;
-  HostTensor out = HostTensor::Zeros(kp_.buffers[b].dtype, shape);
+  HostTensor out = StateRowsTensor(name, rows, slots_[b].shape, kp_.buffers[b].dtype);
   if (out.nbytes() > 0) device_->Download(out.data, slots_[b].mem, (size_t)out.nbytes());
   return out;
 }

@@ -27,11 +27,7 @@ class InterpExecutable : public Executable {
   void ResetState() override { interp_.ResetState(); }
   HostTensor ReadStateRows(const std::string& name, int64_t rows) override {
     const Node& n = StateNode(name);
-    std::vector<int64_t> shape = EvalShape(n.shape, {});
-    if (rows < 0 || rows > shape.at(0))
-      throw Error("state '" + name + "': " + std::to_string(rows) + " rows asked");
-    shape[0] = rows;
-    HostTensor out = HostTensor::Zeros(n.dtype, shape);
+    HostTensor out = StateRowsTensor(name, rows, EvalShape(n.shape, {}), n.dtype);
     const std::vector<double>& v = interp_.MutableStateValues(name);
     for (int64_t i = 0; i < out.numel(); ++i) StoreFromDouble(out.data, n.dtype, i, v[i]);
     return out;

@@ -7,7 +7,6 @@
 #include <fstream>
 
 #include "backends/cpu/attention.h"
-#include "backends/timing.h"
 #include "ir/error.h"
 
 namespace prism {
