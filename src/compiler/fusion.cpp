@@ -139,6 +139,7 @@ std::vector<bool> ChooseRealized(const Graph& g, const FusionOptions& opts, cons
   // The template GEMM reads its activation from a buffer and writes its own output buffer; so does
   // fused attention with its queries.
   std::vector<bool> template_side(n, false);
+  std::set<NodeId> attention_interior;  // fused attention's inside: its own form, recomputed or not
   if (opts.templates)
     for (NodeId i = 0; i < n; ++i) {
       if (auto m = MatchLinear(g, i)) {
@@ -148,7 +149,10 @@ std::vector<bool> ChooseRealized(const Graph& g, const FusionOptions& opts, cons
         template_side[i] = !opts.gemm_epilogues || forced.count(i) || EpilogueConsumer(g, i) < 0;
         if (m->index >= 0) template_side[m->index] = template_side[i] = true;  // no expert epilogues
       }
-      if (auto a = MatchCausalAttention(g, i)) template_side[i] = template_side[a->q] = true;
+      if (auto a = MatchCausalAttention(g, i)) {
+        template_side[i] = template_side[a->q] = true;
+        attention_interior.insert(a->interior.begin(), a->interior.end());
+      }
     }
 
   // Dead code: nodes no output or state write depends on get no kernel.
@@ -180,7 +184,8 @@ std::vector<bool> ChooseRealized(const Graph& g, const FusionOptions& opts, cons
       r = uses[i] != 1;
       c += 1000;  // never recompute a reduction
     } else {
-      r = (uses[i] >= 2 && c >= 8) || (broadcast[i] && c >= 4) || c > 256;
+      const bool recompute = opts.recompute || attention_interior.count(i);
+      r = (uses[i] >= 2 && (c >= 8 || !recompute)) || (broadcast[i] && c >= 4) || c > 256;
     }
     realized[i] = r;
     cost[i] = r ? 0 : c;

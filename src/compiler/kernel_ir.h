@@ -166,6 +166,10 @@ struct FusionOptions {
   // x · Wᵀ read only by an Add or Mul of its own shape is computed in that op's kernel, as the
   // template's epilogue (GemmTemplate::epilogue): the product is never stored on its own.
   bool gemm_epilogues = false;
+  // An elementwise value read by two or more kernels is computed again inside each of them while that is
+  // cheap (a residual stream's chain of adds, up to a few terms); false: it always gets its own buffer (for
+  // a device that holds each buffer where its kernels run, every extra buffer a kernel reads costs a copy).
+  bool recompute = true;
 };
 
 // The kernel's value with its one reduction replaced by a load of the kernel's own output element:

@@ -62,9 +62,13 @@ SystolicDescription ParseSystolicDescription(const nlohmann::json& given, const 
     throw Error(origin + ": array.dataflow '" + flow + "' (expected weight_stationary or output_stationary)");
   d.weight_double_buffer = j["array"].value("weight_double_buffer", true);
   d.vector_lanes = (int64_t)Positive(j, "vector", "lanes", origin);
+  if (j["vector"].contains("start_cycles"))
+    d.vector_start_cycles = Positive(j, "vector", "start_cycles", origin);
   d.sram_inputs = (int64_t)(Positive(j, "sram_kib", "inputs", origin) * 1024);
   d.sram_weights = (int64_t)(Positive(j, "sram_kib", "weights", origin) * 1024);
   d.sram_outputs = (int64_t)(Positive(j, "sram_kib", "outputs", origin) * 1024);
+  if (j["sram_kib"].contains("weight_staging"))
+    d.weight_staging = (int64_t)(Positive(j, "sram_kib", "weight_staging", origin) * 1024);
   d.hbm_bytes = Positive(j, "hbm", "gib", origin) * (1 << 30);
   d.hbm_gbps = Positive(j, "hbm", "gbps", origin);
   d.link_gbps = Positive(j, "link", "gbps", origin);

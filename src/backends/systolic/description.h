@@ -1,5 +1,6 @@
 // A simulated accelerator system described by a file: devices with a systolic array, SRAM buffers and
-// HBM each, in a star around the host CPU (which runs the elementwise kernels for real).
+// HBM each, in a star around the host CPU (which runs elementwise kernels for real unless the devices' vector
+// units take them).
 #pragma once
 
 #include <cstdint>
@@ -20,10 +21,13 @@ struct SystolicDescription {
   double clock_ghz = 1;
   Dataflow dataflow = Dataflow::WeightStationary;
   bool weight_double_buffer = true;  // the next fold's weights shift in while this one computes
-  int64_t vector_lanes = 128;        // elements per cycle of the device's vector unit (softmax)
+  int64_t vector_lanes = 128;        // elements per cycle of the device's vector unit (softmax, elementwise)
+  double vector_start_cycles = 64;   // cycles before a vector kernel's first result
   int64_t sram_inputs = 0, sram_weights = 0, sram_outputs = 0;  // bytes per device
-  double hbm_bytes = 0, hbm_gbps = 0;                           // per device
-  double link_gbps = 0, link_latency_us = 0, launch_us = 0;     // per device, host <-> device
+  int64_t weight_staging =
+      0;  // bytes per device of on-chip memory weights may stream into ahead of the arrays
+  double hbm_bytes = 0, hbm_gbps = 0;                        // per device
+  double link_gbps = 0, link_latency_us = 0, launch_us = 0;  // per device, host <-> device
   bool bf16_products = true;  // operands rounded to bf16 (products exact in f32); else f32 products
   nlohmann::json sources;     // where the figures come from
   std::string text;           // the whole description, as parsed (part of the tuning database's key)

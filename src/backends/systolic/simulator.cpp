@@ -39,26 +39,32 @@ DeviceWeight ToDeviceWeight(const SystolicDescription& d, const void* data, DTyp
 }
 
 void SimulateGemm(const SystolicDescription& d, const float* a, int64_t m, const DeviceWeight& w,
-                  const Tiling& t, float* y) {
+                  const Tiling& t, float* y, int pieces) {
   const int64_t n = w.n, k = w.k;
   // Partial sums run down a column over one fold of `rows` weights (weight-stationary) or over all of k
   // (output-stationary); a fold never spans two SRAM tiles.
   const int64_t fold = d.dataflow == Dataflow::WeightStationary ? d.rows : k;
+  const int64_t piece = (k + pieces - 1) / std::max(1, pieces);
   std::vector<float> arow(k), wrow(k);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t c = 0; c < k; ++c) arow[c] = DeviceOperand(d, a[i * k + c]);
     for (int64_t j = 0; j < n; ++j) {
       for (int64_t c = 0; c < k; ++c) wrow[c] = w.At(j, c);
-      float acc = 0;
-      for (int64_t k0 = 0; k0 < k; k0 += t.k) {
-        const int64_t k1 = std::min(k, k0 + t.k);
-        for (int64_t f0 = k0; f0 < k1; f0 += fold) {
-          float part = 0;
-          for (int64_t c = f0, f1 = std::min(k1, f0 + fold); c < f1; ++c) part += arow[c] * wrow[c];
-          acc += part;
+      float total = 0;
+      for (int64_t p0 = 0; p0 < k; p0 += piece) {
+        const int64_t p1 = std::min(k, p0 + piece);
+        float acc = 0;
+        for (int64_t k0 = p0; k0 < p1; k0 += t.k) {
+          const int64_t k1 = std::min(p1, k0 + t.k);
+          for (int64_t f0 = k0; f0 < k1; f0 += fold) {
+            float part = 0;
+            for (int64_t c = f0, f1 = std::min(k1, f0 + fold); c < f1; ++c) part += arow[c] * wrow[c];
+            acc += part;
+          }
         }
+        total = p0 == 0 ? acc : total + acc;
       }
-      y[i * n + j] = acc;
+      y[i * n + j] = total;
     }
   }
 }

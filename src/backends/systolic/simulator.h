@@ -33,11 +33,13 @@ inline float DeviceOperand(const SystolicDescription& d, float x) {
 
 // y[i, j] = sum_k a[i, k] w[j, k] for rows [0, m): each array fold adds `rows` consecutive products down a
 // column (weight-stationary) in f32, and the folds' partial sums meet in the f32 output buffer in k
-// order, tile by tile; output-stationary PEs add every k in order.
+// order, tile by tile; output-stationary PEs add every k in order. With `pieces` > 1 (row placement) k is
+// cut into that many runs of ceil(k / pieces), one per device, each summed so, and the host adds the
+// pieces' sums in f32 in device order.
 void SimulateGemm(const SystolicDescription& d, const float* a, int64_t m, const DeviceWeight& w,
-                  const Tiling& t, float* y);
+                  const Tiling& t, float* y, int pieces = 1);
 // The most the device's rounding can move y[i, j] from the exact sum (a rigorous bound: operand rounding
-// plus f32 accumulation over k terms).
+// plus f32 accumulation over k terms, in any order, so also with the k cut into pieces).
 double GemmErrorBound(const SystolicDescription& d, const float* a_row, const DeviceWeight& w, int64_t j);
 
 // Key t of query s: its row in the K and V buffers, or -1 when s does not see it.

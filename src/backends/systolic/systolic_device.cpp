@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <set>
 
 #include "backends/cpu/attention.h"
 #include "ir/error.h"
@@ -19,7 +21,7 @@ DeviceChoice DeviceChoiceFromJson(const nlohmann::json& j) {
   DeviceChoice c;
   const auto& t = j.at("tile");
   c.tiling = {t.at(0).get<int64_t>(), t.at(1).get<int64_t>(), t.at(2).get<int64_t>()};
-  c.placement = j.at("placement").get<std::string>() == "layer" ? Placement::Layer : Placement::Column;
+  c.placement = PlacementFromName(j.at("placement").get<std::string>());
   return c;
 }
 
@@ -59,6 +61,7 @@ SystolicProgram::SystolicProgram(std::string name, SystolicDescription desc, con
     : name_(std::move(name)), desc_(std::move(desc)) {
   CompileOptions opts;
   opts.fusion.gemm_epilogues = false;  // the device returns the product; the host finishes it
+  opts.fusion.recompute = false;       // a residual stream is one buffer, not a chain of the ones before it
   opts.threads = req.threads;
   host_ =
       req.artifact_dir.empty() ? Program::Compile(g, opts) : Program::LoadArtifact(g, opts, req.artifact_dir);
@@ -95,6 +98,10 @@ SystolicProgram::SystolicProgram(std::string name, SystolicDescription desc, con
                 "', not this device's '" + desc_.name + "' as given; compile it again");
   for (const auto& [bucket, arr] : j["choices"].items())
     for (const auto& c : arr) choices_[bucket].push_back(DeviceChoiceFromJson(c));
+  const nlohmann::json placed = j.value("placements", nlohmann::json::object());
+  for (const auto& [bucket, arr] : placed.items())
+    if (arr.size() == kp.kernels.size())
+      for (const auto& p : arr) placements_[bucket].push_back(PlacementFromName(p.get<std::string>()));
 }
 
 void SystolicProgram::SaveArtifact(const std::string& dir, nlohmann::json& manifest) {
@@ -105,8 +112,13 @@ void SystolicProgram::SaveArtifact(const std::string& dir, nlohmann::json& manif
     for (const DeviceChoice& c : cs) arr.push_back(DeviceChoiceToJson(c));
     choices[bucket] = arr;
   }
-  std::ofstream(std::filesystem::path(dir) / "systolic.json")
-      << nlohmann::json{{"description", nlohmann::json::parse(desc_.text)}, {"choices", choices}}.dump(1);
+  nlohmann::json placements = nlohmann::json::object();
+  for (const auto& [bucket, ps] : placements_)
+    for (Placement p : ps) placements[bucket].push_back(PlacementName(p));
+  std::ofstream(std::filesystem::path(dir) / "systolic.json") << nlohmann::json{
+      {"description", nlohmann::json::parse(desc_.text)},
+      {"placements", placements},
+      {"choices", choices}}.dump(1);
 }
 
 void SystolicProgram::Offload(bool on) {
@@ -136,20 +148,32 @@ const DeviceWeight& SystolicProgram::BoundWeight(size_t k) const {
   return it->second;
 }
 
-DeviceChoice SystolicProgram::ChoiceFor(size_t k, const SymbolBindings& b) {
-  auto it = choices_.find(BucketOf(b, choices_.count("prefill-long") > 0, choices_.count("batch") > 0));
-  DeviceChoice c = it != choices_.end() && k < it->second.size() ? it->second[k] : DeviceChoice{};
+Tiling SystolicProgram::TileFor(size_t k, Placement p, const SymbolBindings& b) {
+  auto it = choices_.find(Bucket(b));
+  if (it != choices_.end() && k < it->second.size() && it->second[k].tiling.m != 0 &&
+      it->second[k].placement == p)
+    return it->second[k].tiling;
   const auto& gm = host_->kernels().kernels[k].gemm;
-  if (gm && c.tiling.m == 0) {  // the model's best tile for this many rows, by column
-    const int64_t m = gm->m.Eval(b);
-    auto [pos, fresh] = best_tile_.try_emplace({k, m});
-    if (fresh) {
-      const int64_t share = (gm->n + desc_.devices - 1) / desc_.devices;
-      pos->second = TilingCandidates(desc_, m, share, gm->k, WeightBytes(desc_)).front();
-    }
-    c.tiling = pos->second;
+  if (!gm) return {};
+  const int64_t m = gm->m.Eval(b);
+  auto [pos, fresh] = best_tile_.try_emplace({k, m, p});
+  if (fresh) {
+    const auto [cols, depth] = DeviceShare(desc_, gm->n, gm->k, p);
+    pos->second = TilingCandidates(desc_, m, cols, depth, WeightBytes(desc_)).front();
   }
-  return c;
+  return pos->second;
+}
+
+const std::vector<Placement>& SystolicProgram::PlacementsFor(const SymbolBindings& b) {
+  auto it = placements_.find(Bucket(b));
+  if (it != placements_.end()) return it->second;
+  PlaceWeights(b);
+  return placements_.at(Bucket(b));
+}
+
+DeviceChoice SystolicProgram::ChoiceFor(size_t k, const SymbolBindings& b) {
+  const Placement p = PlacementsFor(b)[k];
+  return {TileFor(k, p, b), p};
 }
 
 KernelTime SystolicProgram::Predict(size_t k, const DeviceChoice& c, const SymbolBindings& b) const {
@@ -168,8 +192,10 @@ void SystolicProgram::Simulate(size_t k, const DeviceChoice& c, void* const* buf
   const Kernel& kn = kp.kernels[k];
   if (kn.gemm) {
     const GemmTemplate& gm = *kn.gemm;
+    const int pieces = c.placement == Placement::Row ? (int)std::min<int64_t>(desc_.devices, gm.k) : 1;
     SimulateGemm(desc_, static_cast<const float*>(bufs[gm.a_buffer]), gm.m.Eval(b),
-                 weight ? *weight : BoundWeight(k), c.tiling, static_cast<float*>(bufs[kn.out_buffer]));
+                 weight ? *weight : BoundWeight(k), c.tiling, static_cast<float*>(bufs[kn.out_buffer]),
+                 pieces);
     return;
   }
   const AttentionTemplate& at = *kn.attention;
@@ -180,23 +206,69 @@ void SystolicProgram::Simulate(size_t k, const DeviceChoice& c, void* const* buf
                     call.shape, at.scale, at.exp_scale, call.row);
 }
 
-void SystolicProgram::CheckCapacity(const SymbolBindings& b) {
-  std::vector<double> bytes(desc_.devices, 0);
+namespace {
+
+double KvBytesPerDevice(const SystolicDescription& d, const KernelProgram& kp, const SymbolBindings& b) {
+  double kv = 0;  // the KV cache, spread over the devices with its layers
+  for (const KBuffer& kb : kp.buffers)
+    if (kb.kind == BufferKind::State) kv += (double)Product(kb.shape).Eval(b) * (d.bf16_products ? 2 : 4);
+  return kv / d.devices;
+}
+
+}  // namespace
+
+namespace {
+
+// Bytes of the weights the devices' vector units may read (norms' scales, an embedding table): every weight
+// no device product reads, and of those the ones up to `limit` bytes each.
+double VectorWeightBytes(const KernelProgram& kp, const std::vector<bool>& on_device, const SymbolBindings& b,
+                         double limit) {
+  std::set<int> products;
+  for (size_t k = 0; k < kp.kernels.size(); ++k)
+    if (on_device[k] && kp.kernels[k].gemm) products.insert(kp.kernels[k].gemm->w_buffer);
+  double bytes = 0;
+  for (size_t i = 0; i < kp.buffers.size(); ++i) {
+    const KBuffer& kb = kp.buffers[i];
+    if (kb.kind != BufferKind::Weight || products.count((int)i)) continue;
+    const double size = (double)StorageBytes(kb.dtype, Product(kb.shape).Eval(b));
+    if (size <= limit) bytes += size;
+  }
+  return bytes;
+}
+
+}  // namespace
+
+bool SystolicProgram::Replicated(const SymbolBindings& b) const {
   const KernelProgram& kp = host_->kernels();
+  double weights = VectorWeightBytes(kp, on_device_, b, std::numeric_limits<double>::infinity());
+  for (size_t k = 0; k < kp.kernels.size(); ++k)
+    if (on_device_[k] && kp.kernels[k].gemm)
+      weights += (double)kp.kernels[k].gemm->n * kp.kernels[k].gemm->k * WeightBytes(desc_);
+  return weights + KvBytesPerDevice(desc_, kp, b) <= desc_.hbm_bytes;
+}
+
+std::vector<double> SystolicProgram::HbmBytes(const std::vector<Placement>& placements,
+                                              const SymbolBindings& b) const {
+  const KernelProgram& kp = host_->kernels();
+  const bool all = Replicated(b);
+  std::vector<double> bytes(desc_.devices, KvBytesPerDevice(desc_, kp, b) +
+                                               VectorWeightBytes(kp, on_device_, b,
+                                                                 all ? std::numeric_limits<double>::infinity()
+                                                                     : kVectorWeightBytes));
   for (size_t k = 0; k < kp.kernels.size(); ++k) {
     if (!on_device_[k] || !kp.kernels[k].gemm) continue;
     const GemmTemplate& gm = *kp.kernels[k].gemm;
     const double w = (double)gm.n * gm.k * WeightBytes(desc_);
-    if (ChoiceFor(k, b).placement == Placement::Layer)
-      bytes[home_[k]] += w;
-    else
-      for (double& x : bytes) x += w / desc_.devices;
+    // (Column and Row placements both hold 1/devices of the weight on each device.)
+    for (int d = 0; d < desc_.devices; ++d)
+      bytes[d] +=
+          all || placements[k] == Placement::Layer ? (all || d == home_[k] ? w : 0) : w / desc_.devices;
   }
-  for (const KBuffer& kb : kp.buffers)  // the KV cache, spread over the devices with its layers
-    if (kb.kind == BufferKind::State) {
-      const double kv = (double)Product(kb.shape).Eval(b) * (desc_.bf16_products ? 2 : 4);
-      for (double& x : bytes) x += kv / desc_.devices;
-    }
+  return bytes;
+}
+
+void SystolicProgram::CheckCapacity(const SymbolBindings& b) {
+  const std::vector<double> bytes = HbmBytes(PlacementsFor(b), b);
   for (int d = 0; d < desc_.devices; ++d)
     if (bytes[d] > desc_.hbm_bytes)
       throw Error("device " + name_ + ": the weights placed on device " + std::to_string(d) + " need " +
@@ -208,104 +280,6 @@ std::vector<HostTensor> SystolicProgram::Run(const std::map<std::string, HostTen
                                              const SymbolBindings& syms) {
   CheckCapacity(BindSymbols(graph(), inputs, syms));
   return host_->Run(inputs, syms);
-}
-
-nlohmann::json SystolicProgram::PredictStep(const std::map<std::string, HostTensor>& inputs,
-                                            const SymbolBindings& syms) {
-  const KernelProgram& kp = host_->kernels();
-  const SymbolBindings b = BindSymbols(graph(), inputs, syms);
-  CheckCapacity(b);
-  // The host's kernels timed for real, one dispatch each (the devices' kernels computed by the host too:
-  // their time comes from the model).
-  const std::vector<double> before = host_->kernel_seconds();
-  Offload(false);
-  host_->SetMegakernel(false);
-  host_->EnableProfile(true);
-  host_->Run(inputs, syms);
-  host_->EnableProfile(false);
-  host_->SetMegakernel(true);
-  Offload(true);
-  // The step's timeline. The host walks the kernels in order: it runs its own kernels once their inputs
-  // are ready, and for a device kernel spends the launches, then goes on while the devices work; a device
-  // kernel starts when launched, its inputs are ready and its devices are free, and its result is back
-  // a link transfer and its device time later. A device loads a kernel's first weight tile as soon as it
-  // is free (weights do not depend on the step's data), which hides behind whatever came before.
-  std::vector<double> free_at(desc_.devices, 0), done(kp.kernels.size(), 0);
-  std::vector<int> writer(kp.buffers.size(), -1);  // the kernel that last wrote each buffer
-  double host = 0, end = 0, host_s = 0, hidden_s = 0, flops = 0, hbm = 0;
-  KernelTime parts;
-  nlohmann::json kernels = nlohmann::json::array();
-  std::vector<std::pair<double, std::string>> gaps;
-  for (size_t k = 0; k < kp.kernels.size(); ++k) {
-    const Kernel& kn = kp.kernels[k];
-    if (kn.covered_by >= 0 && on_device_[kn.covered_by]) continue;
-    double ready = 0;
-    for (int r : KernelReads(kn))
-      if (writer[r] >= 0) ready = std::max(ready, done[writer[r]]);
-    writer[kn.out_buffer] = (int)k;
-    if (!on_device_[k]) {
-      const double s = host_->kernel_seconds()[k] - before[k];
-      host = std::max(host, ready) + s;
-      done[k] = host;
-      host_s += s;
-      kernels.push_back({{"kernel", kn.name}, {"on", "host"}, {"measured_us", s * 1e6}});
-      end = std::max(end, done[k]);
-      continue;
-    }
-    const DeviceChoice c = ChoiceFor(k, b);
-    const KernelTime t = Predict(k, c, b);
-    auto uses = [&](int d) { return c.placement == Placement::Column ? d < t.devices : d == home_[k]; };
-    double idle_since = 0;
-    for (int d = 0; d < desc_.devices; ++d)
-      if (uses(d)) idle_since = std::max(idle_since, free_at[d]);
-    host += t.launch_s;
-    const double start = std::max({host, ready, idle_since});
-    const double hidden = std::min(t.first_load_s, start - idle_since);
-    done[k] = start + t.link_s + t.device_s - hidden;
-    for (int d = 0; d < desc_.devices; ++d)
-      if (uses(d)) free_at[d] = done[k];
-    end = std::max(end, done[k]);
-    hidden_s += hidden;
-    parts.launch_s += t.launch_s;
-    parts.link_s += t.link_s;
-    parts.device_s += t.device_s;
-    parts.link_bytes += t.link_bytes;
-    flops += t.flops;
-    hbm += t.hbm_bytes;
-    const double floor = RooflineSeconds(desc_, t.flops, t.hbm_bytes);
-    gaps.push_back({t.seconds - hidden - floor, kn.name});
-    nlohmann::json j = t.ToJson();
-    j["kernel"] = kn.name;
-    j["on"] = c.placement == Placement::Column ? "devices" : "device " + std::to_string(home_[k]);
-    j["choice"] = DeviceChoiceToJson(c);
-    j["start_us"] = start * 1e6;
-    j["hidden_first_load_us"] = hidden * 1e6;
-    j["roofline_us"] = floor * 1e6;
-    j["roofline_fraction"] = t.seconds - hidden > 0 ? floor / (t.seconds - hidden) : 0;
-    kernels.push_back(j);
-  }
-  const double now = end;
-  std::sort(gaps.rbegin(), gaps.rend());
-  nlohmann::json limits = nlohmann::json::array();
-  for (size_t i = 0; i < gaps.size() && i < 5; ++i)
-    limits.push_back({{"kernel", gaps[i].second}, {"over_roofline_us", gaps[i].first * 1e6}});
-  const double floor = RooflineSeconds(desc_, flops, hbm);
-  return {{"device", name_},
-          {"description", desc_.name},
-          {"sizes", b},
-          {"predicted_us", now * 1e6},
-          {"host_us", host_s * 1e6},
-          {"device_us", parts.device_s * 1e6},
-          {"link_us", parts.link_s * 1e6},
-          {"launch_us", parts.launch_s * 1e6},
-          {"hidden_weight_loads_us", hidden_s * 1e6},
-          {"flops", flops},
-          {"hbm_bytes", hbm},
-          {"link_bytes", parts.link_bytes},
-          {"roofline_us", floor * 1e6},
-          {"roofline_fraction", now > 0 ? floor / now : 0},
-          {"furthest_from_roofline", limits},
-          {"kernels", kernels}};
 }
 
 std::unique_ptr<Executable> SystolicDevice::Compile(const Graph& g, const CompileRequest& req) {

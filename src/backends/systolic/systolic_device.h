@@ -1,16 +1,19 @@
 // The simulated systolic-array system as a device of the registry: matrix products and attention on the
-// accelerators (functional simulator, timing model as their clock), everything else on the host CPU.
+// accelerators' arrays (functional simulator, timing model as their clock), elementwise kernels on the host
+// CPU or the accelerators' vector units (the host computes them either way; the step's timeline decides).
 #pragma once
 
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backends/cpu/program.h"
 #include "backends/device.h"
 #include "backends/systolic/description.h"
 #include "backends/systolic/simulator.h"
+#include "backends/systolic/step_timeline.h"
 #include "backends/systolic/timing_model.h"
 
 namespace prism {
@@ -63,8 +66,19 @@ class SystolicProgram : public Executable {
   const SystolicDescription& description() const { return desc_; }
   const KernelProgram& kernels() const { return host_->kernels(); }
   bool OnDevice(size_t k) const { return on_device_[k]; }
-  // The choice kernel k runs with at these sizes (the bucket's, else the model's best tile, by column).
+  // The choice kernel k runs with at these sizes: its placement (placements()), the bucket's tile for it,
+  // else the model's best tile there.
   DeviceChoice ChoiceFor(size_t k, const SymbolBindings& b);
+  // Where each device kernel's weights are read from in the bucket of these sizes (per kernel; host kernels'
+  // entries unused): decided by PlaceWeights when the bucket first runs, unless decided before.
+  const std::vector<Placement>& PlacementsFor(const SymbolBindings& b);
+  // Decides the placements for the bucket of these sizes with the step's timeline, the elementwise kernels
+  // on the vector units: the better of all by column and all by layer, then each kernel moved alone while
+  // that shortens the step and the weights fit the devices' HBM. When every device's HBM holds all the
+  // weights (and its share of the KV cache), each bucket reads them as suits it best; else the first
+  // bucket decided places them for all.
+  void PlaceWeights(const SymbolBindings& b);
+  void ForgetPlacements() { placements_.clear(); }
   // Kernel k's predicted time under a choice at these sizes.
   KernelTime Predict(size_t k, const DeviceChoice& c, const SymbolBindings& b) const;
   // Runs device kernel k in the simulator on the step's buffers, under a choice; `weight` null: its bound
@@ -78,9 +92,25 @@ class SystolicProgram : public Executable {
  private:
   // Whether the host hands the device kernels to the simulator (else it computes them itself, for speed).
   void Offload(bool on);
-  // Throws prism::Error when the weights placed on a device (under the choices at these sizes) and its share
-  // of the KV cache exceed its HBM.
+  // The bytes each device's HBM holds under these placements at these sizes: weights and its share of the
+  // KV cache (all the weights on each when they fit: Replicated). CheckCapacity throws prism::Error when
+  // one exceeds its HBM.
+  std::vector<double> HbmBytes(const std::vector<Placement>& placements, const SymbolBindings& b) const;
+  bool Replicated(const SymbolBindings& b) const;
+  std::string Bucket(const SymbolBindings& b) const {
+    return BucketOf(b, choices_.count("prefill-long") > 0, choices_.count("batch") > 0);
+  }
   void CheckCapacity(const SymbolBindings& b);
+  // The step's kernels for the timeline at these sizes under these placements (host kernels taking host_s),
+  // and per host kernel its form on the devices' vector units (Skip where it must stay on the host).
+  std::vector<TimedKernel> StepKernels(const SymbolBindings& b, const std::vector<Placement>& placements,
+                                       const std::vector<double>& host_s,
+                                       std::vector<TimedKernel>* vector_forms);
+  std::vector<TimedBuffer> StepBuffers(const SymbolBindings& b) const;
+  // The tile kernel k uses under placement p at these sizes: the bucket's, else the model's best.
+  Tiling TileFor(size_t k, Placement p, const SymbolBindings& b);
+  // Elementwise kernels reading more weight bytes than this (an embedding table) stay on the host.
+  static constexpr double kVectorWeightBytes = 1 << 20;
 
   std::string name_;
   SystolicDescription desc_;
@@ -89,7 +119,8 @@ class SystolicProgram : public Executable {
   std::vector<int> home_;                       // per device kernel: its device under layer placement
   std::map<int, DeviceWeight> device_weights_;  // GEMM weight buffer -> its copy in HBM
   std::map<std::string, std::vector<DeviceChoice>> choices_;  // bucket -> per kernel (device kernels only)
-  std::map<std::pair<size_t, int64_t>, Tiling> best_tile_;    // (kernel, rows) -> the model's best tile
+  std::map<std::string, std::vector<Placement>> placements_;  // bucket -> per kernel
+  std::map<std::tuple<size_t, int64_t, Placement>, Tiling> best_tile_;  // (kernel, rows, placement) -> tile
 };
 
 class SystolicDevice : public Device {

@@ -1,7 +1,7 @@
-// The systolic system's schedule space for the one search: device kernels choose an SRAM tile and a
-// placement (by column over every device, or whole on the layer's device), timed by the timing model and
-// checked in the functional simulator within its rounding bounds; host kernels are the CPU's, timed for
-// real.
+// The systolic system's schedule space for the one search: each bucket's step decides where the device
+// kernels' weights are read from (SystolicProgram::PlaceWeights, the step's timeline as the clock); device
+// kernels then choose an SRAM tile, timed by the timing model and checked in the functional simulator within
+// its rounding bounds; host kernels are the CPU's, timed for real.
 #include <functional>
 
 #include "backends/systolic/systolic_device.h"
@@ -16,7 +16,8 @@ class SystolicScheduleSpace : public ScheduleSpace {
 
   const KernelProgram& kernels() const override { return p_.kernels(); }
   std::string identity() const override {
-    return "systolic|" + d_.name + "|" + std::to_string(std::hash<std::string>{}(d_.text)) + "|" +
+    // "steps": placements decided by the step's timeline (entries of the earlier per-kernel choice differ).
+    return "systolic|steps|" + d_.name + "|" + std::to_string(std::hash<std::string>{}(d_.text)) + "|" +
            host_->identity();
   }
   DeviceCeilings Ceilings(size_t k) const override {
@@ -28,38 +29,34 @@ class SystolicScheduleSpace : public ScheduleSpace {
     host_->StartBucket(bucket, from);
     auto& chosen = p_.choices()[bucket];
     chosen = from.empty() ? std::vector<DeviceChoice>(kernels().kernels.size()) : p_.choices().at(from);
-    // Weights stay where the first bucket searched put them: later buckets choose tiles only.
-    if (first_bucket_.empty()) first_bucket_ = bucket;
-    bucket_ = bucket;
   }
   SearchBuffers Prepare(const SymbolBindings& sizes, const std::vector<bool>& timed, bool whole_step,
                         uint64_t seed) override {
     buffers_ = host_->Prepare(sizes, timed, whole_step, seed);
     weights_.clear();
+    // Where each bucket's step runs best (or where the first bucket put the weights, when the devices cannot
+    // each hold them all); the kernels then choose tiles.
+    if (!placed_) p_.ForgetPlacements();
+    placed_ = true;
+    p_.PlaceWeights(sizes);
     return buffers_;
   }
   std::vector<ScheduleCandidate> Candidates(size_t k, nlohmann::json& notes) override {
     if (!p_.OnDevice(k)) return host_->Candidates(k, notes);
     const Kernel& kn = kernels().kernels[k];
-    std::vector<Placement> placements = {Placement::Column, Placement::Layer};
-    if (bucket_ != first_bucket_) placements = {Placed(k)};
-    if (d_.devices == 1) placements = {Placement::Layer};
     std::vector<ScheduleCandidate> out;
-    for (Placement pl : placements) {
-      std::vector<Tiling> tiles = {Tiling{0, 0, 0}};
-      if (kn.gemm) {
-        const int64_t m = kn.gemm->m.Eval(buffers_.sizes), n = kn.gemm->n;
-        const int64_t share = pl == Placement::Column ? (n + d_.devices - 1) / d_.devices : n;
-        tiles = TilingCandidates(d_, m, share, kn.gemm->k, d_.bf16_products ? 2 : 4);
-      }
-      for (const Tiling& t : tiles) {
-        const DeviceChoice c{t, pl};
-        std::string name = PlacementName(pl);
-        if (kn.gemm)
-          name += "/" + std::to_string(t.m) + "x" + std::to_string(t.n) + "x" + std::to_string(t.k);
-        const KernelTime kt = p_.Predict(k, c, buffers_.sizes);
-        out.push_back({name, DeviceChoiceToJson(c), kt.ToJson(), true, ""});
-      }
+    const Placement pl = p_.PlacementsFor(buffers_.sizes)[k];
+    std::vector<Tiling> tiles = {Tiling{0, 0, 0}};
+    if (kn.gemm) {
+      const auto [cols, depth] = DeviceShare(d_, kn.gemm->n, kn.gemm->k, pl);
+      tiles = TilingCandidates(d_, kn.gemm->m.Eval(buffers_.sizes), cols, depth, d_.bf16_products ? 2 : 4);
+    }
+    for (const Tiling& t : tiles) {
+      const DeviceChoice c{t, pl};
+      std::string name = PlacementName(pl);
+      if (kn.gemm) name += "/" + std::to_string(t.m) + "x" + std::to_string(t.n) + "x" + std::to_string(t.k);
+      const KernelTime kt = p_.Predict(k, c, buffers_.sizes);
+      out.push_back({name, DeviceChoiceToJson(c), kt.ToJson(), true, ""});
     }
     notes["on"] = "systolic devices (" + d_.name + ")";
     if (kn.attention) {  // the devices always run attention fused: the unfused form's kernels never run
@@ -101,14 +98,14 @@ class SystolicScheduleSpace : public ScheduleSpace {
   }
   double TimeUs(size_t k, const ScheduleCandidate& c) override {
     if (!p_.OnDevice(k)) return host_->TimeUs(k, c);
-    return p_.Predict(k, DeviceChoiceFromJson(c.choice), buffers_.sizes).seconds * 1e6;
+    const KernelTime kt = p_.Predict(k, DeviceChoiceFromJson(c.choice), buffers_.sizes);
+    return (kt.link_s + kt.InStep()) * 1e6;  // as in the step's timeline (ties: the model's order)
   }
   void Apply(const std::string& bucket, size_t k, const nlohmann::json& choice) override {
     if (!p_.OnDevice(k)) return host_->Apply(bucket, k, choice);
     auto& chosen = p_.choices()[bucket];
     chosen.resize(kernels().kernels.size());
-    chosen[k] = DeviceChoiceFromJson(choice);
-    if (bucket != first_bucket_) chosen[k].placement = Placed(k);  // (a database entry from another order)
+    chosen[k] = DeviceChoiceFromJson(choice);  // (its tile is used where its placement is the bucket's)
   }
   bool Runs(const std::string& bucket, size_t k) const override {
     const Kernel& kn = kernels().kernels[k];
@@ -118,11 +115,6 @@ class SystolicScheduleSpace : public ScheduleSpace {
   void Finish() override { host_->Finish(); }
 
  private:
-  // Where the first bucket placed kernel k's weights.
-  Placement Placed(size_t k) {
-    const auto& first = p_.choices()[first_bucket_];
-    return k < first.size() ? first[k].placement : Placement::Column;
-  }
   // The device copy of kernel k's weight as the search's buffers hold it (real weights where bound).
   const DeviceWeight* Weight(size_t k) {
     const GemmTemplate& gm = *kernels().kernels[k].gemm;
@@ -138,7 +130,7 @@ class SystolicScheduleSpace : public ScheduleSpace {
   const SystolicDescription& d_;
   SearchBuffers buffers_;
   std::map<int, DeviceWeight> weights_;
-  std::string bucket_, first_bucket_;
+  bool placed_ = false;
 };
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The timing model of the simulated system: array folds, SRAM tiles against HBM, link and launches.
+// The timing model of the simulated system: array folds, SRAM tiles against HBM, links, vector units.
 #include "backends/systolic/timing_model.h"
 
 #include <algorithm>
@@ -46,11 +46,16 @@ void DeviceGemm(const SystolicDescription& d, int64_t m, int64_t n, int64_t k, d
 
 }  // namespace
 
-std::string PlacementName(Placement p) { return p == Placement::Column ? "column" : "layer"; }
+std::string PlacementName(Placement p) {
+  return p == Placement::Column ? "column" : p == Placement::Row ? "row" : "layer";
+}
+
+Placement PlacementFromName(const std::string& name) {
+  return name == "column" ? Placement::Column : name == "row" ? Placement::Row : Placement::Layer;
+}
 
 nlohmann::json KernelTime::ToJson() const {
   return {{"predicted_us", seconds * 1e6},
-          {"launch_us", launch_s * 1e6},
           {"link_us", link_s * 1e6},
           {"device_us", device_s * 1e6},
           {"compute_us", compute_s * 1e6},
@@ -95,40 +100,57 @@ std::vector<Tiling> TilingCandidates(const SystolicDescription& d, int64_t m, in
   const std::vector<int64_t> ms = pow2s(std::min(m, d.rows), std::max<int64_t>(m, 1)),
                              ns = pow2s(std::min(n, d.cols), std::max<int64_t>(n, 1)),
                              ks = pow2s(std::min(k, d.rows), std::max<int64_t>(k, 1));
-  std::vector<std::pair<double, Tiling>> fits;
+  struct Fit {
+    double in_step, compute_s, device_s;
+    Tiling t;
+  };
+  std::vector<Fit> fits;
   for (int64_t tm : ms)
     for (int64_t tn : ns)
       for (int64_t tk : ks) {
         const Tiling t{tm, tn, tk};
         if (!TilingFits(d, t, wbytes)) continue;
-        fits.push_back({PredictGemm(d, m, n, k, wbytes, t, Placement::Layer).device_s, t});
+        const KernelTime kt = PredictGemm(d, m, n, k, wbytes, t, Placement::Layer);
+        fits.push_back({kt.InStep(), kt.compute_s, kt.device_s, t});
       }
   if (fits.empty()) {  // nothing fits: the smallest tile the array takes
     Tiling t{std::min(m, d.rows), std::min(n, d.cols), std::min(k, d.rows)};
     return {t};
   }
-  // The model ranks them; the search times (by the model) and checks the best few and the extremes.
-  std::stable_sort(fits.begin(), fits.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  // The model ranks them by their time in a step (then by the arrays' work, which is what is left of a
+  // product whose weights streamed in ahead, then alone); the search times (by the model) and checks the
+  // best few and the extremes.
+  std::stable_sort(fits.begin(), fits.end(), [](const Fit& a, const Fit& b) {
+    if (a.in_step != b.in_step) return a.in_step < b.in_step;
+    return a.compute_s != b.compute_s ? a.compute_s < b.compute_s : a.device_s < b.device_s;
+  });
   std::vector<Tiling> out;
-  for (size_t i = 0; i < fits.size() && out.size() < 4; ++i) out.push_back(fits[i].second);
-  if (std::find(out.begin(), out.end(), fits.back().second) == out.end()) out.push_back(fits.back().second);
+  for (size_t i = 0; i < fits.size() && out.size() < 4; ++i) out.push_back(fits[i].t);
+  if (std::find(out.begin(), out.end(), fits.back().t) == out.end()) out.push_back(fits.back().t);
   return out;
+}
+
+std::pair<int64_t, int64_t> DeviceShare(const SystolicDescription& d, int64_t n, int64_t k, Placement p) {
+  if (p == Placement::Layer) return {n, k};
+  const int64_t split = p == Placement::Row ? k : n, share = Ceil(split, std::min<int64_t>(d.devices, split));
+  return p == Placement::Row ? std::pair{n, share} : std::pair{share, k};
 }
 
 KernelTime PredictGemm(const SystolicDescription& d, int64_t m, int64_t n, int64_t k, double wbytes,
                        const Tiling& t, Placement p) {
   KernelTime kt;
-  kt.devices = p == Placement::Column ? (int)std::min<int64_t>(d.devices, n) : 1;
-  const int64_t share = Ceil(n, kt.devices);  // the busiest device's columns
-  DeviceGemm(d, m, share, k, wbytes, t, &kt);
+  kt.devices = p == Placement::Layer ? 1 : (int)std::min<int64_t>(d.devices, p == Placement::Row ? k : n);
+  const auto [cols, depth] = DeviceShare(d, n, k, p);
+  DeviceGemm(d, m, cols, depth, wbytes, t, &kt);
   kt.hbm_bytes *= kt.devices;
   kt.flops = 2.0 * m * n * k;
-  // The host sends the bf16 inputs to each device (links in parallel) and gathers the f32 outputs.
-  const double in = 2.0 * m * k, out = 4.0 * m * share, link_bw = d.link_gbps * 1e9;
+  // The host sends the bf16 inputs to each device (links in parallel) and gathers the f32 outputs; split
+  // outputs (or the partial sums' total) go back down whole to the devices that read them next.
+  const double in = 2.0 * m * depth, out = 4.0 * m * cols, link_bw = d.link_gbps * 1e9;
   kt.link_bytes = kt.devices * (in + out);
   kt.link_s = 2 * d.link_latency_us * 1e-6 + (in + out) / link_bw;
-  kt.launch_s = kt.devices * d.launch_us * 1e-6;  // the host starts each device's program in turn
-  kt.seconds = kt.launch_s + kt.link_s + kt.device_s;
+  if (kt.devices > 1) kt.link_s += d.link_latency_us * 1e-6 + 4.0 * m * n / link_bw;
+  kt.seconds = kt.link_s + kt.device_s;
   return kt;
 }
 
@@ -156,9 +178,15 @@ KernelTime PredictAttention(const SystolicDescription& d, const AttentionShape& 
   const double in = 2.0 * heads * (rows + 2 * a.seq) * a.head_dim, out = 4.0 * heads * rows * a.head_dim;
   kt.link_bytes = kt.devices * (in + out);
   kt.link_s = 2 * d.link_latency_us * 1e-6 + (in + out) / (d.link_gbps * 1e9);
-  kt.launch_s = kt.devices * d.launch_us * 1e-6;
-  kt.seconds = kt.launch_s + kt.link_s + kt.device_s;
+  if (kt.devices > 1)
+    kt.link_s += d.link_latency_us * 1e-6 + 4.0 * a.heads_kv * rows * a.head_dim / (d.link_gbps * 1e9);
+  kt.seconds = kt.link_s + kt.device_s;
   return kt;
+}
+
+double VectorSeconds(const SystolicDescription& d, double ops, double hbm_bytes) {
+  return d.vector_start_cycles / (d.clock_ghz * 1e9) +
+         std::max(ops / (d.vector_lanes * d.clock_ghz * 1e9), hbm_bytes / (d.hbm_gbps * 1e9));
 }
 
 double RooflineSeconds(const SystolicDescription& d, double flops, double hbm_bytes) {

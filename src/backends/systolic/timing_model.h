@@ -1,11 +1,13 @@
 // The simulated system's clock: predicted time of a matrix product or an attention on the devices, from
-// the array's folds (fill and drain), SRAM tiles double-buffered against HBM loads, link transfers and
-// launches; the search times device kernels with it.
+// the array's folds (fill and drain), SRAM tiles double-buffered against HBM loads and link transfers, and
+// of an elementwise kernel on the vector units; the search times device kernels with it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/systolic/description.h"
@@ -17,18 +19,22 @@ struct Tiling {
   int64_t m = 0, n = 0, k = 0;  // 0: not chosen yet
   bool operator==(const Tiling&) const = default;
 };
-// Where a kernel's weights live: split by output columns (attention: by KV heads) over every device,
-// or whole on one device (its layer's).
-enum class Placement : uint8_t { Column, Layer };
+// Where a kernel's weights are read from: split by output columns (attention: by KV heads) over every
+// device, whole on one device (its layer's), or split by rows (the reduction: products only) over every
+// device, each computing a partial sum of every output that the host adds up.
+enum class Placement : uint8_t { Column, Layer, Row };
 std::string PlacementName(Placement p);
+Placement PlacementFromName(const std::string& name);
 
 struct KernelTime {
-  double seconds = 0;                                 // launch to result back on the host
-  double launch_s = 0, link_s = 0, device_s = 0;      // its parts, in sequence
+  double seconds = 0;                                 // inputs sent to output whole (alone on the system)
+  double link_s = 0, device_s = 0;                    // its parts, in sequence
   double compute_s = 0, hbm_s = 0, first_load_s = 0;  // inside device_s (overlapped but the first load)
   double flops = 0, hbm_bytes = 0, link_bytes = 0;    // over every device it runs on
   int devices = 1;                                    // devices it runs on
   double utilization = 0;  // useful multiply-adds over the busy arrays' capacity while computing
+  // Its time inside a step, where weight loads stream ahead of the arrays: the slower of the two.
+  double InStep() const { return std::max(compute_s, hbm_s); }
   nlohmann::json ToJson() const;
 };
 
@@ -44,7 +50,12 @@ bool TilingFits(const SystolicDescription& d, const Tiling& t, double wbytes);
 std::vector<Tiling> TilingCandidates(const SystolicDescription& d, int64_t m, int64_t n, int64_t k,
                                      double wbytes);
 
-// y[m, n] = x[m, k] . w[n, k]^T with weights of wbytes per element in HBM.
+// The busiest device's part of an [n x k] weight under placement p: (output columns, reduction depth).
+std::pair<int64_t, int64_t> DeviceShare(const SystolicDescription& d, int64_t n, int64_t k, Placement p);
+
+// y[m, n] = x[m, k] . w[n, k]^T with weights of wbytes per element in HBM. Alone: inputs from the host;
+// a column-split output gathered through the host and sent back whole, a row-split one's partial sums added
+// up on the host and sent back, a layer-placed one left whole.
 KernelTime PredictGemm(const SystolicDescription& d, int64_t m, int64_t n, int64_t k, double wbytes,
                        const Tiling& t, Placement p);
 
@@ -54,6 +65,9 @@ struct AttentionShape {
   int64_t heads_kv, group, head_dim, seq, total;
 };
 KernelTime PredictAttention(const SystolicDescription& d, const AttentionShape& a, Placement p);
+
+// An elementwise kernel on one device's vector unit: `ops` lane operations, `hbm_bytes` read from HBM.
+double VectorSeconds(const SystolicDescription& d, double ops, double hbm_bytes);
 
 // The system's floor for moving `bytes` from HBM and doing `flops` on every device at once.
 double RooflineSeconds(const SystolicDescription& d, double flops, double hbm_bytes);
