@@ -79,10 +79,14 @@ TEST(Batching, StateScatterWritesRowsAtTheirIndices) {
 }
 
 // Three sequences of different lengths share steps: prefill chunks beside decode tokens, blocks
-// scattered over the pool in no order; each one's logits equal the one-sequence path's.
-void ExpectRaggedStepsMatch(const std::string& device) {
-  auto one = LanguageModel::Load(kModel, {"", 256, 0, -1, device});
-  auto lm = LanguageModel::Load(kModel, Batched(device, 4, 40));
+// scattered over the pool in no order; each one's logits equal the one-sequence path's. With
+// `prefill_device`, the pieces of several tokens run there and their rows move to `device` after (a chunk's
+// earlier rows back to it before).
+void ExpectRaggedStepsMatch(const std::string& device, const std::string& prefill_device = "") {
+  auto one = LanguageModel::Load(kModel, {"", 256, 0, -1, prefill_device.empty() ? device : "cpu"});
+  LoadOptions lo = Batched(device, 4, 40);
+  lo.prefill_device = prefill_device;
+  auto lm = LanguageModel::Load(kModel, lo);
   const Tokenizer& tok = one->tokenizer();
   std::vector<std::vector<int32_t>> seqs = {
       tok.Encode("Lily and Tom went to the park", true), tok.Encode("Once upon a time", true),
@@ -106,6 +110,13 @@ void ExpectRaggedStepsMatch(const std::string& device) {
   ExpectClose(Alone(*one, seqs[1]), r2[0], device + " step 2 seq 1");
   ExpectClose(Alone(*one, seqs[0]), r2[1], device + " step 2 seq 0");
   ExpectClose(Alone(*one, seqs[2]), r2[2], device + " step 2 seq 2");
+  if (!prefill_device
+           .empty()) {  // after step 1's prompts, and step 2's (with seq 2's first 5 rows back before)
+    EXPECT_EQ(lm->handovers(), 3);
+    EXPECT_EQ(lm->last_handover()["from"], prefill_device);
+    // Seq 1 and the rest of seq 2 (seq 0's one token ran here).
+    EXPECT_EQ(lm->last_handover()["rows"].get<int64_t>(), (int64_t)(seqs[1].size() + seqs[2].size() - 5));
+  }
   // Bad pieces: a block outside the pool, too few blocks, a token outside the vocabulary.
   std::vector<int32_t> bad_blocks = {40};
   EXPECT_THROW(lm->StepBatch({{std::span<const int32_t>(seqs[1]).first(1), 0, bad_blocks, true}}), Error);
@@ -117,6 +128,13 @@ void ExpectRaggedStepsMatch(const std::string& device) {
 
 TEST(Batching, RaggedStepsMatchOneSequenceOnTheInterpreter) { ExpectRaggedStepsMatch("interp"); }
 TEST(Batching, RaggedStepsMatchOneSequenceOnTheCpu) { ExpectRaggedStepsMatch("cpu"); }
+// A server's split: prompts on one device, generation on another, the pool's rows handed over per block.
+TEST(Batching, RaggedStepsMatchWithPromptsOnTheCpuAndGenerationOnTheSystolicSystem) {
+  ExpectRaggedStepsMatch("systolic:quad-f32", "cpu");
+}
+TEST(Batching, RaggedStepsMatchWithPromptsOnTheSystolicSystemAndGenerationOnTheCpu) {
+  ExpectRaggedStepsMatch("cpu", "systolic:quad-f32");
+}
 
 // On the CPU, each layer's paged attention is matched to the fused template (which the ragged-step test
 // above then runs: it is the default where AVX-512 is present), and reading its block table and positions.
@@ -157,6 +175,18 @@ TEST(Batching, RaggedStepsMatchOneSequenceOnOpenCl) {
   }
   ExpectRaggedStepsMatch("opencl");
 }
+// GPU pools handed over by row offsets: prompts on the GPU, generation on the CPU, and the reverse.
+void ExpectGpuSplit(const std::string& gpu) {
+  try {
+    OpenDevice(gpu);
+  } catch (const Error& e) {
+    GTEST_SKIP() << e.what();
+  }
+  ExpectRaggedStepsMatch("cpu", gpu);
+  ExpectRaggedStepsMatch(gpu, "cpu");
+}
+TEST(Batching, RaggedStepsMatchWithPromptsOnOpenClOrTheCpu) { ExpectGpuSplit("opencl"); }
+TEST(Batching, RaggedStepsMatchWithPromptsOnCudaOrTheCpu) { ExpectGpuSplit("cuda"); }
 
 // Greedy decode of every reference prompt at once, one token per sequence per step: each text is the
 // published reference continuation.

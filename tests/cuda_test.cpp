@@ -435,8 +435,8 @@ class NvrtcOnlyDevice : public GpuDevice {
   int max_threads_per_group() const override { return 1024; }
   GpuMem Alloc(size_t) override { return ++next_; }
   void Free(GpuMem) override {}
-  void Upload(GpuMem, const void*, size_t) override {}
-  void Download(void*, GpuMem, size_t) override {}
+  void UploadAt(GpuMem, size_t, const void*, size_t) override {}
+  void DownloadAt(void*, GpuMem, size_t, size_t) override {}
   std::unique_ptr<GpuModule> Compile(const std::string& source, const std::vector<std::string>&) override {
     NvrtcOutput out = NvrtcCompiler::Open().Compile(source, kArch);
     EXPECT_EQ(out.log, "");

@@ -204,8 +204,12 @@ class RecordingDevice : public GpuDevice {
   int max_threads_per_group() const override { return d_->max_threads_per_group(); }
   GpuMem Alloc(size_t bytes) override { return d_->Alloc(bytes); }
   void Free(GpuMem m) override { d_->Free(m); }
-  void Upload(GpuMem dst, const void* src, size_t bytes) override { d_->Upload(dst, src, bytes); }
-  void Download(void* dst, GpuMem src, size_t bytes) override { d_->Download(dst, src, bytes); }
+  void UploadAt(GpuMem dst, size_t offset, const void* src, size_t bytes) override {
+    d_->UploadAt(dst, offset, src, bytes);
+  }
+  void DownloadAt(void* dst, GpuMem src, size_t offset, size_t bytes) override {
+    d_->DownloadAt(dst, src, offset, bytes);
+  }
   std::unique_ptr<GpuModule> Compile(const std::string& source,
                                      const std::vector<std::string>& fns) override {
     return d_->Compile(source, fns);

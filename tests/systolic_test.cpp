@@ -333,22 +333,32 @@ TEST(SplitDevices, StateRowsRoundTripAndMisfitsAreRefused) {
     for (const Node& n : c.exe->graph().nodes())
       if (n.op == Op::State) state = n.name;
     ASSERT_FALSE(state.empty());
-    HostTensor rows = c.exe->ReadStateRows(state, 3);
+    HostTensor rows = c.exe->ReadStateRows(state, 0, 3);
     ASSERT_EQ(rows.shape.size(), 3u) << device;
     EXPECT_EQ(rows.shape[0], 3);
     for (int64_t i = 0; i < rows.numel(); ++i) static_cast<float*>(rows.data)[i] = 0.5f + (float)i;
-    c.exe->WriteStateRows(state, rows);
-    const HostTensor back = c.exe->ReadStateRows(state, 3);
-    for (int64_t i = 0; i < rows.numel(); ++i)
-      ASSERT_EQ(static_cast<const float*>(back.data)[i], 0.5f + (float)i);
-    HostTensor wrong = HostTensor::Zeros(DType::F32, {3, rows.shape[1] + 1, rows.shape[2]});
-    try {
-      c.exe->WriteStateRows(state, wrong);
-      FAIL() << device << ": expected an error";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("do not fit"), std::string::npos) << e.what();
+    c.exe->WriteStateRows(state, 0, rows);
+    c.exe->WriteStateRows(state, 5, rows);  // and again from row 5: rows 3 and 4 stay as they were
+    const HostTensor back = c.exe->ReadStateRows(state, 0, 8);
+    const int64_t row = rows.numel() / 3;
+    for (int64_t i = 0; i < rows.numel(); ++i) {
+      ASSERT_EQ(static_cast<const float*>(back.data)[i], 0.5f + (float)i) << device;
+      ASSERT_EQ(static_cast<const float*>(back.data)[5 * row + i], 0.5f + (float)i) << device;
     }
-    EXPECT_THROW(c.exe->ReadStateRows(state, 1 << 20), Error) << device;
+    for (int64_t i = 3 * row; i < 5 * row; ++i)
+      ASSERT_EQ(static_cast<const float*>(back.data)[i], 0.0f) << device;
+    HostTensor wrong = HostTensor::Zeros(DType::F32, {3, rows.shape[1] + 1, rows.shape[2]});
+    for (int64_t first : {int64_t{0}, int64_t{1} << 20}) {
+      try {
+        c.exe->WriteStateRows(state, first, first == 0 ? wrong : rows);
+        FAIL() << device << ": expected an error";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("do not fit"), std::string::npos) << e.what();
+        EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+      }
+    }
+    EXPECT_THROW(c.exe->ReadStateRows(state, 0, 1 << 20), Error) << device;
+    EXPECT_THROW(c.exe->ReadStateRows(state, -1, 2), Error) << device;
   }
 }
 

@@ -52,25 +52,27 @@ inline void CheckWeightDtype(const std::string& name, DType given, DType expecte
 }
 
 // Every executable's check of state rows handed to it (WriteStateRows) for state `name` of this shape and
-// dtype: the same dtype and row shape, no more rows than the state holds.
-inline void CheckStateRows(const std::string& name, const HostTensor& rows, const std::vector<int64_t>& state,
-                           DType dtype) {
-  if (rows.dtype == dtype && !rows.shape.empty() && !state.empty() && rows.shape[0] <= state[0] &&
+// dtype from row `first`: the same dtype and row shape, no row past the state's.
+inline void CheckStateRows(const std::string& name, int64_t first, const HostTensor& rows,
+                           const std::vector<int64_t>& state, DType dtype) {
+  if (rows.dtype == dtype && !rows.shape.empty() && !state.empty() && first >= 0 &&
+      first + rows.shape[0] <= state[0] &&
       std::equal(rows.shape.begin() + 1, rows.shape.end(), state.begin() + 1, state.end()))
     return;
   std::string want;
   for (int64_t d : state) want += (want.empty() ? "" : ", ") + std::to_string(d);
   throw Error("state '" + name + "': rows " + rows.ShapeString() + " " + std::string(DTypeName(rows.dtype)) +
-              " do not fit [" + want + "] " + std::string(DTypeName(dtype)));
+              " from row " + std::to_string(first) + " do not fit [" + want + "] " +
+              std::string(DTypeName(dtype)));
 }
 
-// The tensor ReadStateRows fills: the first `rows` rows of state `name` of this shape and dtype (zeros), or
-// prism::Error when the state has fewer.
-inline HostTensor StateRowsTensor(const std::string& name, int64_t rows, std::vector<int64_t> state,
-                                  DType dtype) {
-  if (state.empty() || rows < 0 || rows > state[0])
-    throw Error("state '" + name + "': " + std::to_string(rows) + " rows asked of " +
-                std::to_string(state.empty() ? 0 : state[0]));
+// The tensor ReadStateRows fills: rows [first, first + rows) of state `name` of this shape and dtype (zeros),
+// or prism::Error when the state has fewer.
+inline HostTensor StateRowsTensor(const std::string& name, int64_t first, int64_t rows,
+                                  std::vector<int64_t> state, DType dtype) {
+  if (state.empty() || rows < 0 || first < 0 || first + rows > state[0])
+    throw Error("state '" + name + "': rows [" + std::to_string(first) + ", " + std::to_string(first + rows) +
+                ") asked of " + std::to_string(state.empty() ? 0 : state[0]));
   state[0] = rows;
   return HostTensor::Zeros(dtype, state);
 }
@@ -89,10 +91,10 @@ class Executable {
                                       const SymbolBindings& syms = {}) = 0;
   virtual void ResetState() = 0;
   // Persistent state crossing to another device (a KV cache prefilled on one and decoded on another):
-  // rows [0, rows) along axis 0 of state `name`, in the graph's dtype (zeros where nothing was written),
-  // and writing them back in place.
-  virtual HostTensor ReadStateRows(const std::string& name, int64_t rows) = 0;
-  virtual void WriteStateRows(const std::string& name, const HostTensor& rows) = 0;
+  // rows [first, first + rows) along axis 0 of state `name`, in the graph's dtype (zeros where nothing was
+  // written), and writing such rows back in place from row `first`.
+  virtual HostTensor ReadStateRows(const std::string& name, int64_t first, int64_t rows) = 0;
+  virtual void WriteStateRows(const std::string& name, int64_t first, const HostTensor& rows) = 0;
   // Predicted seconds for `bytes` of state to cross between this device and the host (a simulated device's
   // link); 0 where the copy's wall time is its time.
   virtual double StateTransferSeconds(double bytes) const {

@@ -33,8 +33,6 @@ std::unique_ptr<LanguageModel> LanguageModel::Load(const std::string& path, cons
   // Schedules from the tuning database (and a search within the budget, if one was given).
   lm->Tune(std::max(0.0, opts.search_budget));
   if (!opts.prefill_device.empty() && opts.prefill_device != opts.device) {
-    if (lm->kv_block_ > 0)
-      throw Error("--prefill-device: a batched model (serving) prefills on its own device");
     std::shared_ptr<Device> pd = OpenDevice(opts.prefill_device);
     lm->prefill_ = CompileModelGraph(*pd, lm->StepGraph(false), *lm->files_.weights,
                                      {.threads = opts.threads, .graph_replay = opts.gpu_graphs});
@@ -197,7 +195,7 @@ std::vector<std::vector<float>> LanguageModel::StepBatch(const std::vector<Batch
     throw Error("StepBatch: the model was loaded for one sequence (set LoadOptions::kv_block)");
   if (pieces.empty()) throw Error("StepBatch: no pieces");
   const int64_t b = kv_block_;
-  int64_t n = 0, width = 1;
+  int64_t width = 1;
   for (const BatchPiece& p : pieces) {
     CheckTokens(p.tokens, p.position);
     const int64_t need = (p.position + (int64_t)p.tokens.size() + b - 1) / b;
@@ -208,9 +206,48 @@ std::vector<std::vector<float>> LanguageModel::StepBatch(const std::vector<Batch
       if (blk < 0 || blk >= kv_blocks_)
         throw Error("StepBatch: block " + std::to_string(blk) + " outside the pool [0, " +
                     std::to_string(kv_blocks_) + ")");
-    n += (int64_t)p.tokens.size();
     width = std::max(width, need);
   }
+  if (!prefill_) return RunBatch(*step_, pieces, width);
+  // Prompts (pieces of several tokens) run on the prefill device, the rest here: a prompt's earlier rows
+  // (a chunk after the first, a shared prefix) go to the prefill device first, the rows it writes come here
+  // after it.
+  std::vector<BatchPiece> prompts, steps;
+  for (const BatchPiece& p : pieces) (p.tokens.size() > 1 ? prompts : steps).push_back(p);
+  std::vector<std::vector<float>> from_prompts, from_steps;
+  if (!prompts.empty()) {
+    std::vector<std::pair<int64_t, int64_t>> before, written;
+    for (const BatchPiece& p : prompts) {
+      PieceRows(p, 0, p.position, &before);
+      PieceRows(p, p.position, p.position + (int64_t)p.tokens.size(), &written);
+    }
+    if (!before.empty()) HandOver(*step_, *prefill_, before);
+    from_prompts = RunBatch(*prefill_, prompts, width);
+    HandOver(*prefill_, *step_, written);
+  }
+  if (!steps.empty()) from_steps = RunBatch(*step_, steps, width);
+  std::vector<std::vector<float>> out;
+  size_t a = 0, c = 0;
+  for (const BatchPiece& p : pieces)
+    if (p.logits) out.push_back(std::move(p.tokens.size() > 1 ? from_prompts[a++] : from_steps[c++]));
+  return out;
+}
+
+void LanguageModel::PieceRows(const BatchPiece& p, int64_t from, int64_t to,
+                              std::vector<std::pair<int64_t, int64_t>>* ranges) const {
+  for (int64_t pos = from; pos < to;) {  // one run of rows per block
+    const int64_t end = std::min(to, (pos / kv_block_ + 1) * kv_block_);
+    ranges->push_back({p.blocks[pos / kv_block_] * kv_block_ + pos % kv_block_, end - pos});
+    pos = end;
+  }
+}
+
+std::vector<std::vector<float>> LanguageModel::RunBatch(Executable& exe,
+                                                        const std::vector<BatchPiece>& pieces,
+                                                        int64_t width) {
+  const int64_t b = kv_block_;
+  int64_t n = 0;
+  for (const BatchPiece& p : pieces) n += (int64_t)p.tokens.size();
   std::vector<int32_t> tokens, positions, slots, table, rows;
   tokens.reserve(n), positions.reserve(n), slots.reserve(n), table.reserve(n * width);
   for (const BatchPiece& p : pieces) {
@@ -232,22 +269,29 @@ std::vector<std::vector<float>> LanguageModel::StepBatch(const std::vector<Batch
                                        {"slots", HostTensor::FromInts({n}, slots)},
                                        {"block_table", HostTensor::FromInts({n, width}, table)},
                                        {"logit_rows", HostTensor::FromInts({(int64_t)rows.size()}, rows)}};
-  std::vector<float> all = step_->Run(in)[0].ToFloats();
+  std::vector<float> all = exe.Run(in)[0].ToFloats();
   const size_t vocab = (size_t)files_.config.vocab_size;
   std::vector<std::vector<float>> out(wanted);
   for (size_t r = 0; r < wanted; ++r) out[r].assign(all.begin() + r * vocab, all.begin() + (r + 1) * vocab);
   return out;
 }
 
-void LanguageModel::HandOver(Executable& from, Executable& to, int64_t rows) {
+void LanguageModel::HandOver(Executable& from, Executable& to,
+                             const std::vector<std::pair<int64_t, int64_t>>& ranges) {
   const auto t0 = std::chrono::steady_clock::now();
   double bytes = 0, link = 0;
+  int64_t rows = 0;
+  for (const auto& [first, count] : ranges) rows += count;
   for (const Node& n : from.graph().nodes()) {
     if (n.op != Op::State) continue;
-    const HostTensor t = from.ReadStateRows(n.name, rows);
-    to.WriteStateRows(n.name, t);
-    bytes += (double)t.nbytes();
-    link += from.StateTransferSeconds((double)t.nbytes()) + to.StateTransferSeconds((double)t.nbytes());
+    double state_bytes = 0;
+    for (const auto& [first, count] : ranges) {
+      const HostTensor t = from.ReadStateRows(n.name, first, count);
+      to.WriteStateRows(n.name, first, t);
+      state_bytes += (double)t.nbytes();
+    }
+    bytes += state_bytes;
+    link += from.StateTransferSeconds(state_bytes) + to.StateTransferSeconds(state_bytes);
   }
   handovers_++;
   last_handover_ = {{"from", from.device()},
@@ -262,7 +306,7 @@ Executable& LanguageModel::StepFor(size_t n) {
   if (!prefill_) return *step_;
   // A prompt runs on the prefill device: the cache comes back first when decoding wrote to it since.
   Executable& exe = n > 1 ? *prefill_ : *step_;
-  if (kv_on_ != &exe && past_ > 0) HandOver(*kv_on_, exe, past_);
+  if (kv_on_ != &exe && past_ > 0) HandOver(*kv_on_, exe, {{0, past_}});
   kv_on_ = &exe;
   return exe;
 }
@@ -271,7 +315,7 @@ void LanguageModel::Advance(Executable& exe, size_t n) {
   past_ += (int64_t)n;
   // After a prompt the cache goes to the decoding device at once: its cost is part of the first token's.
   if (&exe == prefill_.get()) {
-    HandOver(exe, *step_, past_);
+    HandOver(exe, *step_, {{0, past_}});
     kv_on_ = step_.get();
   }
 }

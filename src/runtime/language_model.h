@@ -122,8 +122,15 @@ class LanguageModel {
   Executable& StepFor(size_t n);
   // After a step of n tokens ran on exe: the position moves on, and a prompt's cache goes to the decoder.
   void Advance(Executable& exe, size_t n);
-  // Moves the KV cache's first `rows` rows from one executable to the other, into last_handover_.
-  void HandOver(Executable& from, Executable& to, int64_t rows);
+  // Moves runs of the KV cache's rows ((first, count) each) from one executable to the other, into
+  // last_handover_.
+  void HandOver(Executable& from, Executable& to, const std::vector<std::pair<int64_t, int64_t>>& ranges);
+  // A batched step of these pieces on exe (width: the block table's columns).
+  std::vector<std::vector<float>> RunBatch(Executable& exe, const std::vector<BatchPiece>& pieces,
+                                           int64_t width);
+  // The pool rows of positions [from, to) of a piece's sequence, one (first, count) run per block.
+  void PieceRows(const BatchPiece& p, int64_t from, int64_t to,
+                 std::vector<std::pair<int64_t, int64_t>>* ranges) const;
   void SetBatching(const LoadOptions& opts);
 
   std::string path_, tokenizer_path_;

@@ -263,6 +263,21 @@ def test_32_concurrent_clients_are_batched_and_get_the_answers_they_get_alone(st
     assert metric(stories, "prism_requests_running") == 0
 
 
+def test_prompts_on_one_device_and_generation_on_another(prism_bin, stories):
+    # --prefill-device: prompts on the CPU, generation on the simulated systolic system (its f32 description),
+    # the KV pool's rows handed over block by block after each prompt; concurrent clients get the CPU
+    # server's answers.
+    s = Server(prism_bin, "--name", "stories", "--ctx", "256", "--device", "systolic:quad-f32",
+               "--prefill-device", "cpu")
+    try:
+        requests = [(p, n, stream) for p in PROMPTS for n in (5, 30) for stream in (False, True)]
+        alone = {(p, n): greedy(stories.client(), p, n).choices[0].text for p, n, _ in requests}
+        for key, text in flood(s, 6, 3, requests):
+            assert text == alone[key], key
+    finally:
+        s.stop()
+
+
 def test_a_shared_prompt_prefix_is_computed_once(stories):
     system = " ".join(["Lily and Tom played in the park with the big red ball every day."] * 8)
     client = stories.client()

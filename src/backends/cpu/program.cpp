@@ -179,17 +179,19 @@ static HostTensor& StateStorage(const KernelProgram& kp, std::vector<HostTensor>
   throw Error("state '" + name + "': the graph has no such state");
 }
 
-HostTensor Program::ReadStateRows(const std::string& name, int64_t rows) {
+HostTensor Program::ReadStateRows(const std::string& name, int64_t first, int64_t rows) {
   const HostTensor& s = StateStorage(kp_, storage_, name);
-  HostTensor out = StateRowsTensor(name, rows, s.shape, s.dtype);
-  std::memcpy(out.data, s.data, (size_t)out.nbytes());
+  HostTensor out = StateRowsTensor(name, first, rows, s.shape, s.dtype);
+  const size_t row = (size_t)(s.nbytes() / s.shape[0]);
+  std::memcpy(out.data, static_cast<const char*>(s.data) + first * row, (size_t)out.nbytes());
   return out;
 }
 
-void Program::WriteStateRows(const std::string& name, const HostTensor& rows) {
+void Program::WriteStateRows(const std::string& name, int64_t first, const HostTensor& rows) {
   HostTensor& s = StateStorage(kp_, storage_, name);
-  CheckStateRows(name, rows, s.shape, s.dtype);
-  std::memcpy(s.data, rows.data, (size_t)rows.nbytes());
+  CheckStateRows(name, first, rows, s.shape, s.dtype);
+  const size_t row = (size_t)(s.nbytes() / s.shape[0]);
+  std::memcpy(static_cast<char*>(s.data) + first * row, rows.data, (size_t)rows.nbytes());
 }
 
 void Program::PlanLaunches(const SymbolBindings& b, bool prepare) {

@@ -69,8 +69,8 @@ class Program : public Executable {
   std::vector<HostTensor> Run(const std::map<std::string, HostTensor>& inputs,
                               const SymbolBindings& syms = {}) override;
   void ResetState() override;
-  HostTensor ReadStateRows(const std::string& name, int64_t rows) override;
-  void WriteStateRows(const std::string& name, const HostTensor& rows) override;
+  HostTensor ReadStateRows(const std::string& name, int64_t first, int64_t rows) override;
+  void WriteStateRows(const std::string& name, int64_t first, const HostTensor& rows) override;
   const std::string& device() const override { return device_; }
   const Graph& graph() const override { return graph_; }
   size_t kernel_count() const override { return kp_.kernels.size(); }

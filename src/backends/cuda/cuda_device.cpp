@@ -292,12 +292,12 @@ void CudaDevice::Free(GpuMem m) {
   if (m) impl_->cu->cuMemFree(m);
 }
 
-void CudaDevice::Upload(GpuMem dst, const void* src, size_t bytes) {
-  if (bytes) impl_->Check(impl_->cu->cuMemcpyHtoD(dst, src, bytes), "cuMemcpyHtoD");
+void CudaDevice::UploadAt(GpuMem dst, size_t offset, const void* src, size_t bytes) {
+  if (bytes) impl_->Check(impl_->cu->cuMemcpyHtoD(dst + offset, src, bytes), "cuMemcpyHtoD");
 }
 
-void CudaDevice::Download(void* dst, GpuMem src, size_t bytes) {
-  if (bytes) impl_->Check(impl_->cu->cuMemcpyDtoH(dst, src, bytes), "cuMemcpyDtoH");
+void CudaDevice::DownloadAt(void* dst, GpuMem src, size_t offset, size_t bytes) {
+  if (bytes) impl_->Check(impl_->cu->cuMemcpyDtoH(dst, src + offset, bytes), "cuMemcpyDtoH");
 }
 
 std::unique_ptr<GpuModule> CudaDevice::Compile(const std::string& source,

@@ -77,8 +77,11 @@ class GpuDevice {
 
   virtual GpuMem Alloc(size_t bytes) = 0;  // zero-filled; bytes may be 0
   virtual void Free(GpuMem m) = 0;
-  virtual void Upload(GpuMem dst, const void* src, size_t bytes) = 0;
-  virtual void Download(void* dst, GpuMem src, size_t bytes) = 0;
+  // Copies to and from device memory, from its start or `offset` bytes into it.
+  virtual void UploadAt(GpuMem dst, size_t offset, const void* src, size_t bytes) = 0;
+  virtual void DownloadAt(void* dst, GpuMem src, size_t offset, size_t bytes) = 0;
+  void Upload(GpuMem dst, const void* src, size_t bytes) { UploadAt(dst, 0, src, bytes); }
+  void Download(void* dst, GpuMem src, size_t bytes) { DownloadAt(dst, src, 0, bytes); }
 
   // Compiles source in the device's dialect; the error names the build log.
   virtual std::unique_ptr<GpuModule> Compile(const std::string& source,

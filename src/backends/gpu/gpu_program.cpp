@@ -289,17 +289,21 @@ size_t GpuProgram::StateSlot(const std::string& name) {
   throw Error("state '" + name + "': the graph has no such state");
 }
 
-HostTensor GpuProgram::ReadStateRows(const std::string& name, int64_t rows) {
+HostTensor GpuProgram::ReadStateRows(const std::string& name, int64_t first, int64_t rows) {
   const size_t b = StateSlot(name);
-  HostTensor out = StateRowsTensor(name, rows, slots_[b].shape, kp_.buffers[b].dtype);
-  if (out.nbytes() > 0) device_->Download(out.data, slots_[b].mem, (size_t)out.nbytes());
+  HostTensor out = StateRowsTensor(name, first, rows, slots_[b].shape, kp_.buffers[b].dtype);
+  if (out.nbytes() > 0)
+    device_->DownloadAt(out.data, slots_[b].mem, (size_t)(first * (out.nbytes() / rows)),
+                        (size_t)out.nbytes());
   return out;
 }
 
-void GpuProgram::WriteStateRows(const std::string& name, const HostTensor& rows) {
+void GpuProgram::WriteStateRows(const std::string& name, int64_t first, const HostTensor& rows) {
   const size_t b = StateSlot(name);
-  CheckStateRows(name, rows, slots_[b].shape, kp_.buffers[b].dtype);
-  if (rows.nbytes() > 0) device_->Upload(slots_[b].mem, rows.data, (size_t)rows.nbytes());
+  CheckStateRows(name, first, rows, slots_[b].shape, kp_.buffers[b].dtype);
+  if (rows.nbytes() > 0)
+    device_->UploadAt(slots_[b].mem, (size_t)(first * (rows.nbytes() / rows.shape[0])), rows.data,
+                      (size_t)rows.nbytes());
 }
 
 void GpuProgram::ResetState() {

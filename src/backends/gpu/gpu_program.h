@@ -87,8 +87,8 @@ class GpuProgram : public Executable {
   std::vector<HostTensor> Run(const std::map<std::string, HostTensor>& inputs,
                               const SymbolBindings& syms = {}) override;
   void ResetState() override;
-  HostTensor ReadStateRows(const std::string& name, int64_t rows) override;
-  void WriteStateRows(const std::string& name, const HostTensor& rows) override;
+  HostTensor ReadStateRows(const std::string& name, int64_t first, int64_t rows) override;
+  void WriteStateRows(const std::string& name, int64_t first, const HostTensor& rows) override;
   const std::string& device() const override { return device_name_; }
   size_t kernel_count() const override { return kp_.kernels.size(); }
   // The schedule space the one search explores (backends/gpu/gpu_schedule_space.cpp): the renderer's

@@ -25,18 +25,20 @@ class InterpExecutable : public Executable {
     return interp_.Run(inputs, syms);
   }
   void ResetState() override { interp_.ResetState(); }
-  HostTensor ReadStateRows(const std::string& name, int64_t rows) override {
+  HostTensor ReadStateRows(const std::string& name, int64_t first, int64_t rows) override {
     const Node& n = StateNode(name);
-    HostTensor out = StateRowsTensor(name, rows, EvalShape(n.shape, {}), n.dtype);
+    HostTensor out = StateRowsTensor(name, first, rows, EvalShape(n.shape, {}), n.dtype);
     const std::vector<double>& v = interp_.MutableStateValues(name);
-    for (int64_t i = 0; i < out.numel(); ++i) StoreFromDouble(out.data, n.dtype, i, v[i]);
+    const int64_t at = rows > 0 ? first * (out.numel() / rows) : 0;
+    for (int64_t i = 0; i < out.numel(); ++i) StoreFromDouble(out.data, n.dtype, i, v[at + i]);
     return out;
   }
-  void WriteStateRows(const std::string& name, const HostTensor& rows) override {
+  void WriteStateRows(const std::string& name, int64_t first, const HostTensor& rows) override {
     const Node& n = StateNode(name);
     std::vector<double>& v = interp_.MutableStateValues(name);
-    CheckStateRows(name, rows, EvalShape(n.shape, {}), n.dtype);
-    for (int64_t i = 0; i < rows.numel(); ++i) v[i] = LoadAsDouble(rows.data, rows.dtype, i);
+    CheckStateRows(name, first, rows, EvalShape(n.shape, {}), n.dtype);
+    const int64_t at = rows.shape[0] > 0 ? first * (rows.numel() / rows.shape[0]) : 0;
+    for (int64_t i = 0; i < rows.numel(); ++i) v[at + i] = LoadAsDouble(rows.data, rows.dtype, i);
   }
   size_t kernel_count() const override { return graph_.size(); }
 

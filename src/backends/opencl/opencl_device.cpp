@@ -214,16 +214,17 @@ void OpenClDevice::Free(GpuMem m) {
   if (m) impl_->cl->clReleaseMemObject(AsMem(m));
 }
 
-void OpenClDevice::Upload(GpuMem dst, const void* src, size_t bytes) {
+void OpenClDevice::UploadAt(GpuMem dst, size_t offset, const void* src, size_t bytes) {
   if (bytes == 0) return;
-  Check(
-      impl_->cl->clEnqueueWriteBuffer(impl_->queue, AsMem(dst), CL_TRUE, 0, bytes, src, 0, nullptr, nullptr),
-      "clEnqueueWriteBuffer");
+  Check(impl_->cl->clEnqueueWriteBuffer(impl_->queue, AsMem(dst), CL_TRUE, offset, bytes, src, 0, nullptr,
+                                        nullptr),
+        "clEnqueueWriteBuffer");
 }
 
-void OpenClDevice::Download(void* dst, GpuMem src, size_t bytes) {
+void OpenClDevice::DownloadAt(void* dst, GpuMem src, size_t offset, size_t bytes) {
   if (bytes == 0) return;
-  Check(impl_->cl->clEnqueueReadBuffer(impl_->queue, AsMem(src), CL_TRUE, 0, bytes, dst, 0, nullptr, nullptr),
+  Check(impl_->cl->clEnqueueReadBuffer(impl_->queue, AsMem(src), CL_TRUE, offset, bytes, dst, 0, nullptr,
+                                       nullptr),
         "clEnqueueReadBuffer");
 }
 

@@ -23,8 +23,8 @@ class OpenClDevice : public GpuDevice {
   int max_threads_per_group() const override;
   GpuMem Alloc(size_t bytes) override;
   void Free(GpuMem m) override;
-  void Upload(GpuMem dst, const void* src, size_t bytes) override;
-  void Download(void* dst, GpuMem src, size_t bytes) override;
+  void UploadAt(GpuMem dst, size_t offset, const void* src, size_t bytes) override;
+  void DownloadAt(void* dst, GpuMem src, size_t offset, size_t bytes) override;
   std::unique_ptr<GpuModule> Compile(const std::string& source,
                                      const std::vector<std::string>& functions) override;
   void Launch(GpuModule& module, int function, const std::vector<GpuArg>& args, int64_t groups,

@@ -47,11 +47,11 @@ class SystolicProgram : public Executable {
                               const SymbolBindings& syms = {}) override;
   void ResetState() override { host_->ResetState(); }
   // The KV cache lives in the devices' HBM (each layer's on its devices); it crosses the links in parallel.
-  HostTensor ReadStateRows(const std::string& name, int64_t rows) override {
-    return host_->ReadStateRows(name, rows);
+  HostTensor ReadStateRows(const std::string& name, int64_t first, int64_t rows) override {
+    return host_->ReadStateRows(name, first, rows);
   }
-  void WriteStateRows(const std::string& name, const HostTensor& rows) override {
-    host_->WriteStateRows(name, rows);
+  void WriteStateRows(const std::string& name, int64_t first, const HostTensor& rows) override {
+    host_->WriteStateRows(name, first, rows);
   }
   double StateTransferSeconds(double bytes) const override {
     return desc_.link_latency_us * 1e-6 + bytes / desc_.devices / (desc_.link_gbps * 1e9);
