@@ -51,15 +51,18 @@ double HostAddGbps() {
   return gbps;
 }
 
-// The step's timeline with the vector units taking the kernels marked in `vec`.
+// The step's timeline with the vector units taking the kernels marked in `vec`; `planned`, if given, gets the
+// step as the timeline ran it.
 StepTime Timeline(const SystolicDescription& d, std::vector<TimedKernel> step,
                   const std::vector<TimedKernel>& vector_forms, const std::vector<bool>& vec,
                   const std::vector<TimedBuffer>& buffers, const std::vector<int>& outputs,
-                  StepLayouts& layouts) {
+                  StepLayouts& layouts, std::vector<TimedKernel>* planned = nullptr) {
   for (size_t k = 0; k < step.size(); ++k)
     if (vec[k]) step[k] = vector_forms[k];
   layouts.Apply(step);
-  return RunStep(d, step, buffers, outputs, HostAddGbps());
+  const StepTime t = RunStep(d, step, buffers, outputs, HostAddGbps());
+  if (planned) *planned = std::move(step);
+  return t;
 }
 
 }  // namespace
@@ -160,8 +163,9 @@ void SystolicProgram::PlaceWeights(const SymbolBindings& b) {
   const std::vector<TimedBuffer> buffers = StepBuffers(b);
   const std::vector<double> no_host(n, 0);  // the same host kernels under every placement
   StepLayouts layouts(kp, b);
+  const bool fits_any = Replicated(b);  // every placement fits when each device holds every weight
   auto cost = [&](const std::vector<Placement>& pl) {
-    for (double bytes : HbmBytes(pl, b))
+    for (double bytes : fits_any ? std::vector<double>{} : HbmBytes(pl, b))
       if (bytes > desc_.hbm_bytes) return std::numeric_limits<double>::infinity();
     std::vector<TimedKernel> vector_forms;
     const std::vector<TimedKernel> step = StepKernels(b, pl, no_host, &vector_forms);
@@ -175,7 +179,7 @@ void SystolicProgram::PlaceWeights(const SymbolBindings& b) {
     placements_[bucket] = layer;
     return;
   }
-  if (!placements_.empty() && !Replicated(b)) {  // the weights stay where the first bucket put them
+  if (!placements_.empty() && !fits_any) {  // the weights stay where the first bucket put them
     placements_[bucket] = placements_.begin()->second;
     return;
   }
@@ -253,11 +257,8 @@ nlohmann::json SystolicProgram::PredictStep(const std::map<std::string, HostTens
     }
     if (!improved) break;
   }
-  std::vector<TimedKernel> planned = step;  // the plan as the timeline ran it
-  for (size_t k = 0; k < planned.size(); ++k)
-    if (vec[k]) planned[k] = vector_forms[k];
-  layouts.Apply(planned);
-  const StepTime st = RunStep(desc_, planned, buffers, kp.output_buffers, HostAddGbps());
+  std::vector<TimedKernel> planned;
+  const StepTime st = Timeline(desc_, step, vector_forms, vec, buffers, kp.output_buffers, layouts, &planned);
 
   double flops = 0, hbm = 0;
   int on_vector = 0;

@@ -215,10 +215,6 @@ double KvBytesPerDevice(const SystolicDescription& d, const KernelProgram& kp, c
   return kv / d.devices;
 }
 
-}  // namespace
-
-namespace {
-
 // Bytes of the weights the devices' vector units may read (norms' scales, an embedding table): every weight
 // no device product reads, and of those the ones up to `limit` bytes each.
 double VectorWeightBytes(const KernelProgram& kp, const std::vector<bool>& on_device, const SymbolBindings& b,
@@ -259,10 +255,14 @@ std::vector<double> SystolicProgram::HbmBytes(const std::vector<Placement>& plac
     if (!on_device_[k] || !kp.kernels[k].gemm) continue;
     const GemmTemplate& gm = *kp.kernels[k].gemm;
     const double w = (double)gm.n * gm.k * WeightBytes(desc_);
-    // (Column and Row placements both hold 1/devices of the weight on each device.)
-    for (int d = 0; d < desc_.devices; ++d)
-      bytes[d] +=
-          all || placements[k] == Placement::Layer ? (all || d == home_[k] ? w : 0) : w / desc_.devices;
+    for (int d = 0; d < desc_.devices; ++d) {
+      if (all)
+        bytes[d] += w;
+      else if (placements[k] == Placement::Layer)
+        bytes[d] += d == home_[k] ? w : 0;
+      else  // column and row placements hold 1/devices of the weight on each device
+        bytes[d] += w / desc_.devices;
+    }
   }
   return bytes;
 }
