@@ -69,7 +69,7 @@ std::string Content(const json& c, const std::string& field) {
   if (!c.is_array()) throw WrongType(field, "a string or an array of content parts", c);
   std::string text;
   for (const json& part : c) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+    if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
         !part["text"].is_string())
       throw BadRequest(
           "'" + field + "' parts must be {\"type\": \"text\", \"text\": ...}; this model reads text only",
