@@ -43,7 +43,8 @@ Stat MeanStd(const std::vector<double>& xs) {
 Runner AddBenchCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Prompt-processing and generation speed, llama-bench style");
   struct Opts {
-    std::string model, prompts = "128,512", threads = "1,2", tokenizer, device = "cpu", prefill_device;
+    std::string model, prompts = "128,512", threads = "1,2", tokenizer, device = "cpu", prefill_device,
+                       program;
     int gen = 128, reps = 3;
     bool json = false;
   };
@@ -57,6 +58,7 @@ Runner AddBenchCommand(CLI::App& app) {
   cmd->add_flag("--json", o->json, "one JSON object per line instead of a table");
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file (llama2.c checkpoints)");
   AddDeviceOption(cmd, o->device);
+  AddProgramOption(cmd, o->program);
   AddSplitDeviceOptions(cmd, o->device, o->prefill_device);
   return [o]() {
     std::string path = o->model.empty() ? DefaultModelPath() : o->model;
@@ -69,6 +71,7 @@ Runner AddBenchCommand(CLI::App& app) {
     for (int t : threads) {
       LoadOptions lo{o->tokenizer, std::max<int64_t>(max_prompt, o->gen) + 8, t};
       lo.device = o->device;
+      lo.program = o->program;
       lo.prefill_device = o->prefill_device;
       auto lm = LanguageModel::Load(path, lo);
       std::mt19937 rng(1234);

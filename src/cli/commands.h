@@ -44,6 +44,15 @@ inline void AddDeviceOption(CLI::App* cmd, std::string& device) {
       ->check(DeviceName());
 }
 
+// --program NAME: which of the step graph's rewritten programs runs (`prism graph --rewrites` lists them);
+// unset: the program search's choice (timed with a search budget, else the tuning database's).
+inline void AddProgramOption(CLI::App* cmd, std::string& program) {
+  cmd->add_option(
+      "--program", program,
+      "which rewritten program runs: 'as written', 'rewritten', ... (default: the program search's "
+      "choice, remembered in the tuning database)");
+}
+
 // --prefill-device NAME and --decode-device NAME: prompts on one device, generation on another (the KV
 // cache handed over after each prompt); --decode-device is --device by another name.
 inline void AddSplitDeviceOptions(CLI::App* cmd, std::string& device, std::string& prefill_device) {

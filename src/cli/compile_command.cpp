@@ -16,7 +16,7 @@ Runner AddCompileCommand(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("compile", "Compile a model into an artifact folder (kernels, schedules, receipts)");
   struct Opts {
-    std::string model, out, tokenizer, replay, device = "cpu";
+    std::string model, out, tokenizer, replay, device = "cpu", program;
     double budget = 60;
     int64_t ctx = 0;
     int threads = 0;
@@ -35,11 +35,15 @@ Runner AddCompileCommand(CLI::App& app) {
                   "search one kernel again (whatever the database holds), save the decision and print its "
                   "receipts");
   AddDeviceOption(cmd, o->device);
+  AddProgramOption(cmd, o->program);
   return [o]() {
     auto t0 = std::chrono::steady_clock::now();
     std::string path = o->model.empty() ? DefaultModelPath() : o->model;
-    LoadOptions lo{o->tokenizer, o->ctx, o->threads, -1};
+    // With --replay, the program is the database's (nothing timed); else the program search times the
+    // rewritten candidates, each tuned within the budget, and the schedules below come from the database.
+    LoadOptions lo{o->tokenizer, o->ctx, o->threads, o->replay.empty() ? o->budget : -1.0};
     lo.device = o->device;
+    lo.program = o->program;
     auto lm = LanguageModel::Load(path, lo);
     if (!o->replay.empty()) {
       auto receipts = lm->Tune(o->budget, o->replay, /*replay=*/true);
@@ -57,6 +61,7 @@ Runner AddCompileCommand(CLI::App& app) {
       };
     auto receipts = lm->Tune(o->budget, "", false, progress);
     if (drew) std::fprintf(stderr, "\n");
+    receipts.push_back(lm->program_receipt());
     lm->SaveArtifact(o->out, receipts);
     int searched = 0, from_db = 0;
     for (const auto& r : receipts) {

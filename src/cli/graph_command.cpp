@@ -6,17 +6,54 @@
 #include "backends/cpu/program.h"
 #include "cli/commands.h"
 #include "codegen/cpp_renderer.h"
+#include "compiler/egraph/rewrite.h"
 #include "ir/error.h"
 #include "runtime/language_model.h"
 
 namespace prism::cli {
+
+namespace {
+
+size_t ProductKernels(const KernelProgram& kp) {
+  size_t n = 0;
+  for (const Kernel& k : kp.kernels) n += k.gemm.has_value();
+  return n;
+}
+
+// Saturation and extraction at decode sizes, as `prism graph --rewrites` prints them; returns the best
+// program.
+Graph PrintRewrites(const Graph& g, const FusionOptions& fo) {
+  RewriteOptions ro;
+  ro.cost.sizes = {{"seq", 1}, {"past", 64}};
+  RewriteResult rr = RewriteProgram(g, ro);
+  const SaturationReport& s = rr.saturation;
+  std::printf(
+      "rewrites: %d iteration(s), %zu -> %zu e-nodes, %zu -> %zu classes, stopped: %s (budget %zu nodes, "
+      "%d iterations, %.0f s), %.2f s saturating, %.2f s extracting\n",
+      s.iterations, s.nodes_start, s.nodes_end, s.classes_start, s.classes_end, s.stopped.c_str(),
+      s.budget.max_nodes, s.budget.max_iterations, s.budget.max_seconds, s.seconds, rr.extract_seconds);
+  std::printf("rules that fired (unions made):\n");
+  for (const Rule& r : DefaultRules())
+    if (auto it = s.fired.find(r.name); it != s.fired.end())
+      std::printf("  %-26s %6zu  %s\n", r.name.c_str(), it->second, r.text.c_str());
+  for (const std::string& j : rr.joints) std::printf("  found: %s\n", j.c_str());
+  for (const ProgramCandidate& c : rr.candidates) {
+    KernelProgram kp = BuildKernelProgram(c.graph, fo);
+    std::printf("candidate '%s': predicted %.1f us per decode step, %zu kernels (%zu products)\n",
+                c.name.c_str(), 1e6 * c.predicted_seconds, kp.kernels.size(), ProductKernels(kp));
+    for (const std::string& r : c.rewrites) std::printf("  %s\n", r.c_str());
+  }
+  return rr.candidates.size() > 1 ? rr.candidates[1].graph : g;
+}
+
+}  // namespace
 
 Runner AddGraphCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand("graph", "Print a model's graph, its fused kernels and their generated C++");
   struct Opts {
     std::string model, dot, tokenizer;
     int64_t layers = -1, ctx = 512;
-    bool no_fuse = false, source = false, nodes = false, compile = false;
+    bool no_fuse = false, source = false, nodes = false, compile = false, rewrites = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("model", o->model, "model path (default: the shipped stories260K)");
@@ -26,6 +63,10 @@ Runner AddGraphCommand(CLI::App& app) {
   cmd->add_flag("--nodes", o->nodes, "print every graph node");
   cmd->add_flag("--source", o->source, "print the generated C++");
   cmd->add_flag("--compile", o->compile, "also compile the kernels and report compile time (cached by hash)");
+  cmd->add_flag(
+      "--rewrites", o->rewrites,
+      "saturate the graph under the rewrite rules: print the rules that fired, the candidate programs and "
+      "their predicted decode cost, then the kernels of the cost model's best");
   cmd->add_option("--dot", o->dot, "write the graph as Graphviz dot to this file");
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file (llama2.c checkpoints)");
   return [o]() {
@@ -39,6 +80,7 @@ Runner AddGraphCommand(CLI::App& app) {
     Graph g = BuildCausalLM(cfg, mf.Lookup(), go);
     FusionOptions fo = CompileOptions{}.fusion;  // the plan a CPU program gets
     fo.fuse = !o->no_fuse;
+    if (o->rewrites) g = PrintRewrites(g, fo);
     KernelProgram kp = BuildKernelProgram(g, fo);
     if (o->nodes) std::fputs(g.ToText().c_str(), stdout);
     std::fputs(KernelProgramToText(g, kp).c_str(), stdout);

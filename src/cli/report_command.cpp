@@ -45,6 +45,22 @@ Runner AddReportCommand(CLI::App& app) {
             m["scratch_bytes_separate"].get<double>() / (1 << 20));
         std::printf("%s\n", line.c_str());
       }
+    for (const auto& r : receipts) {  // the program search: which rewritten program runs, what it timed
+      if (r.value("scope", "") != "program") continue;
+      std::printf("program: %s (%s)\n", r.value("chosen", "").c_str(), r.value("reason", "").c_str());
+      for (const auto& w : r.value("rewrites", nlohmann::json::array()))
+        std::printf("  rewrite: %s\n", w.get<std::string>().c_str());
+      for (const auto& t : r.value("timed", nlohmann::json::array())) {
+        std::string times;
+        const nlohmann::json medians = t.value("median_us", nlohmann::json::object());
+        for (const auto& [bucket, us] : medians.items())
+          times += fmt::format("{}{} {:.1f} us", times.empty() ? "" : ", ", bucket, us.get<double>());
+        std::printf("  timed '%s': %s%s\n", t.value("candidate", "").c_str(),
+                    t.value("passed", false) ? times.c_str() : "failed the check: ",
+                    t.value("passed", false) ? "" : t.value("error", "").c_str());
+      }
+      if (r.contains("saturation")) std::printf("  saturation: %s\n", r["saturation"].dump().c_str());
+    }
     for (const char* bucket : kReportBuckets) {
       const BucketReceipts b = ReceiptsOf(receipts, bucket);
       const std::vector<nlohmann::json>& rows = b.rows;

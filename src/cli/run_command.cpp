@@ -26,7 +26,7 @@ Runner AddRunCommand(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("run", "Generate text from a prompt (default model: the shipped stories260K)");
   struct Opts {
-    std::string model, prompt = "Once upon a time", tokenizer, device = "cpu", prefill_device;
+    std::string model, prompt = "Once upon a time", tokenizer, device = "cpu", prefill_device, program;
     int n = 256, threads = 0;
     int64_t ctx = 0;
     float temp = 0.8f, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f;
@@ -55,11 +55,13 @@ Runner AddRunCommand(CLI::App& app) {
   cmd->add_option("--ctx", o->ctx, "context size in tokens (default: the model's, at most 4096)");
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file (llama2.c checkpoints)");
   AddDeviceOption(cmd, o->device);
+  AddProgramOption(cmd, o->program);
   AddSplitDeviceOptions(cmd, o->device, o->prefill_device);
   return [o, seed]() {
     std::string path = o->model.empty() ? DefaultModelPath() : o->model;
     LoadOptions lo{o->tokenizer, o->ctx, o->threads};
     lo.device = o->device;
+    lo.program = o->program;
     lo.prefill_device = o->prefill_device;
     auto lm = LanguageModel::Load(path, lo);
     GenerateOptions go;

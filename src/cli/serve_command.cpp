@@ -20,7 +20,7 @@ Runner AddServeCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "serve", "Serve a model over OpenAI's HTTP API (/v1/completions, /v1/chat/completions)");
   struct Opts {
-    std::string model, name, tokenizer, device = "cpu", prefill_device, host = "127.0.0.1", api_key;
+    std::string model, name, tokenizer, device = "cpu", prefill_device, host = "127.0.0.1", api_key, program;
     std::vector<std::string> models;  // NAME=PATH
     int port = 8080, threads = 0;
     int64_t ctx = 0;
@@ -74,6 +74,7 @@ Runner AddServeCommand(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file (llama2.c checkpoints)");
   AddDeviceOption(cmd, o->device);
+  AddProgramOption(cmd, o->program);
   AddSplitDeviceOptions(cmd, o->device, o->prefill_device);
   return [o]() {
     std::vector<ModelSpec> models;
@@ -99,6 +100,7 @@ Runner AddServeCommand(CLI::App& app) {
     HttpServer server(so, models, po, [o](const ModelSpec& m, Metrics* metrics) {
       LoadOptions lo{o->tokenizer, o->ctx, o->threads};
       lo.device = o->device;
+      lo.program = o->program;
       lo.prefill_device = o->prefill_device;
       lo.kv_block = o->kv_block;
       lo.kv_memory_bytes = (int64_t)(o->kv_memory_mb * 1024 * 1024);

@@ -357,6 +357,57 @@ void Graph::MarkOutput(NodeId id, const std::string& name) {
   output_names_.push_back(name);
 }
 
+NodeId Graph::Rebuild(const Node& n, const std::vector<NodeId>& in) {
+  const size_t rank = n.shape.size();
+  auto half = [&](size_t k) {
+    return std::vector<Expr>(n.args.begin() + (k ? n.args.size() / 2 : 0),
+                             n.args.begin() + (k ? n.args.size() : n.args.size() / 2));
+  };
+  switch (n.op) {
+    case Op::Input: return Input(n.name, n.dtype, n.shape);
+    case Op::Weight: return Weight(n.name, n.dtype, n.shape);
+    case Op::State: return State(n.name, n.dtype, n.shape);
+    case Op::Constant: return Constant(n.scalar, n.dtype, n.shape);
+    case Op::Iota: return Iota(n.shape, n.axes.at(0), n.dtype);
+    case Op::Cast: return Cast(in.at(0), n.dtype);
+    case Op::Where: return Where(in.at(0), in.at(1), in.at(2));
+    case Op::SumReduce:
+    case Op::MaxReduce: return Reduce(n.op, in.at(0), n.axes);
+    case Op::Gather: return Gather(in.at(0), in.at(1), n.axes.at(0));
+    case Op::Reshape: return Reshape(in.at(0), n.shape);
+    case Op::Permute: return Permute(in.at(0), n.axes);
+    case Op::Expand: return Expand(in.at(0), n.shape);
+    case Op::Slice:
+      if (n.args.size() != 2 * rank) throw Error("Rebuild: Slice needs starts and steps per axis");
+      return Slice(in.at(0), half(0), n.shape, half(1));
+    case Op::Pad: return Pad(in.at(0), half(0), half(1));
+    case Op::StateWrite: return StateWrite(in.at(0), in.at(1), n.axes.at(0), n.args.at(0));
+    case Op::StateScatter: return StateScatter(in.at(0), in.at(1), in.at(2));
+    default:
+      if (IsUnary(n.op)) return Unary(n.op, in.at(0));
+      if (IsBinary(n.op)) return Binary(n.op, in.at(0), in.at(1));
+  }
+  throw Error("Rebuild: unknown op " + std::string(OpName(n.op)));
+}
+
+std::string ConcatWeightName(const std::vector<std::string>& parts) {
+  std::string s = "cat(";
+  for (size_t i = 0; i < parts.size(); ++i) s += (i ? "," : "") + parts[i];
+  return s + ")";
+}
+
+std::vector<std::string> ConcatParts(const std::string& name) {
+  if (name.size() < 5 || name.rfind("cat(", 0) != 0 || name.back() != ')') return {};
+  std::vector<std::string> parts(1);
+  for (size_t i = 4; i + 1 < name.size(); ++i) {
+    if (name[i] == ',')
+      parts.emplace_back();
+    else
+      parts.back() += name[i];
+  }
+  return parts;
+}
+
 std::vector<std::string> Graph::Symbols() const {
   std::vector<std::string> syms;
   for (const Node& n : nodes_) {

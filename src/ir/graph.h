@@ -91,6 +91,9 @@ class Graph {
   // Indices outside the state clamp to its first or last row (as Gather's do): callers validate them.
   NodeId StateScatter(NodeId state, NodeId value, NodeId index);
   void MarkOutput(NodeId id, const std::string& name);
+  // A node like `like` (its op, dtype, attributes) over other inputs, through the builder above (so inferred,
+  // checked, folded and shared as any other): how a rewritten program is written back into a graph.
+  NodeId Rebuild(const Node& like, const std::vector<NodeId>& inputs);
 
   const Node& node(NodeId id) const { return nodes_.at(id); }
   int32_t size() const { return (int32_t)nodes_.size(); }
@@ -115,6 +118,13 @@ class Graph {
   std::vector<NodeId> outputs_;
   std::vector<std::string> output_names_;
 };
+
+// A weight made at bind time from stored ones: their rows one after another (every part [N_i, K] of one
+// dtype, the whole [sum N_i, K]; quantized rows are whole blocks, so bytes concatenate). Rewrites that merge
+// products over one input name such weights "cat(a,b,...)"; ConcatParts gives the parts back (empty for
+// a stored weight's name).
+std::string ConcatWeightName(const std::vector<std::string>& parts);
+std::vector<std::string> ConcatParts(const std::string& name);
 
 // Result dtype of arithmetic between a and b (float wins, wider wins).
 DType PromoteTypes(DType a, DType b);

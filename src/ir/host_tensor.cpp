@@ -15,6 +15,25 @@ static int64_t Numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
+HostTensor ConcatRows(const std::vector<HostTensor>& parts, const std::string& what) {
+  if (parts.empty()) throw Error(what + ": nothing to concatenate");
+  int64_t rows = 0;
+  for (const HostTensor& p : parts) {
+    if (p.dtype != parts[0].dtype || p.shape.size() != 2 || p.shape[1] != parts[0].shape[1])
+      throw Error(what + ": parts " + parts[0].ShapeString() + " " + std::string(DTypeName(parts[0].dtype)) +
+                  " and " + p.ShapeString() + " " + std::string(DTypeName(p.dtype)) +
+                  " do not stack as rows");
+    rows += p.shape[0];
+  }
+  HostTensor out = HostTensor::Zeros(parts[0].dtype, {rows, parts[0].shape[1]});
+  char* at = (char*)out.data;
+  for (const HostTensor& p : parts) {
+    std::memcpy(at, p.data, (size_t)p.nbytes());
+    at += p.nbytes();
+  }
+  return out;
+}
+
 HostTensor HostTensor::Zeros(DType dtype, std::vector<int64_t> shape) {
   HostTensor t;
   t.dtype = dtype;

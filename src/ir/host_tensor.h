@@ -33,6 +33,10 @@ struct HostTensor {
   std::string ShapeString() const;
 };
 
+// The rows of tensors [N_i, K] of one dtype one after another: [sum N_i, K] (a weight named by
+// ConcatWeightName). Throws prism::Error when the dtypes or row lengths differ.
+HostTensor ConcatRows(const std::vector<HostTensor>& parts, const std::string& what);
+
 using SymbolBindings = std::map<std::string, int64_t>;
 
 // Binds symbols from the concrete shapes of the inputs (a dimension that is a bare symbol binds

@@ -6,7 +6,9 @@
 #include <fstream>
 
 #include "backends/cpu/jit.h"
+#include "backends/cpu/machine_probe.h"
 #include "ir/error.h"
+#include "search/program_search.h"
 #include "search/schedule_search.h"
 
 namespace prism {
@@ -29,9 +31,10 @@ std::unique_ptr<LanguageModel> LanguageModel::Load(const std::string& path, cons
   lm->search_busy_limit_ = opts.search_busy_limit;
   lm->graph_replay_ = opts.gpu_graphs;
   lm->SetBatching(opts);
-  lm->step_ = lm->CompileStep(false);
-  // Schedules from the tuning database (and a search within the budget, if one was given).
-  lm->Tune(std::max(0.0, opts.search_budget));
+  lm->program_ = opts.program;
+  // The program and its schedules from the tuning database (and a search within the budget, if one was
+  // given).
+  lm->CompileProgram(opts.search_budget);
   if (!opts.prefill_device.empty() && opts.prefill_device != opts.device) {
     std::shared_ptr<Device> pd = OpenDevice(opts.prefill_device);
     lm->prefill_ = CompileModelGraph(*pd, lm->StepGraph(false), *lm->files_.weights,
@@ -56,26 +59,78 @@ nlohmann::json LanguageModel::Tune(
   so.replay = replay;
   so.busy_limit = search_busy_limit_;
   so.progress = progress;
+  so.buckets = Buckets();
+  if (kv_block_ == 0 && so.buckets.back().first == "prefill-long")
+    so.inherit["prefill-long"] = {"prefill", "past"};
+  return SearchSchedules(*step_, so);
+}
+
+std::vector<std::pair<std::string, SymbolBindings>> LanguageModel::Buckets() const {
+  std::vector<std::pair<std::string, SymbolBindings>> b;
   int64_t prefill = std::min<int64_t>(128, std::max<int64_t>(2, max_context_ / 2));
   if (kv_block_ > 0) {  // batched: the same buckets, the context as blocks, one row of logits
     auto blocks = [&](int64_t n) { return std::min<int64_t>((n + kv_block_ - 1) / kv_block_, kv_blocks_); };
     const int64_t ctx = blocks(std::min<int64_t>(max_context_, 65));
-    so.buckets = {{"decode", {{"seq", 1}, {"blocks", ctx}, {"rows", 1}}},
-                  {"batch", {{"seq", kBatchSeq}, {"blocks", ctx}, {"rows", kBatchSeq}}},
-                  {"prefill", {{"seq", prefill}, {"blocks", blocks(prefill)}, {"rows", 1}}}};
-    return SearchSchedules(*step_, so);
+    return {{"decode", {{"seq", 1}, {"blocks", ctx}, {"rows", 1}}},
+            {"batch", {{"seq", kBatchSeq}, {"blocks", ctx}, {"rows", kBatchSeq}}},
+            {"prefill", {{"seq", prefill}, {"blocks", blocks(prefill)}, {"rows", 1}}}};
   }
   const int64_t past = std::min<int64_t>(max_context_ - 1, 64);
-  so.buckets = {{"decode", {{"seq", 1}, {"past", past}}}, {"prefill", {{"seq", prefill}, {"past", 0}}}};
+  b = {{"decode", {{"seq", 1}, {"past", past}}}, {"prefill", {{"seq", prefill}, {"past", 0}}}};
   // Short prompts and chat turns (2 to kBatchSeqMax - 1 tokens) get their own choices.
   if (max_context_ >= past + kBatchSeq)
-    so.buckets.insert(so.buckets.begin() + 1, {"batch", {{"seq", kBatchSeq}, {"past", past}}});
+    b.insert(b.begin() + 1, {"batch", {{"seq", kBatchSeq}, {"past", past}}});
   // Long prompts: attention searched again at 512 (or the context), the rest as in "prefill".
-  if (const int64_t long_seq = std::min<int64_t>(512, max_context_); long_seq >= kLongPrefillSeq) {
-    so.buckets.push_back({"prefill-long", {{"seq", long_seq}, {"past", 0}}});
-    so.inherit["prefill-long"] = {"prefill", "past"};
+  if (const int64_t long_seq = std::min<int64_t>(512, max_context_); long_seq >= kLongPrefillSeq)
+    b.push_back({"prefill-long", {{"seq", long_seq}, {"past", 0}}});
+  return b;
+}
+
+RewriteResult LanguageModel::Rewrites() const {
+  // The cost model ranks at decode sizes, where per-kernel costs weigh most. Its ceilings are its fixed defaults,
+  // not this machine's probe: the same model must give the same candidates on every load (an artifact
+  // regenerates its program by name), and the cost model only ranks what is timed.
+  RewriteOptions ro;
+  ro.cost.sizes = Buckets().front().second;
+  return RewriteProgram(StepGraph(false), ro);
+}
+
+Graph LanguageModel::ProgramGraph(const std::string& name) const {
+  if (name.empty() || name == "as written") return StepGraph(false);
+  for (ProgramCandidate& c : Rewrites().candidates)
+    if (c.name == name) return std::move(c.graph);
+  throw Error(path_ + ": the rewrites no longer give a program named '" + name + "' (recompile the artifact)");
+}
+
+void LanguageModel::CompileProgram(double search_budget) {
+  RewriteResult rr = Rewrites();
+  CompileRequest req;
+  req.threads = threads_;
+  req.graph_replay = graph_replay_;
+  ProgramSearchOptions po;
+  po.db_path = TuningDatabasePath();
+  po.measure = search_budget >= 0;
+  po.busy_limit = search_busy_limit_;
+  po.force = program_;
+  for (const auto& b : Buckets())  // the whole step at decode and at a prompt's length
+    if (b.first == "decode" || b.first == "prefill") po.buckets.push_back(b);
+  auto build = [&](const Graph& g) {
+    step_ = CompileModelGraph(*device_, g, *files_.weights, req, &derived_weights_);
+    Tune(std::max(0.0, search_budget));
+    return std::move(step_);
+  };
+  // Where the decision holds: the device, the host's CPU (which runs it, or feeds a GPU) and the team's size.
+  const std::string identity = device_->name() + "|" + CpuModelName() + "|threads " + std::to_string(threads_);
+  ProgramDecision d = ChooseProgram(rr, identity, build, po);
+  step_ = std::move(d.exe);
+  program_ = rr.candidates[d.chosen].name;
+  program_receipt_ = std::move(d.receipt);
+  // Weights only the candidates not chosen used are let go.
+  for (auto it = derived_weights_.begin(); it != derived_weights_.end();) {
+    bool used = false;
+    for (const Node& n : step_->graph().nodes()) used |= n.op == Op::Weight && n.name == it->first;
+    it = used ? std::next(it) : derived_weights_.erase(it);
   }
-  return SearchSchedules(*step_, so);
 }
 
 bool LanguageModel::IsArtifact(const std::string& path) {
@@ -88,7 +143,8 @@ void LanguageModel::SaveArtifact(const std::string& dir, const nlohmann::json& r
   if (ec) throw Error(dir + ": cannot create the artifact folder: " + ec.message());
   nlohmann::json m{
       {"format", "prism-artifact-1"}, {"device", step_->device()},   {"model", path_},
-      {"tokenizer", tokenizer_path_}, {"max_context", max_context_}, {"architecture", config().architecture}};
+      {"tokenizer", tokenizer_path_}, {"max_context", max_context_}, {"architecture", config().architecture},
+      {"program", program_}};
   step_->SaveArtifact(dir, m);  // the device's files, and its entries in the manifest
   std::ofstream(fs::path(dir) / "receipts.json") << receipts.dump(1);
   std::ofstream f(fs::path(dir) / "manifest.json");
@@ -121,12 +177,11 @@ std::unique_ptr<LanguageModel> LanguageModel::LoadArtifact(const std::string& di
   lm->search_busy_limit_ = opts.search_busy_limit;
   lm->graph_replay_ = opts.gpu_graphs;
   lm->SetBatching(opts);
-  if (lm->kv_block_ > 0) {  // the artifact holds the one-sequence step: compile the batched one
-    lm->step_ = lm->CompileStep(false);
-    lm->Tune(std::max(0.0, opts.search_budget));
-  } else {
+  lm->program_ = m.value("program", "as written");
+  if (lm->kv_block_ > 0)  // the artifact holds the one-sequence step: compile the batched one (same program)
+    lm->CompileProgram(opts.search_budget);
+  else
     lm->step_ = lm->CompileStep(false, dir);
-  }
   lm->compile_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return lm;
 }
@@ -142,12 +197,29 @@ Graph LanguageModel::StepGraph(bool all_logits) const {
 }
 
 std::unique_ptr<Executable> CompileModelGraph(Device& device, const Graph& g, const WeightStore& store,
-                                              const CompileRequest& req) {
+                                              const CompileRequest& req,
+                                              std::map<std::string, HostTensor>* derived) {
   std::unique_ptr<Executable> exe = device.Compile(g, req);
+  auto stored = [&](const std::string& name) {
+    const TensorData& t = store.Get(name);
+    return HostTensor::Borrow(t.dtype, t.shape, t.data);
+  };
   for (const Node& n : g.nodes()) {
     if (n.op != Op::Weight) continue;
-    const TensorData& t = store.Get(n.name);
-    exe->BindWeight(n.name, HostTensor::Borrow(t.dtype, t.shape, t.data));
+    const std::vector<std::string> parts = ConcatParts(n.name);
+    if (parts.empty()) {
+      exe->BindWeight(n.name, stored(n.name));
+      continue;
+    }
+    if (!derived)
+      throw Error(store.Source() + ": weight '" + n.name + "' is made by a rewrite; nothing keeps it");
+    auto it = derived->find(n.name);
+    if (it == derived->end()) {
+      std::vector<HostTensor> ts;
+      for (const std::string& p : parts) ts.push_back(stored(p));
+      it = derived->emplace(n.name, ConcatRows(ts, store.Source() + ": weight '" + n.name + "'")).first;
+    }
+    exe->BindWeight(n.name, it->second);
   }
   return exe;
 }
@@ -158,7 +230,8 @@ std::unique_ptr<Executable> LanguageModel::CompileStep(bool all_logits,
   req.threads = threads_;
   req.artifact_dir = artifact_dir;
   req.graph_replay = graph_replay_;
-  return CompileModelGraph(*device_, StepGraph(all_logits), *files_.weights, req);
+  if (all_logits) return CompileModelGraph(*device_, StepGraph(true), *files_.weights, req);
+  return CompileModelGraph(*device_, ProgramGraph(program_), *files_.weights, req, &derived_weights_);
 }
 
 void LanguageModel::CheckTokens(std::span<const int32_t> tokens, int64_t past) const {

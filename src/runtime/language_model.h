@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backends/device.h"
+#include "compiler/egraph/rewrite.h"
 #include "ir/error.h"
 #include "models/model_files.h"
 
@@ -29,6 +30,10 @@ struct LoadOptions {
   // On cuda: each step's launches replay as one CUDA graph (updated with the step's arguments)
   // instead of one launch per kernel. No effect elsewhere.
   bool gpu_graphs = true;
+  // Which of the step graph's rewritten programs runs ("as written", "rewritten", ...: the names `prism graph
+  // --rewrites` lists); "": the program search's choice (timed with a search budget, else the tuning
+  // database's, else the graph as written).
+  std::string program;
   // Search decisions timed while other processes used more than this fraction of the CPU time are
   // used for this compile but not saved to the tuning database.
   double search_busy_limit = 0.2;
@@ -50,9 +55,12 @@ struct BatchPiece {
 
 // The tuning database shared by every compile on this machine: KernelCacheDir()/tuning.json.
 std::string TuningDatabasePath();
-// A model's graph compiled on the device, every weight node bound to its tensor in `store`.
+// A model's graph compiled on the device, every weight node bound to its tensor in `store`; a weight made by
+// a rewrite (ConcatWeightName) is made from its parts once and kept in `derived`, which must outlive the
+// result.
 std::unique_ptr<Executable> CompileModelGraph(Device& device, const Graph& g, const WeightStore& store,
-                                              const CompileRequest& req);
+                                              const CompileRequest& req,
+                                              std::map<std::string, HostTensor>* derived = nullptr);
 
 class LanguageModel {
  public:
@@ -111,10 +119,23 @@ class LanguageModel {
   static std::unique_ptr<LanguageModel> LoadArtifact(const std::string& dir, const LoadOptions& opts = {});
   static bool IsArtifact(const std::string& path);
   double compile_seconds() const { return compile_seconds_; }
+  // The program search's receipt (scope "program"): the candidates the rewrites gave, what was timed, the
+  // rewrites of the program the step runs.
+  const nlohmann::json& program_receipt() const { return program_receipt_; }
 
  private:
   LanguageModel() = default;
   Graph StepGraph(bool all_logits) const;
+  // The step's program: the graph's rewritten candidates (compiler/egraph) compiled, checked and timed by the
+  // program search (with a search budget; else the tuning database's choice or the graph as written), the
+  // chosen one's schedules tuned; sets step_, program_ and program_receipt_.
+  void CompileProgram(double search_budget);
+  // The step graph's rewritten programs (compiler/egraph/rewrite.h).
+  RewriteResult Rewrites() const;
+  // The candidate named `name` of the step graph's rewrites ("" or "as written": the graph itself).
+  Graph ProgramGraph(const std::string& name) const;
+  // The sizes each bucket is searched at (Tune's and the program search's).
+  std::vector<std::pair<std::string, SymbolBindings>> Buckets() const;
   // Compiles the step graph (or the all-logits one) on the device and binds its weights.
   std::unique_ptr<Executable> CompileStep(bool all_logits, const std::string& artifact_dir = "") const;
   void CheckTokens(std::span<const int32_t> tokens, int64_t past) const;
@@ -142,8 +163,12 @@ class LanguageModel {
   bool graph_replay_ = true;
   std::shared_ptr<Device> device_;
   std::unique_ptr<Executable> step_, all_;  // the step program, and the all-logits one (made on first use)
-  std::unique_ptr<Executable> prefill_;     // the step on LoadOptions::prefill_device, or null
-  Executable* kv_on_ = nullptr;             // which step holds the KV cache (with prefill_)
+  std::string program_ = "as written";      // which candidate of the step graph's rewrites step_ runs
+  nlohmann::json program_receipt_;
+  mutable std::map<std::string, HostTensor>
+      derived_weights_;                  // weights made by rewrites (merged products' rows)
+  std::unique_ptr<Executable> prefill_;  // the step on LoadOptions::prefill_device, or null
+  Executable* kv_on_ = nullptr;          // which step holds the KV cache (with prefill_)
   nlohmann::json last_handover_;
   int64_t handovers_ = 0;
   int64_t past_ = 0;

@@ -49,6 +49,11 @@ std::string TuningDb::StepKey(const std::vector<std::string>& kernel_keys, const
   return "step:" + Fnv(all) + Where(device, bucket);
 }
 
+std::string TuningDb::ProgramKey(const std::string& written_text, const std::string& rules,
+                                 const std::string& device) {
+  return "program:" + Fnv(written_text) + "|rules " + rules + Where(device, "all");
+}
+
 const nlohmann::json* TuningDb::Find(const std::string& key) const {
   auto it = db_.find(key);
   return it == db_.end() ? nullptr : &*it;

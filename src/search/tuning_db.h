@@ -19,6 +19,10 @@ class TuningDb {
                                const std::string& bucket);
   static std::string StepKey(const std::vector<std::string>& kernel_keys, const std::string& device,
                              const std::string& bucket);
+  // A program decision (search/program_search.h): which rewritten program of the graph `written_text` runs,
+  // under these rules (their fingerprint), on this device.
+  static std::string ProgramKey(const std::string& written_text, const std::string& rules,
+                                const std::string& device);
   const nlohmann::json* Find(const std::string& key) const;
   void Put(const std::string& key, nlohmann::json entry);
   void Erase(const std::string& key);

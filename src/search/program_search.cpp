@@ -1,0 +1,191 @@
+// Program search: compile each candidate, check it against the written graph's outputs, time whole steps.
+#include "search/program_search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "ir/error.h"
+#include "search/busy_meter.h"
+#include "search/tuning_db.h"
+
+namespace prism {
+
+namespace {
+
+std::map<std::string, HostTensor> RandomInputs(const Graph& g, const SymbolBindings& sizes, uint64_t seed) {
+  std::mt19937 rng((uint32_t)seed);
+  std::map<std::string, HostTensor> in;
+  for (const Node* n : InputNodes(g)) {
+    HostTensor t = HostTensor::Zeros(n->dtype, EvalShape(n->shape, sizes));
+    FillRandomNonZero(t.data, n->dtype, t.numel(), rng);
+    in[n->name] = std::move(t);
+  }
+  return in;
+}
+
+// Whether got matches want: within 2e-3 of the largest magnitude per output, NaN or inf only where want has
+// it.
+std::string Compare(const std::vector<HostTensor>& want, const std::vector<HostTensor>& got) {
+  if (want.size() != got.size()) return "a different number of outputs";
+  for (size_t o = 0; o < want.size(); ++o) {
+    if (want[o].shape != got[o].shape) return "output " + std::to_string(o) + " has another shape";
+    double big = 0;
+    for (int64_t i = 0; i < want[o].numel(); ++i)
+      if (std::isfinite(want[o].At(i))) big = std::max(big, std::fabs(want[o].At(i)));
+    for (int64_t i = 0; i < want[o].numel(); ++i) {
+      const double w = want[o].At(i), x = got[o].At(i);
+      if (std::isfinite(w) != std::isfinite(x) || std::fabs(w - x) > 2e-3 * big + 1e-6) {
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "output %zu element %lld: %g where the graph as written gives %g", o,
+                      (long long)i, x, w);
+        return buf;
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+double TimeStepUs(Executable& exe, const SymbolBindings& sizes, int runs, uint64_t seed) {
+  const auto in = RandomInputs(exe.graph(), sizes, seed);
+  std::vector<double> us;
+  for (int r = 0; r <= runs; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    exe.Run(in, sizes);
+    const double t = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0) us.push_back(t);
+  }
+  exe.ResetState();
+  std::sort(us.begin(), us.end());
+  return us.empty() ? 0 : us[us.size() / 2];
+}
+
+ProgramDecision ChooseProgram(const RewriteResult& rr, const std::string& device_identity,
+                              const std::function<std::unique_ptr<Executable>(const Graph&)>& build,
+                              const ProgramSearchOptions& opts) {
+  ProgramDecision d;
+  const std::string key = TuningDb::ProgramKey(rr.candidates[0].graph.ToText(),
+                                               RulesFingerprint(DefaultRules()), device_identity);
+  nlohmann::json r{{"kernel", "(program)"}, {"scope", "program"}, {"key", key}};
+  nlohmann::json rewrites_found = rr.joints;
+  r["saturation"] = {{"iterations", rr.saturation.iterations},
+                     {"nodes", {rr.saturation.nodes_start, rr.saturation.nodes_end}},
+                     {"classes", {rr.saturation.classes_start, rr.saturation.classes_end}},
+                     {"stopped", rr.saturation.stopped},
+                     {"budget",
+                      {{"nodes", rr.saturation.budget.max_nodes},
+                       {"iterations", rr.saturation.budget.max_iterations},
+                       {"seconds", rr.saturation.budget.max_seconds}}},
+                     {"seconds", rr.saturation.seconds},
+                     {"extract_seconds", rr.extract_seconds},
+                     {"fired", rr.saturation.fired}};
+  auto finish = [&](size_t chosen, const std::string& reason) {
+    d.chosen = chosen;
+    r["chosen"] = rr.candidates[chosen].name;
+    r["rewrites"] = rr.candidates[chosen].rewrites;
+    r["reason"] = reason;
+    d.receipt = r;
+  };
+  if (!opts.force.empty()) {
+    for (size_t i = 0; i < rr.candidates.size(); ++i)
+      if (rr.candidates[i].name == opts.force) {
+        d.exe = build(rr.candidates[i].graph);
+        finish(i, "asked for by name");
+        return d;
+      }
+    std::string names;
+    for (const ProgramCandidate& c : rr.candidates)
+      names += (names.empty() ? "" : ", ") + ("'" + c.name + "'");
+    throw Error("program '" + opts.force + "': the rewrites give " + names);
+  }
+  // Decided before: that candidate alone is built.
+  const TuningDb known(opts.db_path);  // read now: building a candidate tunes it, which writes the database
+  if (const nlohmann::json* e = known.Find(key)) {
+    const std::string name = e->value("candidate", "");
+    for (size_t i = 0; i < rr.candidates.size(); ++i)
+      if (rr.candidates[i].name == name) {
+        d.exe = build(rr.candidates[i].graph);
+        r["timed"] = e->value("timed", nlohmann::json::array());
+        finish(i, "tuning database");
+        return d;
+      }
+  }
+  if (!opts.measure || rr.candidates.size() == 1) {
+    d.exe = build(rr.candidates[0].graph);
+    finish(0, rr.candidates.size() == 1 ? "no rewrite the cost model prefers"
+                                        : "nothing timed (no search budget): the graph as written");
+    return d;
+  }
+  BusyMeter busy;
+  std::vector<std::unique_ptr<Executable>> exes;
+  std::vector<std::string> broken(rr.candidates.size());
+  for (const ProgramCandidate& c : rr.candidates) exes.push_back(build(c.graph));
+  // The check: every candidate's outputs against the graph as written, same inputs, one step per bucket.
+  for (const auto& [bucket, sizes] : opts.buckets) {
+    const auto in = RandomInputs(exes[0]->graph(), sizes, 11);
+    const auto want = exes[0]->Run(in, sizes);
+    exes[0]->ResetState();
+    for (size_t i = 1; i < exes.size(); ++i) {
+      if (!broken[i].empty()) continue;
+      const auto got = exes[i]->Run(in, sizes);
+      exes[i]->ResetState();
+      if (std::string why = Compare(want, got); !why.empty()) broken[i] = bucket + ": " + why;
+    }
+  }
+  // Whole steps, candidates taking turns, per bucket; the score is the sum over buckets of time / written's.
+  std::vector<double> score(exes.size(), 0);
+  nlohmann::json timed = nlohmann::json::array();
+  std::vector<nlohmann::json> per(exes.size(), nlohmann::json::object());
+  for (const auto& [bucket, sizes] : opts.buckets) {
+    std::vector<std::vector<double>> us(exes.size());
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int round = 0; round < 25; ++round) {
+      for (size_t i = 0; i < exes.size(); ++i)
+        if (broken[i].empty()) us[i].push_back(TimeStepUs(*exes[i], sizes, 1, round));
+      if (round >= 4 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >
+                            opts.seconds_per_bucket)
+        break;
+    }
+    for (size_t i = 0; i < exes.size(); ++i) {
+      if (!broken[i].empty()) continue;
+      std::sort(us[i].begin(), us[i].end());
+      const double med = us[i][us[i].size() / 2];
+      per[i][bucket] = med;
+    }
+    for (size_t i = 0; i < exes.size(); ++i)
+      if (broken[i].empty()) score[i] += per[i][bucket].get<double>() / per[0][bucket].get<double>();
+  }
+  size_t best = 0;
+  for (size_t i = 0; i < exes.size(); ++i) {
+    nlohmann::json t{{"candidate", rr.candidates[i].name},
+                     {"predicted_us", 1e6 * rr.candidates[i].predicted_seconds},
+                     {"rewrites", rr.candidates[i].rewrites},
+                     {"kernels", exes[i]->kernel_count()}};
+    if (!broken[i].empty()) {
+      t["passed"] = false;
+      t["error"] = broken[i];
+    } else {
+      t["passed"] = true;
+      t["median_us"] = per[i];
+      if (score[i] < score[best]) best = i;
+    }
+    timed.push_back(t);
+  }
+  r["timed"] = timed;
+  const double others = busy.OthersFraction();
+  r["others_cpu_fraction"] = others;
+  if (others <= opts.busy_limit) {
+    TuningDb db(opts.db_path);
+    db.Put(key, {{"candidate", rr.candidates[best].name}, {"timed", timed}});
+    db.Save();
+  }
+  d.exe = std::move(exes[best]);
+  finish(best, "fastest whole step over the buckets (sum of time ratios to the graph as written)");
+  return d;
+}
+
+}  // namespace prism

@@ -1,0 +1,43 @@
+// The one search over programs: the rewritten candidates of a graph compiled, checked against the graph as
+// written on the same random inputs, timed a whole step at a time per bucket, the fastest kept and
+// remembered.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backends/device.h"
+#include "compiler/egraph/rewrite.h"
+
+namespace prism {
+
+struct ProgramSearchOptions {
+  std::vector<std::pair<std::string, SymbolBindings>> buckets;  // timed at each; the score sums time ratios
+  std::string db_path;                                          // tuning database; "" = none
+  bool measure = true;      // false: the database's decision, else the graph as written (nothing timed)
+  double busy_limit = 0.2;  // a decision timed while others used more of the CPU is not saved
+  double seconds_per_bucket = 1.0;
+  std::string force;  // a candidate's name: that one, nothing timed (an unknown name is an error)
+};
+
+struct ProgramDecision {
+  size_t chosen = 0;                // index into the candidates
+  std::unique_ptr<Executable> exe;  // the chosen candidate, compiled (and tuned) by `build`
+  nlohmann::json receipt;           // scope "program": what was timed, the rewrites of the choice
+};
+
+// One step of exe at these sizes on random inputs (integer inputs small), in microseconds: the median of
+// `runs` runs after one to warm up. The state is reset after.
+double TimeStepUs(Executable& exe, const SymbolBindings& sizes, int runs, uint64_t seed = 7);
+
+// `build` compiles a candidate with its weights bound and its schedules tuned. Candidates whose outputs
+// differ from the graph as written (2e-3 of the largest magnitude, NaN never) are dropped with the reason.
+ProgramDecision ChooseProgram(const RewriteResult& rr, const std::string& device_identity,
+                              const std::function<std::unique_ptr<Executable>(const Graph&)>& build,
+                              const ProgramSearchOptions& opts);
+
+}  // namespace prism
