@@ -11,6 +11,7 @@
 #include "graph_check.h"
 #include "ir/interpreter.h"
 #include "runtime/language_model.h"
+#include "runtime/text_encoder.h"
 #include "stories_reference.h"
 
 namespace prism {
@@ -264,6 +265,25 @@ TEST(Rewrites, TheRewrittenStoriesProgramGeneratesTheReferenceTokens) {
   auto lm = LanguageModel::Load(testing::kStoriesDir + "stories260K.bin", lo);
   EXPECT_EQ(lm->program_receipt().value("chosen", ""), "rewritten");
   testing::ExpectReferenceText(*lm, "the rewritten program");
+}
+
+// An encoder's program comes out of the same search: BERT's q/k/v merged, the embeddings unchanged.
+TEST(Rewrites, TheRewrittenBertEncoderEmbedsAsTheGraphAsWritten) {
+  const std::string model = std::string(PRISM_TEST_DATA_DIR) + "/bert/tiny-bert-f32.gguf";
+  LoadOptions lo;
+  lo.program = "as written";
+  auto written = TextEncoder::Load(model, lo);
+  lo.program = "rewritten";
+  auto rewritten = TextEncoder::Load(model, lo);
+  const nlohmann::json& r = rewritten->program_receipt();
+  EXPECT_EQ(r.value("chosen", ""), "rewritten");
+  const std::string rewrites = r.value("rewrites", nlohmann::json::array()).dump();
+  EXPECT_NE(rewrites.find("3 GEMMs -> 1"), std::string::npos) << rewrites;
+  for (const char* text : {"hello world", "a second, longer text to embed"}) {
+    const std::vector<float> a = written->EmbedText(text), b = rewritten->EmbedText(text);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5) << text << " element " << i;
+  }
 }
 
 }  // namespace

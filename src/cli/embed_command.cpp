@@ -15,7 +15,7 @@ Runner AddEmbedCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "embed", "Print the embedding of each text (one JSON array per line), pooled as the model's files say");
   struct Opts {
-    std::string model, file, device = "cpu";
+    std::string model, file, device = "cpu", program;
     std::vector<std::string> texts;
     bool tokens = false, timing = false;
     int threads = 0;
@@ -34,6 +34,7 @@ Runner AddEmbedCommand(CLI::App& app) {
                   "truncate inputs to this many tokens (0: the model's limit)");
   cmd->add_option("--search-budget", o->search_budget, "seconds of schedule search (default: none)");
   AddDeviceOption(cmd, o->device);
+  AddProgramOption(cmd, o->program);
   return [o]() {
     std::vector<std::string> texts = o->texts;
     if (!o->file.empty()) {
@@ -50,6 +51,7 @@ Runner AddEmbedCommand(CLI::App& app) {
     lo.max_context = o->max_tokens;
     lo.threads = o->threads;
     lo.device = o->device;
+    lo.program = o->program;
     lo.search_budget = o->search_budget;
     auto enc = TextEncoder::Load(o->model, lo);
     const auto t0 = std::chrono::steady_clock::now();

@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 
 #include "backends/cpu/program.h"
 #include "cli/commands.h"
@@ -36,7 +37,9 @@ Graph PrintRewrites(const Graph& g, const FusionOptions& fo) {
   for (const Rule& r : DefaultRules())
     if (auto it = s.fired.find(r.name); it != s.fired.end())
       std::printf("  %-26s %6zu  %s\n", r.name.c_str(), it->second, r.text.c_str());
-  for (const std::string& j : rr.joints) std::printf("  found: %s\n", j.c_str());
+  std::map<std::string, int> found;  // each merge the search found, and how many times
+  for (const std::string& j : rr.joints) found[j]++;
+  for (const auto& [j, times] : found) std::printf("  found: %s (x%d)\n", j.c_str(), times);
   for (const ProgramCandidate& c : rr.candidates) {
     KernelProgram kp = BuildKernelProgram(c.graph, fo);
     std::printf("candidate '%s': predicted %.1f us per decode step, %zu kernels (%zu products)\n",

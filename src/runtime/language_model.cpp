@@ -1,6 +1,8 @@
 // A language model ready to run: weights, config and tokenizer loaded, its step graph compiled.
 #include "runtime/language_model.h"
 
+#include <sys/mman.h>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -52,6 +54,12 @@ std::unique_ptr<LanguageModel> LanguageModel::Load(const std::string& path, cons
 nlohmann::json LanguageModel::Tune(
     double budget_seconds, const std::string& only_kernel, bool replay,
     const std::function<void(const std::string&, size_t, size_t, double)>& progress) {
+  return TuneOn(*step_, budget_seconds, only_kernel, replay, progress);
+}
+
+nlohmann::json LanguageModel::TuneOn(
+    Executable& exe, double budget_seconds, const std::string& only_kernel, bool replay,
+    const std::function<void(const std::string&, size_t, size_t, double)>& progress) const {
   SearchOptions so;
   so.budget_seconds = budget_seconds;
   so.db_path = TuningDatabasePath();
@@ -62,7 +70,7 @@ nlohmann::json LanguageModel::Tune(
   so.buckets = Buckets();
   if (kv_block_ == 0 && so.buckets.back().first == "prefill-long")
     so.inherit["prefill-long"] = {"prefill", "past"};
-  return SearchSchedules(*step_, so);
+  return SearchSchedules(exe, so);
 }
 
 std::vector<std::pair<std::string, SymbolBindings>> LanguageModel::Buckets() const {
@@ -87,9 +95,9 @@ std::vector<std::pair<std::string, SymbolBindings>> LanguageModel::Buckets() con
 }
 
 RewriteResult LanguageModel::Rewrites() const {
-  // The cost model ranks at decode sizes, where per-kernel costs weigh most. Its ceilings are its fixed defaults,
-  // not this machine's probe: the same model must give the same candidates on every load (an artifact
-  // regenerates its program by name), and the cost model only ranks what is timed.
+  // The cost model ranks at decode sizes, where per-kernel costs weigh most. Its ceilings are its fixed
+  // defaults, not this machine's probe: the same model must give the same candidates on every load (an
+  // artifact regenerates its program by name), and the cost model only ranks what is timed.
   RewriteOptions ro;
   ro.cost.sizes = Buckets().front().second;
   return RewriteProgram(StepGraph(false), ro);
@@ -99,11 +107,11 @@ Graph LanguageModel::ProgramGraph(const std::string& name) const {
   if (name.empty() || name == "as written") return StepGraph(false);
   for (ProgramCandidate& c : Rewrites().candidates)
     if (c.name == name) return std::move(c.graph);
-  throw Error(path_ + ": the rewrites no longer give a program named '" + name + "' (recompile the artifact)");
+  throw Error(path_ + ": the rewrites no longer give a program named '" + name +
+              "' (recompile the artifact)");
 }
 
 void LanguageModel::CompileProgram(double search_budget) {
-  RewriteResult rr = Rewrites();
   CompileRequest req;
   req.threads = threads_;
   req.graph_replay = graph_replay_;
@@ -114,23 +122,13 @@ void LanguageModel::CompileProgram(double search_budget) {
   po.force = program_;
   for (const auto& b : Buckets())  // the whole step at decode and at a prompt's length
     if (b.first == "decode" || b.first == "prefill") po.buckets.push_back(b);
-  auto build = [&](const Graph& g) {
-    step_ = CompileModelGraph(*device_, g, *files_.weights, req, &derived_weights_);
-    Tune(std::max(0.0, search_budget));
-    return std::move(step_);
-  };
-  // Where the decision holds: the device, the host's CPU (which runs it, or feeds a GPU) and the team's size.
-  const std::string identity = device_->name() + "|" + CpuModelName() + "|threads " + std::to_string(threads_);
-  ProgramDecision d = ChooseProgram(rr, identity, build, po);
+  const RewriteResult rr = Rewrites();
+  ProgramDecision d =
+      CompileModelProgram(*device_, rr, *files_.weights, req, &derived_weights_, po,
+                          [&](Executable& exe) { TuneOn(exe, std::max(0.0, search_budget)); });
   step_ = std::move(d.exe);
   program_ = rr.candidates[d.chosen].name;
   program_receipt_ = std::move(d.receipt);
-  // Weights only the candidates not chosen used are let go.
-  for (auto it = derived_weights_.begin(); it != derived_weights_.end();) {
-    bool used = false;
-    for (const Node& n : step_->graph().nodes()) used |= n.op == Op::Weight && n.name == it->first;
-    it = used ? std::next(it) : derived_weights_.erase(it);
-  }
 }
 
 bool LanguageModel::IsArtifact(const std::string& path) {
@@ -196,6 +194,22 @@ Graph LanguageModel::StepGraph(bool all_logits) const {
   return BuildCausalLM(files_.config, files_.Lookup(), go);
 }
 
+namespace {
+
+// After a merged weight is made from its parts, the parts' pages go back (a file mapping's are read again if
+// anything asks; anonymous memory keeps its contents): the program reads the copy, and memory holds one.
+void ReleasePages(const void* p, size_t bytes) {
+#ifdef MADV_PAGEOUT
+  const uintptr_t page = 4096, begin = ((uintptr_t)p + page - 1) / page * page,
+                  end = ((uintptr_t)p + bytes) / page * page;
+  if (end > begin) madvise((void*)begin, end - begin, MADV_PAGEOUT);
+#else
+  (void)p, (void)bytes;
+#endif
+}
+
+}  // namespace
+
 std::unique_ptr<Executable> CompileModelGraph(Device& device, const Graph& g, const WeightStore& store,
                                               const CompileRequest& req,
                                               std::map<std::string, HostTensor>* derived) {
@@ -218,10 +232,33 @@ std::unique_ptr<Executable> CompileModelGraph(Device& device, const Graph& g, co
       std::vector<HostTensor> ts;
       for (const std::string& p : parts) ts.push_back(stored(p));
       it = derived->emplace(n.name, ConcatRows(ts, store.Source() + ": weight '" + n.name + "'")).first;
+      for (const HostTensor& t : ts) ReleasePages(t.data, (size_t)t.nbytes());
     }
     exe->BindWeight(n.name, it->second);
   }
   return exe;
+}
+
+ProgramDecision CompileModelProgram(Device& device, const RewriteResult& rr, const WeightStore& store,
+                                    const CompileRequest& req, std::map<std::string, HostTensor>* derived,
+                                    const ProgramSearchOptions& po,
+                                    const std::function<void(Executable&)>& tune) {
+  auto build = [&](const Graph& g) {
+    std::unique_ptr<Executable> exe = CompileModelGraph(device, g, store, req, derived);
+    tune(*exe);
+    return exe;
+  };
+  // Where the decision holds: the device, the host's CPU (which runs it, or feeds a GPU) and the team's size.
+  const std::string identity =
+      device.name() + "|" + CpuModelName() + "|threads " + std::to_string(req.threads);
+  ProgramDecision d = ChooseProgram(rr, identity, build, po);
+  // Merged weights only the candidates not chosen read are let go.
+  for (auto it = derived->begin(); it != derived->end();) {
+    bool used = false;
+    for (const Node& n : d.exe->graph().nodes()) used |= n.op == Op::Weight && n.name == it->first;
+    it = used ? std::next(it) : derived->erase(it);
+  }
+  return d;
 }
 
 std::unique_ptr<Executable> LanguageModel::CompileStep(bool all_logits,

@@ -1,6 +1,8 @@
 // A language model ready to run: weights, config and tokenizer loaded, its step graph compiled.
 #pragma once
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -10,6 +12,7 @@
 #include "compiler/egraph/rewrite.h"
 #include "ir/error.h"
 #include "models/model_files.h"
+#include "search/program_search.h"
 
 namespace prism {
 
@@ -61,6 +64,15 @@ std::string TuningDatabasePath();
 std::unique_ptr<Executable> CompileModelGraph(Device& device, const Graph& g, const WeightStore& store,
                                               const CompileRequest& req,
                                               std::map<std::string, HostTensor>* derived = nullptr);
+
+// A model's graph as the program search chooses it among its rewritten candidates `rr`
+// (search/program_search.h): each compiled as CompileModelGraph does (merged weights kept in `derived`) and
+// tuned by `tune`, checked and timed at po's buckets (po.measure), else the tuning database's choice or
+// po.force's. Merged weights the chosen program does not read are let go.
+ProgramDecision CompileModelProgram(Device& device, const RewriteResult& rr, const WeightStore& store,
+                                    const CompileRequest& req, std::map<std::string, HostTensor>* derived,
+                                    const ProgramSearchOptions& po,
+                                    const std::function<void(Executable&)>& tune);
 
 class LanguageModel {
  public:
@@ -130,6 +142,10 @@ class LanguageModel {
   // program search (with a search budget; else the tuning database's choice or the graph as written), the
   // chosen one's schedules tuned; sets step_, program_ and program_receipt_.
   void CompileProgram(double search_budget);
+  // Tune's search on another executable of this model's step (a candidate of the program search).
+  nlohmann::json TuneOn(
+      Executable& exe, double budget_seconds, const std::string& only_kernel = "", bool replay = false,
+      const std::function<void(const std::string&, size_t, size_t, double)>& progress = {}) const;
   // The step graph's rewritten programs (compiler/egraph/rewrite.h).
   RewriteResult Rewrites() const;
   // The candidate named `name` of the step graph's rewrites ("" or "as written": the graph itself).

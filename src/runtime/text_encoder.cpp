@@ -46,8 +46,21 @@ std::unique_ptr<TextEncoder> TextEncoder::Load(const std::string& path, const Lo
   CompileRequest req;
   req.threads = opts.threads;
   req.graph_replay = opts.gpu_graphs;
-  enc->exe_ = CompileModelGraph(*enc->device_, g, *enc->files_.weights, req);
-  enc->Tune(std::max(0.0, opts.search_budget));
+  // The program: the graph's rewritten candidates (q/k/v merged, ...), chosen as a language model's are.
+  RewriteOptions ro;
+  ro.cost.sizes = enc->Bucket();
+  ProgramSearchOptions po;
+  po.db_path = TuningDatabasePath();
+  po.measure = opts.search_budget >= 0;
+  po.busy_limit = opts.search_busy_limit;
+  po.force = opts.program;
+  po.buckets = {{"prefill", enc->Bucket()}};
+  const RewriteResult rr = RewriteProgram(g, ro);
+  ProgramDecision d =
+      CompileModelProgram(*enc->device_, rr, *enc->files_.weights, req, &enc->derived_weights_, po,
+                          [&](Executable& exe) { enc->TuneOn(exe, std::max(0.0, opts.search_budget)); });
+  enc->exe_ = std::move(d.exe);
+  enc->program_receipt_ = std::move(d.receipt);
   enc->compile_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return enc;
 }
@@ -72,13 +85,13 @@ std::vector<float> TextEncoder::Embed(const std::vector<int32_t>& tokens) const 
   return exe_->Run(in)[0].ToFloats();
 }
 
-nlohmann::json TextEncoder::Tune(double budget_seconds) {
+nlohmann::json TextEncoder::TuneOn(Executable& exe, double budget_seconds) const {
   SearchOptions so;
   so.budget_seconds = budget_seconds;
   so.db_path = TuningDatabasePath();
   so.busy_limit = search_busy_limit_;
-  so.buckets = {{"prefill", {{"seq", std::min<int64_t>(128, std::max<int64_t>(2, max_tokens_))}}}};
-  return SearchSchedules(*exe_, so);
+  so.buckets = {{"prefill", Bucket()}};
+  return SearchSchedules(exe, so);
 }
 
 }  // namespace prism

@@ -45,14 +45,23 @@ class TextEncoder {
   std::vector<float> EmbedText(std::string_view text) const { return Embed(Tokenize(text)); }
 
   // Schedule search over a typical input length; returns receipts (as LanguageModel::Tune).
-  nlohmann::json Tune(double budget_seconds);
+  nlohmann::json Tune(double budget_seconds) { return TuneOn(*exe_, budget_seconds); }
+  // The program search's receipt: which rewritten program of the encoder's graph runs (as LanguageModel's).
+  const nlohmann::json& program_receipt() const { return program_receipt_; }
 
  private:
   TextEncoder() = default;
+  nlohmann::json TuneOn(Executable& exe, double budget_seconds) const;
+  // The bucket the encoder is searched and timed at: a typical input's length.
+  SymbolBindings Bucket() const {
+    return {{"seq", std::min<int64_t>(128, std::max<int64_t>(2, max_tokens_))}};
+  }
 
   ModelFiles files_;
   std::shared_ptr<Device> device_;
   std::unique_ptr<Executable> exe_;
+  std::map<std::string, HostTensor> derived_weights_;  // weights made by rewrites (merged products' rows)
+  nlohmann::json program_receipt_;
   int64_t dim_ = 0, max_tokens_ = 0;
   double search_busy_limit_ = 0.2, compile_seconds_ = 0;
   mutable std::mutex run_mutex_;

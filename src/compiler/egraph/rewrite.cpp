@@ -53,7 +53,7 @@ std::string RulesFingerprint(const std::vector<Rule>& rules) {
   return buf;
 }
 
-RewriteResult RewriteProgram(const Graph& g, const RewriteOptions& opts) {
+static RewriteResult Rewrite(const Graph& g, const RewriteOptions& opts) {
   const std::vector<Rule>& rules = opts.rules ? *opts.rules : DefaultRules();
   RewriteResult res;
   std::vector<ClassId> of_node;
@@ -125,6 +125,17 @@ RewriteResult RewriteProgram(const Graph& g, const RewriteOptions& opts) {
   if (all.size() > taken.size()) add("rewritten, every merge", merged, all);
   res.extract_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
+}
+
+RewriteResult RewriteProgram(const Graph& g, const RewriteOptions& opts) {
+  try {
+    return Rewrite(g, opts);
+  } catch (const Error& e) {  // a rewrite's failure never keeps a model from running as written
+    RewriteResult res;
+    res.candidates.push_back({"as written", g, 0, {}});
+    res.saturation.stopped = std::string("failed: ") + e.what();
+    return res;
+  }
 }
 
 }  // namespace prism

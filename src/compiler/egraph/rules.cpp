@@ -12,6 +12,11 @@ namespace prism {
 
 namespace {
 
+// What stays a matcher, and why: the template GEMM (compiler/fusion.cpp, MatchLinear, and its epilogue) and
+// fused attention (compiler/attention_match.cpp) choose how a value is computed, not which value: the IR has
+// no Gemm or Attention op for a rule's right side to build, so they run on the extracted program at lowering.
+// A rule for them needs those ops (or template annotations as e-nodes) in the IR first.
+//
 // Every rule is checked for soundness on random inputs of random shapes (tests/egraph_test.cpp). Left out,
 // and why: x * 0 => 0 (inf * 0 is NaN), log2(a * b) => log2 a + log2 b (NaN for two negative factors
 // whose product is positive), x + -x => 0 (inf - inf). Constant folding is the e-graph's class data and
