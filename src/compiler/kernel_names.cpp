@@ -16,8 +16,22 @@ std::string Strip(std::string s, const std::string& suffix) {
 }
 
 // "model.layers.3.self_attn.q_proj.weight" -> "layer 3 q_proj"; "transformer.h.2.attn.c_attn.weight" ->
-// "layer 2 attn.c_attn"; "k_cache.3" -> "layer 3 attention"; "model.embed_tokens.weight" -> "embed_tokens".
+// "layer 2 attn.c_attn"; "k_cache.3" -> "layer 3 attention"; "model.embed_tokens.weight" -> "embed_tokens";
+// "cat(model.layers.0.mlp.gate_proj.weight,model.layers.0.mlp.up_proj.weight)" -> "layer 0
+// gate_proj+up_proj".
 std::string Shorten(const std::string& name) {
+  // A merged weight (ConcatWeightName): "layer 0 q_proj+k_proj+v_proj".
+  if (const std::vector<std::string> parts = ConcatParts(name); !parts.empty()) {
+    std::string first = Shorten(parts[0]), out = first;
+    const size_t space = first.rfind(' ');
+    for (size_t i = 1; i < parts.size(); ++i) {
+      const std::string part = Shorten(parts[i]);
+      out += "+" + (space != std::string::npos && part.compare(0, space + 1, first, 0, space + 1) == 0
+                        ? part.substr(space + 1)
+                        : part);
+    }
+    return out;
+  }
   if (StartsWith(name, "k_cache.") || StartsWith(name, "v_cache."))
     return "layer " + name.substr(name.find('.') + 1) + " attention";
   std::string s = Strip(Strip(name, ".weight"), ".bias");

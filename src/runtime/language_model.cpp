@@ -117,7 +117,7 @@ void LanguageModel::CompileProgram(double search_budget) {
   req.graph_replay = graph_replay_;
   ProgramSearchOptions po;
   po.db_path = TuningDatabasePath();
-  po.measure = search_budget >= 0;
+  po.measure = search_budget > 0 && TimesPrograms(device_->name());
   po.busy_limit = search_busy_limit_;
   po.force = program_;
   for (const auto& b : Buckets())  // the whole step at decode and at a prompt's length

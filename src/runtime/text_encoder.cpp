@@ -51,7 +51,7 @@ std::unique_ptr<TextEncoder> TextEncoder::Load(const std::string& path, const Lo
   ro.cost.sizes = enc->Bucket();
   ProgramSearchOptions po;
   po.db_path = TuningDatabasePath();
-  po.measure = opts.search_budget >= 0;
+  po.measure = opts.search_budget > 0 && TimesPrograms(enc->device_->name());
   po.busy_limit = opts.search_busy_limit;
   po.force = opts.program;
   po.buckets = {{"prefill", enc->Bucket()}};

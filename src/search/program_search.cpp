@@ -50,6 +50,10 @@ std::string Compare(const std::vector<HostTensor>& want, const std::vector<HostT
 
 }  // namespace
 
+bool TimesPrograms(const std::string& device) {
+  return device == "cpu" || device == "opencl" || device == "cuda";
+}
+
 double TimeStepUs(Executable& exe, const SymbolBindings& sizes, int runs, uint64_t seed) {
   const auto in = RandomInputs(exe.graph(), sizes, seed);
   std::vector<double> us;

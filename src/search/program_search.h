@@ -30,6 +30,11 @@ struct ProgramDecision {
   nlohmann::json receipt;           // scope "program": what was timed, the rewrites of the choice
 };
 
+// Whether the program search times candidates on this device: where the wall clock is its clock and it
+// searches schedules (cpu, opencl, cuda). Elsewhere (the reference interpreter; a simulated device, whose
+// clock is a model) a program is the database's choice or the graph as written.
+bool TimesPrograms(const std::string& device);
+
 // One step of exe at these sizes on random inputs (integer inputs small), in microseconds: the median of
 // `runs` runs after one to warm up. The state is reset after.
 double TimeStepUs(Executable& exe, const SymbolBindings& sizes, int runs, uint64_t seed = 7);

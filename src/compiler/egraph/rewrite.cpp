@@ -87,6 +87,7 @@ static RewriteResult Rewrite(const Graph& g, const RewriteOptions& opts) {
   // counted once), then each joint where it lowers that cost.
   Choice best = DagCost(eg, best_tree, roots, cost) < written_cost ? best_tree : written;
   double best_cost = DagCost(eg, best, roots, cost);
+  const Choice base = best;  // before any joint
   std::vector<Joint> taken, all;
   auto with = [&](Choice c, const Joint& j) {
     for (auto& [cls, n] : j.members) c[eg.Find(cls)] = n;
@@ -123,6 +124,18 @@ static RewriteResult Rewrite(const Graph& g, const RewriteOptions& opts) {
   };
   add("rewritten", best, taken);
   if (all.size() > taken.size()) add("rewritten, every merge", merged, all);
+  // One kind of merge at a time (q/k/v alone, gate/up alone), where the best takes several kinds: a merge can
+  // cost what it saves elsewhere (the product's epilogue it no longer has), and only timing tells.
+  std::vector<std::string> kinds;
+  for (const Joint& j : taken)
+    if (std::find(kinds.begin(), kinds.end(), j.what) == kinds.end()) kinds.push_back(j.what);
+  for (size_t k = 0; kinds.size() > 1 && k < kinds.size(); ++k) {
+    Choice c = base;
+    std::vector<Joint> js;
+    for (const Joint& j : taken)
+      if (j.what == kinds[k]) c = with(std::move(c), j), js.push_back(j);
+    add("rewritten, only " + kinds[k], c, js);
+  }
   res.extract_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
 }

@@ -14,11 +14,12 @@ struct RewriteOptions {
   SaturationBudget budget;
   CostModel cost;
   const std::vector<Rule>* rules = nullptr;  // null: DefaultRules()
-  size_t max_candidates = 3;
+  size_t max_candidates = 4;
 };
 
 struct ProgramCandidate {
-  std::string name;  // "as written", "rewritten", "rewritten, every merge"
+  std::string
+      name;  // "as written", "rewritten", "rewritten, every merge", "rewritten, only 3 GEMMs -> 1 (...)"
   Graph graph;
   double predicted_seconds = 0;       // the cost model's, at RewriteOptions::cost.sizes
   std::vector<std::string> rewrites;  // what changed: "merge-linears: 3 GEMMs -> 1 (q_proj, k_proj, v_proj)"
