@@ -30,7 +30,7 @@ Runner AddLogitsCommand(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("logits", "Write logits as JSON: a prefill, then teacher-forced decode steps");
   struct Opts {
-    std::string model, prompt_ids, decode_ids, out, tokenizer, text, device = "cpu";
+    std::string model, prompt_ids, decode_ids, out, tokenizer, text, device = "cpu", program;
     bool all = false;
     int64_t ctx = 0;
   };
@@ -44,9 +44,11 @@ Runner AddLogitsCommand(CLI::App& app) {
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file");
   cmd->add_option("-o,--out", o->out, "output JSON file")->required();
   AddDeviceOption(cmd, o->device);
+  AddProgramOption(cmd, o->program);
   return [o]() {
     LoadOptions lo{o->tokenizer, o->ctx, 1};
     lo.device = o->device;
+    lo.program = o->program;
     auto lm = LanguageModel::Load(o->model, lo);
     std::vector<int32_t> prompt =
         o->text.empty() ? ParseIds(o->prompt_ids, "--prompt-ids") : lm->tokenizer().Encode(o->text, true);

@@ -26,8 +26,14 @@ std::map<std::string, HostTensor> RandomInputs(const Graph& g, const SymbolBindi
   return in;
 }
 
-// Whether got matches want: within 2e-3 of the largest magnitude per output, NaN or inf only where want has
-// it.
+// Whether got matches want: within kProgramTolerance of the largest magnitude per output, NaN or inf only
+// where want has them. Each program's kernels were checked against the kernel IR within their own rounding
+// bounds by the schedule search, and every rule against the interpreter; this check is for a wrong program (a
+// weight concatenated or sliced wrongly), whose error is the size of the values themselves. Two right
+// programs may differ by both their roundings (a merged product's schedule quantizes its activations in other
+// blocks).
+constexpr double kProgramTolerance = 2e-2;
+
 std::string Compare(const std::vector<HostTensor>& want, const std::vector<HostTensor>& got) {
   if (want.size() != got.size()) return "a different number of outputs";
   for (size_t o = 0; o < want.size(); ++o) {
@@ -37,7 +43,7 @@ std::string Compare(const std::vector<HostTensor>& want, const std::vector<HostT
       if (std::isfinite(want[o].At(i))) big = std::max(big, std::fabs(want[o].At(i)));
     for (int64_t i = 0; i < want[o].numel(); ++i) {
       const double w = want[o].At(i), x = got[o].At(i);
-      if (std::isfinite(w) != std::isfinite(x) || std::fabs(w - x) > 2e-3 * big + 1e-6) {
+      if (std::isfinite(w) != std::isfinite(x) || std::fabs(w - x) > kProgramTolerance * big + 1e-6) {
         char buf[160];
         std::snprintf(buf, sizeof buf, "output %zu element %lld: %g where the graph as written gives %g", o,
                       (long long)i, x, w);

@@ -40,7 +40,8 @@ bool TimesPrograms(const std::string& device);
 double TimeStepUs(Executable& exe, const SymbolBindings& sizes, int runs, uint64_t seed = 7);
 
 // `build` compiles a candidate with its weights bound and its schedules tuned. Candidates whose outputs
-// differ from the graph as written (2e-3 of the largest magnitude, NaN never) are dropped with the reason.
+// differ from the graph as written (2e-2 of an output's largest magnitude, NaN never) are dropped with the
+// reason.
 ProgramDecision ChooseProgram(const RewriteResult& rr, const std::string& device_identity,
                               const std::function<std::unique_ptr<Executable>(const Graph&)>& build,
                               const ProgramSearchOptions& opts);
