@@ -54,24 +54,19 @@ std::string Compare(const std::vector<HostTensor>& want, const std::vector<HostT
   return "";
 }
 
+// One step's wall time in microseconds (its state reset after).
+double RunUs(Executable& exe, const std::map<std::string, HostTensor>& in, const SymbolBindings& sizes) {
+  const auto t0 = std::chrono::steady_clock::now();
+  exe.Run(in, sizes);
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  exe.ResetState();
+  return us;
+}
+
 }  // namespace
 
 bool TimesPrograms(const std::string& device) {
   return device == "cpu" || device == "opencl" || device == "cuda";
-}
-
-double TimeStepUs(Executable& exe, const SymbolBindings& sizes, int runs, uint64_t seed) {
-  const auto in = RandomInputs(exe.graph(), sizes, seed);
-  std::vector<double> us;
-  for (int r = 0; r <= runs; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    exe.Run(in, sizes);
-    const double t = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-    if (r > 0) us.push_back(t);
-  }
-  exe.ResetState();
-  std::sort(us.begin(), us.end());
-  return us.empty() ? 0 : us[us.size() / 2];
 }
 
 ProgramDecision ChooseProgram(const RewriteResult& rr, const std::string& device_identity,
@@ -81,7 +76,6 @@ ProgramDecision ChooseProgram(const RewriteResult& rr, const std::string& device
   const std::string key = TuningDb::ProgramKey(rr.candidates[0].graph.ToText(),
                                                RulesFingerprint(DefaultRules()), device_identity);
   nlohmann::json r{{"kernel", "(program)"}, {"scope", "program"}, {"key", key}};
-  nlohmann::json rewrites_found = rr.joints;
   r["saturation"] = {{"iterations", rr.saturation.iterations},
                      {"nodes", {rr.saturation.nodes_start, rr.saturation.nodes_end}},
                      {"classes", {rr.saturation.classes_start, rr.saturation.classes_end}},
@@ -152,11 +146,15 @@ ProgramDecision ChooseProgram(const RewriteResult& rr, const std::string& device
   std::vector<nlohmann::json> per(exes.size(), nlohmann::json::object());
   for (const auto& [bucket, sizes] : opts.buckets) {
     std::vector<std::vector<double>> us(exes.size());
+    const auto in = RandomInputs(exes[0]->graph(), sizes, 13);
     const auto t0 = std::chrono::steady_clock::now();
-    for (int round = 0; round < 25; ++round) {
+    for (int round = 0; round < 26; ++round) {  // round 0 warms up
       for (size_t i = 0; i < exes.size(); ++i)
-        if (broken[i].empty()) us[i].push_back(TimeStepUs(*exes[i], sizes, 1, round));
-      if (round >= 4 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >
+        if (broken[i].empty()) {
+          const double t = RunUs(*exes[i], in, sizes);
+          if (round > 0) us[i].push_back(t);
+        }
+      if (round >= 5 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >
                             opts.seconds_per_bucket)
         break;
     }

@@ -35,10 +35,6 @@ struct ProgramDecision {
 // clock is a model) a program is the database's choice or the graph as written.
 bool TimesPrograms(const std::string& device);
 
-// One step of exe at these sizes on random inputs (integer inputs small), in microseconds: the median of
-// `runs` runs after one to warm up. The state is reset after.
-double TimeStepUs(Executable& exe, const SymbolBindings& sizes, int runs, uint64_t seed = 7);
-
 // `build` compiles a candidate with its weights bound and its schedules tuned. Candidates whose outputs
 // differ from the graph as written (2e-2 of an output's largest magnitude, NaN never) are dropped with the
 // reason.
