@@ -27,10 +27,10 @@ cd ..
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPRISM_SANITIZE=ON > /dev/null
 ninja -C build-asan -j"$(nproc)" expr_test errors_test thread_pool_test gemm_test primitive_ops_test nn_ops_test stories_test \
   fuzz_test attention_test memory_plan_test graph_rewrites_test device_ops_test kv_pool_test batch_scheduler_test \
-  batching_test prism
+  batching_test egraph_test prism
 cd build-asan
 PRISM_FUZZ_COUNT=100 UBSAN_OPTIONS=halt_on_error=1 \
-  ctest --output-on-failure -j2 --timeout 1500 -R '^((Expr|Errors|ThreadPool|Gemm|PrimitiveOps|NnOps|Stories260K|Fuzz|Attention.*|MemoryPlan|GraphRewrites|KvBlockPool|BatchScheduler|Batching)\.|All/DeviceOps\.MatchInterpreter/cpu_)'
+  ctest --output-on-failure -j2 --timeout 1500 -R '^((Expr|Errors|ThreadPool|Gemm|PrimitiveOps|NnOps|Stories260K|Fuzz|Attention.*|MemoryPlan|GraphRewrites|EGraph|Rules|Rewrites|KvBlockPool|BatchScheduler|Batching)\.|All/DeviceOps\.MatchInterpreter/cpu_)'
 # The server under many concurrent clients, instrumented: a memory error aborts it and fails the test.
 cd ..
 PRISM_BIN=build-asan/prism ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1 \
