@@ -179,9 +179,9 @@ def compile(
     device: str = "cpu",
     tokenizer: Optional[str] = None,
 ) -> CompileResult:
-    """`prism compile`: compiles a model, searches its kernels' schedules for up to search_budget
-    seconds (decisions the tuning database holds cost nothing), writes an artifact folder that
-    prism.load reads without compiling, and returns the receipts."""
+    """`prism compile`: compiles a model, times its rewritten programs and searches their kernels'
+    schedules for up to search_budget seconds each (decisions the tuning database holds cost nothing),
+    writes an artifact folder that prism.load reads without compiling, and returns the receipts."""
     path = os.fspath(path) if path is not None else default_model()
     receipts, kernels = _prism._compile(path, os.fspath(out), float(search_budget), threads, ctx, device,
                                         tokenizer or "")

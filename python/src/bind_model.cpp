@@ -262,8 +262,10 @@ void BindModel(nb::module_& mod) {
       lo.max_context = ctx;
       lo.threads = threads;
       lo.device = device;
+      lo.search_budget = search_budget;  // the program search times the rewritten candidates, as prism compile
       auto lm = LanguageModel::Load(path, lo);
-      receipts = lm->Tune(search_budget);
+      receipts = lm->Tune(search_budget);  // every schedule from the database now: the receipts
+      receipts.push_back(lm->program_receipt());
       lm->SaveArtifact(out, receipts);
       kernels = lm->step().kernel_count();
     }

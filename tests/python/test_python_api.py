@@ -105,7 +105,10 @@ def test_compile_writes_an_artifact_with_receipts(prism_py, tmp_path):
     out = tmp_path / "s.prism"
     r = prism_py.compile(STORIES, out, search_budget=5, threads=2, ctx=256)
     assert os.path.isdir(out) and r.kernels > 0 and r.receipts
-    kernel_receipts = [x for x in r.receipts if x.kernel and x.kernel != "(search)"]
+    kernel_receipts = [x for x in r.receipts if x.kernel and x.kernel not in ("(search)", "(program)")]
+    # The program search's receipt: which rewritten program runs, and what it timed.
+    program = [x for x in r.receipts if x.kernel == "(program)"]
+    assert len(program) == 1 and program[0].chosen and "timed" in program[0].raw, program
     assert kernel_receipts and all(x.bucket for x in kernel_receipts)
     assert all(x.chosen or "default" in x.reason for x in kernel_receipts)
     m = prism_py.load(out, threads=2)
