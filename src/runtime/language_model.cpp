@@ -122,7 +122,8 @@ void LanguageModel::CompileProgram(double search_budget) {
   po.force = program_;
   for (const auto& b : Buckets())  // the whole step at decode and at a prompt's length
     if (b.first == "decode" || b.first == "prefill") po.buckets.push_back(b);
-  const RewriteResult rr = Rewrites();
+  const RewriteResult rr =
+      program_ == "as written" ? AsWritten(StepGraph(false), "not run: asked for as written") : Rewrites();
   ProgramDecision d =
       CompileModelProgram(*device_, rr, *files_.weights, req, &derived_weights_, po,
                           [&](Executable& exe) { TuneOn(exe, std::max(0.0, search_budget)); });

@@ -55,7 +55,8 @@ std::unique_ptr<TextEncoder> TextEncoder::Load(const std::string& path, const Lo
   po.busy_limit = opts.search_busy_limit;
   po.force = opts.program;
   po.buckets = {{"prefill", enc->Bucket()}};
-  const RewriteResult rr = RewriteProgram(g, ro);
+  const RewriteResult rr =
+      opts.program == "as written" ? AsWritten(g, "not run: asked for as written") : RewriteProgram(g, ro);
   ProgramDecision d =
       CompileModelProgram(*enc->device_, rr, *enc->files_.weights, req, &enc->derived_weights_, po,
                           [&](Executable& exe) { enc->TuneOn(exe, std::max(0.0, opts.search_budget)); });

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "compiler/kernel_hash.h"
+#include "ir/fnv.h"
 
 namespace prism {
 namespace {
@@ -20,13 +21,7 @@ std::string Where(const std::string& device, const std::string& bucket) {
   return "|" + device + "|" + bucket + "|k" + std::to_string(kKeyVersion);
 }
 
-std::string Fnv(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
-  char buf[20];
-  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
-  return buf;
-}
+std::string Fnv(const std::string& text) { return FnvHex(Fnv1a(text)); }
 
 }  // namespace
 

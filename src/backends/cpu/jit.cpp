@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "ir/error.h"
+#include "ir/fnv.h"
 
 namespace prism {
 namespace fs = std::filesystem;
@@ -33,14 +34,9 @@ std::string JitCompilerCommand() {
 
 static std::string HexHash(const std::string& s) {
   // FNV-1a 64 twice with different seeds: a 128-bit content key is plenty for a cache.
-  uint64_t h1 = 1469598103934665603ull, h2 = 0x9e3779b97f4a7c15ull;
-  for (unsigned char c : s) {
-    h1 = (h1 ^ c) * 1099511628211ull;
-    h2 = (h2 ^ c) * 0x100000001b3ull + 0x7f4a7c15;
-  }
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%016llx%016llx", (unsigned long long)h1, (unsigned long long)h2);
-  return buf;
+  uint64_t h2 = 0x9e3779b97f4a7c15ull;
+  for (unsigned char c : s) h2 = (h2 ^ c) * 0x100000001b3ull + 0x7f4a7c15;
+  return FnvHex(Fnv1a(s)) + FnvHex(h2);
 }
 
 static std::string CpuModel() {

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "ir/error.h"
+#include "ir/fnv.h"
 
 namespace prism {
 
@@ -45,12 +46,9 @@ std::vector<std::string> Describe(const EGraph& eg, const Choice& choice, const 
 }  // namespace
 
 std::string RulesFingerprint(const std::vector<Rule>& rules) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over every rule's name and text
-  for (const Rule& r : rules)
-    for (char ch : r.name + "=" + r.text + ";") h = (h ^ (unsigned char)ch) * 1099511628211ull;
-  char buf[20];
-  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
-  return buf;
+  uint64_t h = kFnvOffset;  // over every rule's name and text
+  for (const Rule& r : rules) h = Fnv1a(r.name + "=" + r.text + ";", h);
+  return FnvHex(h);
 }
 
 static RewriteResult Rewrite(const Graph& g, const RewriteOptions& opts) {
@@ -144,11 +142,15 @@ RewriteResult RewriteProgram(const Graph& g, const RewriteOptions& opts) {
   try {
     return Rewrite(g, opts);
   } catch (const Error& e) {  // a rewrite's failure never keeps a model from running as written
-    RewriteResult res;
-    res.candidates.push_back({"as written", g, 0, {}});
-    res.saturation.stopped = std::string("failed: ") + e.what();
-    return res;
+    return AsWritten(g, std::string("failed: ") + e.what());
   }
+}
+
+RewriteResult AsWritten(const Graph& g, const std::string& why) {
+  RewriteResult res;
+  res.candidates.push_back({"as written", g, 0, {}});
+  res.saturation.stopped = why;
+  return res;
 }
 
 }  // namespace prism

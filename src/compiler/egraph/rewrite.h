@@ -34,6 +34,8 @@ struct RewriteResult {
 };
 
 RewriteResult RewriteProgram(const Graph& g, const RewriteOptions& opts = {});
+// The graph as written alone, saturation not run (`why` in its receipt): a program asked for as written.
+RewriteResult AsWritten(const Graph& g, const std::string& why);
 
 // A short fingerprint of the rules (their names and text), for keys of decisions that depend on them.
 std::string RulesFingerprint(const std::vector<Rule>& rules);
