@@ -46,10 +46,13 @@ int main(int argc, char** argv) {
     if (!GemmSupports(wt, k)) continue;
     const HostTensor w = HostTensor::FromFloats({n, k}, wf, wt);
     time(wt, "rows", (size_t)w.nbytes(), [&] { GemmRows(a.data(), m, k, w.data, wt, y.data(), n, 0, n); });
-    if (wt == DType::BF16 && Bf16DotSupported())
+    if (wt == DType::BF16 && Bf16DotSupported()) {
       time(wt, "rounded (bf16 dot)", (size_t)w.nbytes(), [&] {
         GemmRowsBf16Dot(a.data(), m, k, reinterpret_cast<const uint16_t*>(w.data), y.data(), n, 0, n);
       });
+      Bf16PanelWeight p = PackBf16Panels(reinterpret_cast<const uint16_t*>(w.data), n, k);
+      time(wt, "dot-panels (bf16 dot)", p.bytes, [&] { GemmBf16Panels(a.data(), m, p, y.data(), n, 0, n); });
+    }
     if (Int8DotSupported(wt, k)) {
       Int8PackedWeight p = PackForInt8Dot(w.data, wt, n, k);
       time(wt, "rounded (int8 VNNI)", p.bytes, [&] { GemmRowsInt8(a.data(), m, p, y.data(), n, 0, n); });

@@ -374,31 +374,41 @@ TEST(Gemm, Int8PanelsOverBlockFormatsStayWithinTheRoundingBound) {
   }
 }
 
+// Both bf16 dot-product forms (weight rows as stored; packed panels of pairs) over odd K, M and N, with
+// column splits inside and across panels, against exact sums within the activation-rounding bound.
 TEST(Gemm, Bf16DotStaysWithinItsActivationRoundingBound) {
   if (!Bf16DotSupported()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
-  for (int64_t k : {1, 31, 32, 33, 200, 2048})
-    for (int64_t m : {1, 3, 6}) {
-      const int64_t n = 9;
-      auto a = testing::RandomFloats(m * k, 5), wf = testing::RandomFloats(n * k, 6);
-      std::vector<uint16_t> w(n * k);
-      for (int64_t i = 0; i < n * k; ++i) w[i] = FloatToBF16(wf[i]);
-      std::vector<float> y(m * n, NAN);
-      GemmRowsBf16Dot(a.data(), m, k, w.data(), y.data(), n, 0, 5);
-      GemmRowsBf16Dot(a.data(), m, k, w.data(), y.data(), n, 5, n);
-      double total_error = 0;
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) {
-          double exact = 0;
-          for (int64_t kk = 0; kk < k; ++kk) exact += (double)a[i * k + kk] * BF16ToFloat(w[j * k + kk]);
-          double bound = Bf16DotErrorBound(a.data() + i * k, w.data(), k, j);
-          ASSERT_FALSE(std::isnan(y[i * n + j]));
-          EXPECT_NEAR(y[i * n + j], exact, bound) << "k=" << k << " m=" << m << " at " << i << "," << j;
-          total_error += std::fabs(y[i * n + j] - exact);
+  for (bool panels : {false, true})
+    for (int64_t k : {1, 31, 32, 33, 200, 2048})
+      for (int64_t m : {1, 3, 6, 9, 17}) {
+        const int64_t n = panels ? 70 : 9;
+        auto a = testing::RandomFloats(m * k, 5), wf = testing::RandomFloats(n * k, 6);
+        std::vector<uint16_t> w(n * k);
+        for (int64_t i = 0; i < n * k; ++i) w[i] = FloatToBF16(wf[i]);
+        std::vector<float> y(m * n, NAN);
+        if (panels) {
+          const Bf16PanelWeight p = PackBf16Panels(w.data(), n, k);
+          for (auto [b, e] : {std::pair<int64_t, int64_t>{0, 5}, {5, 32}, {32, 64}, {64, n}})
+            GemmBf16Panels(a.data(), m, p, y.data(), n, b, e);
+        } else {
+          GemmRowsBf16Dot(a.data(), m, k, w.data(), y.data(), n, 0, 5);
+          GemmRowsBf16Dot(a.data(), m, k, w.data(), y.data(), n, 5, n);
         }
-      if (k >= 32) {
-        EXPECT_GT(total_error, 0.0) << "bf16 rounding of the activation should show";
+        double total_error = 0;
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double exact = 0;
+            for (int64_t kk = 0; kk < k; ++kk) exact += (double)a[i * k + kk] * BF16ToFloat(w[j * k + kk]);
+            double bound = Bf16DotErrorBound(a.data() + i * k, w.data(), k, j);
+            ASSERT_FALSE(std::isnan(y[i * n + j])) << (panels ? "panels" : "rows") << " at " << i << "," << j;
+            EXPECT_NEAR(y[i * n + j], exact, bound)
+                << (panels ? "panels" : "rows") << " k=" << k << " m=" << m << " at " << i << "," << j;
+            total_error += std::fabs(y[i * n + j] - exact);
+          }
+        if (k >= 32) {
+          EXPECT_GT(total_error, 0.0) << "bf16 rounding of the activation should show";
+        }
       }
-    }
 }
 
 TEST(Gemm, PanelsMatchExactProductsOverOddShapesAndSplits) {
@@ -540,6 +550,30 @@ TEST(Gemm, SearchOffersAmxForPromptsAndTheChoiceRuns) {
     if (wt != DType::F32) {
       EXPECT_GT(max_err, 1e-5) << DTypeName(wt) << ": exact results, so the AMX form did not run";
     }
+  }
+}
+
+// A bf16 activation (a cast from bf16) meets bf16 weights on bf16 dot products before any search: its
+// rounding to bf16 loses nothing, so only the order of the sums differs from the interpreter's. An f32
+// activation keeps the exact rows form until a search has checked the rounding.
+TEST(Gemm, Bf16ActivationsRunOnBf16DotProductsUnsearched) {
+  for (DType xt : {DType::BF16, DType::F32}) {
+    Graph g;
+    Tensor x{&g, g.Input("x", xt, {Expr::Sym("m"), Expr(200)})};
+    Tensor w{&g, g.Weight("w", DType::BF16, {Expr(37), Expr(200)})};
+    g.MarkOutput(Linear(xt == DType::F32 ? x : x.cast(DType::F32), w).id(), "y");
+    auto prog = Program::Compile(g);
+    int gemms = 0;
+    for (size_t k = 0; k < prog->kernels().kernels.size(); ++k)
+      if (const auto& gm = prog->kernels().kernels[k].gemm) {
+        ++gemms;
+        EXPECT_EQ(gm->a_bf16, xt == DType::BF16);
+        const bool dots = xt == DType::BF16 && GemmForms()[GemmFormIndex("dot-panels")].offered(DType::BF16, 200);
+        EXPECT_EQ(prog->DefaultChoice(k).form, dots ? GemmFormIndex("dot-panels") : 0);
+      }
+    EXPECT_EQ(gemms, 1);
+    testing::CheckGraph(g, {{{"m", 1}}, {{"m", 5}}, {{"m", 70}}}, 1e-5, 1e-5, 7,
+                        "bf16 weights, " + std::string(DTypeName(xt)) + " activation");
   }
 }
 

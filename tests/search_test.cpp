@@ -237,4 +237,35 @@ TEST(Search, ArtifactRunsWithoutCompilingAndRejectsStaleKernels) {
   EXPECT_THROW(LanguageModel::Load(art), Error);
 }
 
+// Before any search a reduction takes the loop order its loads favour: P·V (V read across keys) the
+// reduce-outer order, under a cast too; a row sum (contiguous along its reduction) the usual one. Both
+// match the interpreter.
+TEST(Search, UnsearchedReductionsTakeTheOrderTheirLoadsFavour) {
+  const Expr s = Expr::Sym("s");
+  Graph g;
+  Tensor p{&g, g.Input("p", DType::F32, {Expr(3), s, s})};
+  Tensor v{&g, g.Input("v", DType::F32, {s, Expr(24)})};
+  g.MarkOutput(Matmul(p, v).cast(DType::BF16).id(), "pv");
+  Tensor x{&g, g.Input("x", DType::F32, {s, Expr(37)})};
+  g.MarkOutput((x * x).sum({1}).id(), "rows");
+  auto prog = Program::Compile(g);
+  int pv = 0, rows = 0;
+  for (size_t k = 0; k < prog->kernels().kernels.size(); ++k) {
+    const Kernel& kn = prog->kernels().kernels[k];
+    const std::string out = prog->kernels().buffers[kn.out_buffer].name;
+    if (out == "pv") {
+      ++pv;
+      EXPECT_NE(prog->source().find(kn.name + "_ro("), std::string::npos) << "no reduce-outer order rendered";
+      EXPECT_TRUE(prog->DefaultChoice(k).reduce_outer) << kn.name;
+    }
+    if (out == "rows") {
+      ++rows;
+      EXPECT_FALSE(prog->DefaultChoice(k).reduce_outer) << kn.name;
+    }
+  }
+  EXPECT_EQ(pv, 1);
+  EXPECT_EQ(rows, 1);
+  testing::CheckGraph(g, {{{"s", 1}}, {{"s", 7}}, {{"s", 33}}}, 1e-2, 1e-2, 3, "unsearched orders");
+}
+
 }  // namespace prism

@@ -8,8 +8,8 @@ namespace {
 
 // Integer index arithmetic (64-bit, flooring) and the NaN-propagating float max.
 constexpr const char* kIndexHelpers =
-    R"(${dev} int64_t prism_fdiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
-${dev} int64_t prism_fmod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+    R"(${dev} int64_t prism_fdiv(int64_t a, int64_t b) { return a / b - (int64_t)((a % b != 0) & ((a ^ b) < 0)); }
+${dev} int64_t prism_fmod(int64_t a, int64_t b) { int64_t r = a % b; return r + (b & -(int64_t)((r != 0) & ((r ^ b) < 0))); }
 ${dev} int64_t prism_min(int64_t a, int64_t b) { return a < b ? a : b; }
 ${dev} int64_t prism_max(int64_t a, int64_t b) { return a > b ? a : b; }
 ${dev} int64_t prism_clampi(int64_t v, int64_t hi) { return v < 0 ? 0 : (v >= hi ? hi - 1 : v); }

@@ -1,13 +1,30 @@
 // Renders a kernel program as one C++ translation unit, one extern "C" function per kernel.
 #include "codegen/cpp_renderer.h"
 
+#include <map>
 #include <set>
 #include <sstream>
 
 #include "codegen/c_dialects.h"
+#include "ir/error.h"
 
 namespace prism {
 namespace {
+
+// The one reduction of a value that is elementwise ops (of constants and loads) over it; null when
+// there is none or more than one.
+const KValue* OuterReduce(const KValue& v) {
+  if (v.kind == KValue::Kind::Reduce) return &v;
+  if (v.kind != KValue::Kind::Op) return nullptr;
+  const KValue* found = nullptr;
+  for (const KValuePtr& a : v.args) {
+    if (!HasReduce(a)) continue;
+    if (found) return nullptr;
+    found = OuterReduce(*a);
+    if (!found) return nullptr;
+  }
+  return found;
+}
 
 // Each function computes output elements [begin, end): rows of all but the last loop variable,
 // the last one as an inner loop the compiler vectorizes.
@@ -34,39 +51,51 @@ class CppKernelRenderer : public CKernelRenderer {
     return os.str();
   }
 
-  // The reduce-outer loop order, a second schedule for reductions whose innermost output axis is
-  // short and constant: the reduction loops run outside, the output axis inside, accumulating a
-  // vector of results. Loads contiguous along the output axis then vectorize (attention's P·V).
-  // Returns "" when the kernel does not qualify.
+  // The reduce-outer loop order, a second schedule for a reduction (under elementwise ops, a cast
+  // say) whose innermost output axis is short and constant: the reduction loops run outside, the output
+  // axis inside, accumulating a vector of results. Loads contiguous along the output axis then
+  // vectorize (attention's P·V). Returns "" when the kernel does not qualify.
   std::string RenderReduceOuter(const Kernel& k) {
-    const KValue& v = *k.value;
-    if (v.kind != KValue::Kind::Reduce || k.vars.empty() || !k.out_gathers.empty() ||
-        !k.extents.back().IsConst() || k.extents.back().value() > 256 || k.extents.back().value() < 2 ||
-        !IsFloat(v.dtype))
+    const KValue* r = OuterReduce(*k.value);
+    if (!r || k.vars.empty() || !k.out_gathers.empty() || !k.extents.back().IsConst() ||
+        k.extents.back().value() > 256 || k.extents.back().value() < 2 || !IsFloat(r->dtype))
       return "";
     Reset();
     std::string body_stmts;
-    std::string body = Value(v.args[0], &body_stmts, "");
+    std::string body = Value(r->args[0], &body_stmts, "");
     if (!body_stmts.empty()) return "";  // nested reductions: not this schedule
+    const std::string iv = k.vars.back(), acc = "accv[" + iv + "]";
+    ro_reduce_ = r, ro_acc_ = acc;
+    std::string after_stmts;
+    const std::string value = Value(k.value, &after_stmts, "");
+    ro_reduce_ = nullptr;
+    if (!after_stmts.empty()) return "";
     std::ostringstream os;
     Header(k, "_ro", os);
     OuterLoop(k, os);
-    const std::string iv = k.vars.back();
-    const bool is_sum = v.op == Op::SumReduce;
     os << "    float accv[" << k.extents.back().value() << "];\n";
-    os << "    for (int64_t " << iv << " = lo; " << iv << " < hi; ++" << iv << ") accv[" << iv
-       << "] = " << (is_sum ? "0.0f" : "(-PRISM_INF)") << ";\n";
-    std::string ind = OpenLoops(v.rvars, v.rextents, "    ", os);
+    os << "    for (int64_t " << iv << " = lo; " << iv << " < hi; ++" << iv << ") " << acc << " = "
+       << (r->op == Op::SumReduce ? "0.0f" : "(-PRISM_INF)") << ";\n";
+    std::string ind = OpenLoops(r->rvars, r->rextents, "    ", os);
     os << "#pragma omp simd\n";
     os << ind << "for (int64_t " << iv << " = lo; " << iv << " < hi; ++" << iv << ") "
-       << Combine(v, "accv[" + iv + "]", body) << "\n";
-    CloseLoops(v.rvars.size(), ind, os);
+       << Combine(*r, acc, body) << "\n";
+    CloseLoops(r->rvars.size(), ind, os);
     os << "    for (int64_t " << iv << " = lo; " << iv << " < hi; ++" << iv << ") "
-       << Store(k.out_buffer, k.out_index.Render(SymFn()), "accv[" + iv + "]", v.dtype) << "\n  }\n}\n";
+       << Store(k.out_buffer, k.out_index.Render(SymFn()), value, k.value->dtype) << "\n  }\n}\n";
     return os.str();
   }
 
+ protected:
+  // While the reduce-outer epilogue renders, its reduction reads the accumulated vector.
+  std::string Reduce(const KValue& v, std::string* stmts, const std::string& ind) override {
+    return &v == ro_reduce_ ? ro_acc_ : LoopReduce(v, stmts, ind);
+  }
+
  private:
+  const KValue* ro_reduce_ = nullptr;
+  std::string ro_acc_;
+
   std::string BufferName(int b) const override { return "b" + std::to_string(b); }
 
   // Signature, symbols and the buffers this kernel touches (only those: smaller, faster to compile).
@@ -112,6 +141,51 @@ class CppKernelRenderer : public CKernelRenderer {
 };
 
 }  // namespace
+
+namespace {
+
+// Elements between a load's reads at var = 2 and var = 3, every other variable and symbol held fixed
+// (a typical size for symbols, 1 for gathered values); 0 where the index cannot be evaluated so.
+int64_t StrideAlong(const KValue& load, const std::string& var, const std::vector<std::string>& others) {
+  std::vector<std::string> syms;
+  load.index.CollectSymbols(&syms);
+  std::map<std::string, int64_t> at;
+  for (const std::string& s : syms) at[s] = 64;
+  for (const std::string& s : others) at[s] = 2;
+  for (const GatherBinding& gb : load.gathers) at[gb.sym] = 1;
+  try {
+    at[var] = 2;
+    const int64_t a = load.index.Eval(at);
+    at[var] = 3;
+    return load.index.Eval(at) - a;
+  } catch (const Error&) {
+    return 0;
+  }
+}
+
+void CollectLoadValues(const KValuePtr& v, std::vector<const KValue*>* out) {
+  if (v->kind == KValue::Kind::Load) out->push_back(v.get());
+  for (const KValuePtr& a : v->args) CollectLoadValues(a, out);
+}
+
+}  // namespace
+
+bool PrefersReduceOuter(const Kernel& k) {
+  const KValue* r = OuterReduce(*k.value);
+  if (!r || k.vars.empty() || r->rvars.empty()) return false;
+  const KValue& v = *r;
+  std::vector<const KValue*> loads;
+  CollectLoadValues(v.args[0], &loads);
+  std::vector<std::string> vars = k.vars;
+  vars.insert(vars.end(), v.rvars.begin(), v.rvars.end());
+  int strided_r = 0, strided_i = 0;
+  for (const KValue* l : loads) {
+    const int64_t si = StrideAlong(*l, k.vars.back(), vars), sr = StrideAlong(*l, v.rvars.back(), vars);
+    strided_i += si != 0 && si != 1;
+    strided_r += sr != 0 && sr != 1;
+  }
+  return strided_r > strided_i;
+}
 
 std::string RenderCpp(const KernelProgram& p) {
   std::ostringstream os;

@@ -15,4 +15,9 @@ namespace prism {
 // GemmTemplate). bufs follows KernelProgram::buffers, syms KernelProgram::symbols.
 std::string RenderCpp(const KernelProgram& p);
 
+// Whether a kernel with the reduce-outer order runs it unsearched: more of its loads are strided along
+// the innermost reduction variable than along the innermost output axis (attention's P·V reads V
+// across keys), so the usual order would gather where the other reads contiguous rows.
+bool PrefersReduceOuter(const Kernel& k);
+
 }  // namespace prism

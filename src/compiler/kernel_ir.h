@@ -65,6 +65,9 @@ struct GemmTemplate {
   bool epilogue = false;
   int index_buffer = -1;
   int64_t experts = 1;
+  // The activation's values are bf16 numbers (a cast from bf16): rounding them to bf16 loses nothing, so
+  // a form that does so (bf16 dot products) computes the exact products.
+  bool a_bf16 = false;
 };
 
 // A kernel computing causal grouped-query attention in one pass (the template tier's fused form of

@@ -342,6 +342,8 @@ KernelProgram BuildKernelProgram(const Graph& g, const FusionOptions& opts) {
         const size_t e = m.index >= 0 ? 1 : 0;  // ExpertLinear: [experts, N, K]
         k.gemm = GemmTemplate{buffer_of[m.x], buffer_of[m.weight], Product(lead),
                               ws[e].value(),  ws[e + 1].value(),   epilogue};
+        const Node& xn = g.node(m.x);
+        k.gemm->a_bf16 = xn.op == Op::Cast && g.node(xn.inputs[0]).dtype == DType::BF16;
         if (m.index >= 0) {
           k.gemm->index_buffer = buffer_of[m.index];
           k.gemm->experts = ws[0].value();

@@ -34,10 +34,12 @@ class CpuScheduleSpace : public ScheduleSpace {
 
   void StartBucket(const std::string& bucket, const std::string& from) override {
     chosen_ = &p_.choices_[bucket];
-    if (from.empty())
-      chosen_->assign(p_.kp_.kernels.size(), KernelChoice{});
-    else
+    if (from.empty()) {
+      chosen_->clear();
+      for (size_t k = 0; k < p_.kp_.kernels.size(); ++k) chosen_->push_back(p_.DefaultChoice(k));
+    } else {
       *chosen_ = p_.choices_.at(from);
+    }
   }
 
   SearchBuffers Prepare(const SymbolBindings& sizes, const std::vector<bool>& timed, bool whole_step,

@@ -46,6 +46,18 @@ void RunPanels(const GemmCall& c) {
   GemmPanels(c.a, c.m, *static_cast<const PanelPackedWeight*>(c.packed), c.y, c.n, c.nb, c.ne);
 }
 
+// bf16 weights in panels of pairs for AVX512_BF16 dot products, the activation rounded to bf16.
+bool Bf16PanelsOffered(DType wt, int64_t) {
+  return wt == DType::BF16 && Avx512TemplatesEnabled() && Bf16DotSupported();
+}
+bool OnlyBf16(DType wt) { return wt == DType::BF16; }
+PackedGemmWeight PackBf16PanelForm(const void* w, DType, int64_t n, int64_t k) {
+  return Hold(PackBf16Panels(static_cast<const uint16_t*>(w), n, k));
+}
+void RunBf16Panels(const GemmCall& c) {
+  GemmBf16Panels(c.a, c.m, *static_cast<const Bf16PanelWeight*>(c.packed), c.y, c.n, c.nb, c.ne);
+}
+
 // AMX tiles; split across the team, the activation is rounded once by everyone, then all multiply.
 PackedGemmWeight PackAmxForm(const void* w, DType wt, int64_t n, int64_t k) {
   return Hold(PackForAmx(w, wt, n, k));
@@ -96,6 +108,17 @@ const std::vector<GemmForm>& GemmForms() {
        .rounds = IsQuantized,
        .error_bound = RoundedActivationErrorBound,
        .split_tile = kPanelCols,
+       .fit_team = nullptr,
+       .on_slabs = true},
+      {.name = "dot-panels",
+       .min_rows = 1,
+       .offered = Bf16PanelsOffered,
+       .label = [](DType) -> std::string { return "template-bf16dot-panels"; },
+       .pack = PackBf16PanelForm,
+       .run = RunBf16Panels,
+       .rounds = OnlyBf16,
+       .error_bound = RoundedActivationErrorBound,
+       .split_tile = kBf16PanelCols,
        .fit_team = nullptr,
        .on_slabs = true},
       {.name = "amx",
