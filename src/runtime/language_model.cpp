@@ -74,8 +74,7 @@ nlohmann::json LanguageModel::TuneOn(
 }
 
 std::vector<std::pair<std::string, SymbolBindings>> LanguageModel::Buckets() const {
-  std::vector<std::pair<std::string, SymbolBindings>> b;
-  int64_t prefill = std::min<int64_t>(128, std::max<int64_t>(2, max_context_ / 2));
+  const int64_t prefill = std::min<int64_t>(128, std::max<int64_t>(2, max_context_ / 2));
   if (kv_block_ > 0) {  // batched: the same buckets, the context as blocks, one row of logits
     auto blocks = [&](int64_t n) { return std::min<int64_t>((n + kv_block_ - 1) / kv_block_, kv_blocks_); };
     const int64_t ctx = blocks(std::min<int64_t>(max_context_, 65));
@@ -84,7 +83,8 @@ std::vector<std::pair<std::string, SymbolBindings>> LanguageModel::Buckets() con
             {"prefill", {{"seq", prefill}, {"blocks", blocks(prefill)}, {"rows", 1}}}};
   }
   const int64_t past = std::min<int64_t>(max_context_ - 1, 64);
-  b = {{"decode", {{"seq", 1}, {"past", past}}}, {"prefill", {{"seq", prefill}, {"past", 0}}}};
+  std::vector<std::pair<std::string, SymbolBindings>> b = {{"decode", {{"seq", 1}, {"past", past}}},
+                                                           {"prefill", {{"seq", prefill}, {"past", 0}}}};
   // Short prompts and chat turns (2 to kBatchSeqMax - 1 tokens) get their own choices.
   if (max_context_ >= past + kBatchSeq)
     b.insert(b.begin() + 1, {"batch", {{"seq", kBatchSeq}, {"past", past}}});
