@@ -25,9 +25,11 @@ std::unique_ptr<SchedSeq> MakeSeq(int64_t id, int32_t n, int32_t first) {
   return s;
 }
 
-// Runs one step: Done, then a sampled token appended to every sequence whose piece had logits.
-StepPlan Step(BatchScheduler& sched) {
+// Runs one step: its copies finished, Done, then a sampled token appended to every sequence whose piece
+// had logits.
+StepPlan Step(BatchScheduler& sched, KvBlockPool& pool) {
   StepPlan p = sched.Next();
+  for (const KvBlockCopy& c : p.copies) pool.FinishCopy(c);
   sched.Done(p);
   for (const StepPiece& piece : p.pieces)
     if (piece.logits) piece.seq->tokens.push_back(static_cast<int32_t>(1000 + piece.seq->tokens.size()));
@@ -52,19 +54,19 @@ TEST(BatchScheduler, ChunksALongPrefillOverSteps) {
   auto s = MakeSeq(0, 100, 0);
   sched.Add(s.get());
   for (int64_t start : {0, 32, 64}) {
-    StepPlan p = Step(sched);
+    StepPlan p = Step(sched, pool);
     ASSERT_EQ(p.pieces.size(), 1u);
     EXPECT_EQ(p.pieces[0].start, start);
     EXPECT_EQ(p.pieces[0].count, 32);
     EXPECT_FALSE(p.pieces[0].logits);
     EXPECT_EQ(s->computed, start + 32);
   }
-  StepPlan p = Step(sched);
+  StepPlan p = Step(sched, pool);
   ASSERT_EQ(p.pieces.size(), 1u);
   EXPECT_EQ(p.pieces[0].count, 4);
   EXPECT_TRUE(p.pieces[0].logits);
   EXPECT_EQ(s->tokens.size(), 101u);
-  p = Step(sched);  // decode
+  p = Step(sched, pool);  // decode
   ASSERT_EQ(p.pieces.size(), 1u);
   EXPECT_EQ(p.pieces[0].start, 100);
   EXPECT_EQ(p.pieces[0].count, 1);
@@ -83,10 +85,10 @@ TEST(BatchScheduler, DecodesManySequencesInOneStep) {
     seqs.push_back(MakeSeq(i, 5, 100 * i));
     sched.Add(seqs.back().get());
   }
-  StepPlan p = Step(sched);
+  StepPlan p = Step(sched, pool);
   EXPECT_EQ(p.pieces.size(), 10u);
   EXPECT_EQ(p.tokens, 50);
-  p = Step(sched);
+  p = Step(sched, pool);
   ASSERT_EQ(p.pieces.size(), 10u);
   EXPECT_EQ(p.tokens, 10);
   for (size_t i = 0; i < p.pieces.size(); ++i) {
@@ -104,7 +106,7 @@ TEST(BatchScheduler, StopsAtTheTokenBudgetAndMaxRunning) {
   BatchScheduler sched(&pool, {8, 32});
   auto a = MakeSeq(0, 5, 0), b = MakeSeq(1, 5, 100), c = MakeSeq(2, 5, 200);
   for (SchedSeq* s : {a.get(), b.get(), c.get()}) sched.Add(s);
-  StepPlan p = Step(sched);
+  StepPlan p = Step(sched, pool);
   ASSERT_EQ(p.pieces.size(), 2u);
   EXPECT_EQ(p.pieces[0].count, 5);
   EXPECT_TRUE(p.pieces[0].logits);
@@ -112,7 +114,7 @@ TEST(BatchScheduler, StopsAtTheTokenBudgetAndMaxRunning) {
   EXPECT_FALSE(p.pieces[1].logits);
   EXPECT_EQ(sched.running(), 2u);
   EXPECT_EQ(sched.waiting(), 1u);
-  p = Step(sched);
+  p = Step(sched, pool);
   ASSERT_EQ(p.pieces.size(), 3u);
   EXPECT_EQ(p.pieces[0].count, 1);  // a decodes
   EXPECT_EQ(p.pieces[1].start, 3);  // b finishes its prompt
@@ -124,10 +126,10 @@ TEST(BatchScheduler, StopsAtTheTokenBudgetAndMaxRunning) {
   BatchScheduler capped(&pool2, {256, 2});
   auto d = MakeSeq(0, 5, 0), e = MakeSeq(1, 5, 100), f = MakeSeq(2, 5, 200);
   for (SchedSeq* s : {d.get(), e.get(), f.get()}) capped.Add(s);
-  EXPECT_EQ(Step(capped).pieces.size(), 2u);
+  EXPECT_EQ(Step(capped, pool2).pieces.size(), 2u);
   EXPECT_EQ(capped.waiting(), 1u);
   capped.Remove(d.get());
-  p = Step(capped);
+  p = Step(capped, pool2);
   ASSERT_EQ(p.pieces.size(), 2u);
   EXPECT_EQ(p.pieces[1].seq, f.get());
 }
@@ -138,10 +140,10 @@ TEST(BatchScheduler, PreemptsTheLatestAndResumesItWithItsPrefix) {
   auto a = MakeSeq(0, 6, 0), b = MakeSeq(1, 6, 100);
   sched.Add(a.get());
   sched.Add(b.get());
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(Step(sched).pieces.size(), 2u);  // both hold 2 blocks, 9 tokens
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(Step(sched, pool).pieces.size(), 2u);  // both hold 2 blocks, 9 tokens
   EXPECT_EQ(pool.free_blocks(), 0);
 
-  StepPlan p = Step(sched);  // a needs a third block
+  StepPlan p = Step(sched, pool);  // a needs a third block
   ASSERT_EQ(p.preempted.size(), 1u);
   EXPECT_EQ(p.preempted[0], b.get());
   ASSERT_EQ(p.pieces.size(), 1u);
@@ -155,19 +157,19 @@ TEST(BatchScheduler, PreemptsTheLatestAndResumesItWithItsPrefix) {
   // b waits (not enough blocks) until a finishes, then recomputes after its cached first block.
   const std::vector<int32_t> b_tokens = b->tokens;
   while (a->tokens.size() < 12) {
-    p = Step(sched);
+    p = Step(sched, pool);
     ASSERT_EQ(p.pieces.size(), 1u);
     EXPECT_EQ(p.pieces[0].seq, a.get());
   }
   sched.Remove(a.get());
-  p = Step(sched);
+  p = Step(sched, pool);
   ASSERT_EQ(p.pieces.size(), 1u);
   EXPECT_EQ(p.pieces[0].seq, b.get());
   EXPECT_EQ(p.pieces[0].start, 4);  // block 0 survived in the cache
   EXPECT_EQ(p.pieces[0].count, 5);
   EXPECT_TRUE(p.pieces[0].logits);
   EXPECT_EQ(std::vector<int32_t>(b->tokens.begin(), b->tokens.end() - 1), b_tokens);
-  while (b->tokens.size() < 16) Step(sched);
+  while (b->tokens.size() < 16) Step(sched, pool);
   sched.Remove(b.get());
   EXPECT_EQ(pool.used_blocks(), 0);
   EXPECT_GT(pool.prefix_hit_tokens(), 0);
@@ -179,15 +181,15 @@ TEST(BatchScheduler, ASequenceThatWouldPreemptItselfIsPreempted) {
   auto a = MakeSeq(0, 6, 0), b = MakeSeq(1, 4, 100);
   sched.Add(a.get());
   sched.Add(b.get());
-  Step(sched);               // a: 2 blocks, b: 1 block; the pool is full
-  StepPlan p = Step(sched);  // b needs a second block; it is the latest
+  Step(sched, pool);               // a: 2 blocks, b: 1 block; the pool is full
+  StepPlan p = Step(sched, pool);  // b needs a second block; it is the latest
   ASSERT_EQ(p.preempted.size(), 1u);
   EXPECT_EQ(p.preempted[0], b.get());
   ASSERT_EQ(p.pieces.size(), 1u);
   EXPECT_EQ(p.pieces[0].seq, a.get());
   EXPECT_EQ(sched.waiting(), 1u);
   sched.Remove(a.get());
-  p = Step(sched);
+  p = Step(sched, pool);
   ASSERT_EQ(p.pieces.size(), 1u);
   EXPECT_EQ(p.pieces[0].seq, b.get());
   EXPECT_EQ(p.pieces[0].start, 4);  // its full first block was cached
@@ -202,9 +204,9 @@ TEST(BatchScheduler, SharesPromptPrefixesBetweenSequences) {
   auto b = MakeSeq(1, 13, 0);
   std::iota(b->tokens.begin() + 8, b->tokens.end(), 500);  // same first 2 blocks
   sched.Add(a.get());
-  Step(sched);
+  Step(sched, pool);
   sched.Add(b.get());
-  StepPlan p = Step(sched);
+  StepPlan p = Step(sched, pool);
   ASSERT_EQ(p.pieces.size(), 2u);
   EXPECT_EQ(p.pieces[1].seq, b.get());
   EXPECT_EQ(p.pieces[1].start, 8);
@@ -216,6 +218,36 @@ TEST(BatchScheduler, SharesPromptPrefixesBetweenSequences) {
   EXPECT_EQ(pool.prefix_hit_tokens(), 8);
   sched.Remove(a.get());
   EXPECT_EQ(pool.refcount(b->kv.blocks[0]), 1);
+  sched.Remove(b.get());
+  EXPECT_EQ(pool.used_blocks(), 0);
+}
+
+// A prompt that shares two full blocks and then half of a third with an earlier one: the third starts as a
+// copy of the earlier block's first two rows (copy on write), the source pinned until the copy is done.
+TEST(BatchScheduler, CopiesAPartialPrefixMatchOnWrite) {
+  KvBlockPool pool(16, 4);
+  BatchScheduler sched(&pool, {64, 8});
+  auto a = MakeSeq(0, 12, 0);
+  auto b = MakeSeq(1, 13, 0);
+  std::iota(b->tokens.begin() + 10, b->tokens.end(), 600);  // 0..9 shared, then its own
+  sched.Add(a.get());
+  Step(sched, pool);
+  sched.Add(b.get());
+  StepPlan p = sched.Next();
+  ASSERT_EQ(p.copies.size(), 1u);
+  EXPECT_EQ(p.copies[0].from, a->kv.blocks[2]);
+  EXPECT_EQ(p.copies[0].to, b->kv.blocks[2]);
+  EXPECT_EQ(p.copies[0].rows, 2);
+  EXPECT_EQ(pool.refcount(a->kv.blocks[2]), 2);  // a's, and pinned for the copy
+  EXPECT_EQ(pool.refcount(b->kv.blocks[2]), 1);  // b's own: b writes its tokens 10.. there
+  ASSERT_EQ(p.pieces.size(), 2u);
+  EXPECT_EQ(p.pieces[1].start, 10);
+  EXPECT_EQ(p.pieces[1].count, 3);
+  EXPECT_EQ(pool.prefix_hit_tokens(), 10);
+  pool.FinishCopy(p.copies[0]);
+  sched.Done(p);
+  EXPECT_EQ(pool.refcount(a->kv.blocks[2]), 1);
+  sched.Remove(a.get());
   sched.Remove(b.get());
   EXPECT_EQ(pool.used_blocks(), 0);
 }
@@ -244,8 +276,8 @@ TEST(BatchScheduler, RejectsASequenceThatGrewPastThePool) {
   BatchScheduler sched(&pool, {64, 8});
   auto a = MakeSeq(0, 7, 0);
   sched.Add(a.get());
-  Step(sched);  // 8 tokens
-  Step(sched);  // 9 tokens: more than the pool holds
+  Step(sched, pool);  // 8 tokens
+  Step(sched, pool);  // 9 tokens: more than the pool holds
   StepPlan p = sched.Next();
   EXPECT_TRUE(p.pieces.empty());
   ASSERT_EQ(p.rejected.size(), 1u);
@@ -265,7 +297,7 @@ uint64_t WeakHash(uint64_t parent, const int32_t* t, int32_t n) {
 // block slot holds a stand-in for its K/V (the identity of the prefix it was computed for), checked
 // against every running sequence's tokens at every step.
 struct RunStats {
-  int64_t preemptions = 0, prefix_hits = 0;
+  int64_t preemptions = 0, prefix_hits = 0, copied_rows = 0;
 };
 
 void RandomRun(uint64_t seed, KvHashFn hash, RunStats* stats) {
@@ -324,6 +356,13 @@ void RandomRun(uint64_t seed, KvHashFn hash, RunStats* stats) {
     ASSERT_TRUE(p.rejected.empty());
     ASSERT_TRUE(!p.pieces.empty() || before == 0) << "empty plan with sequences to run";
     stats->preemptions += static_cast<int64_t>(p.preempted.size());
+    for (const KvBlockCopy& c : p.copies) {  // copy on write: the stand-ins move as K/V rows would
+      ASSERT_GE(pool.refcount(c.from), 1) << "copy source not pinned";
+      ASSERT_EQ(pool.refcount(c.to), 1) << "copy into a shared block";
+      for (int32_t r = 0; r < c.rows; ++r) slots[c.to * block_size + r] = slots[c.from * block_size + r];
+      stats->copied_rows += c.rows;
+      pool.FinishCopy(c);
+    }
     int64_t total = 0;
     std::set<SchedSeq*> seen;
     for (const StepPiece& piece : p.pieces) {
@@ -384,8 +423,10 @@ void RandomRuns(uint64_t first_seed, KvHashFn hash) {
   }
   EXPECT_GT(stats.preemptions, 0);
   EXPECT_GT(stats.prefix_hits, 0);
-  std::printf("%lld preemptions, %lld prefix-hit tokens\n", static_cast<long long>(stats.preemptions),
-              static_cast<long long>(stats.prefix_hits));
+  EXPECT_GT(stats.copied_rows, 0);
+  std::printf("%lld preemptions, %lld prefix-hit tokens, %lld rows copied on write\n",
+              static_cast<long long>(stats.preemptions), static_cast<long long>(stats.prefix_hits),
+              static_cast<long long>(stats.copied_rows));
 }
 
 TEST(BatchScheduler, RandomizedRunsLeakNothing) { RandomRuns(1, nullptr); }

@@ -97,6 +97,61 @@ TEST(KvBlockPool, SharesPrefixBlocksWithRefcounts) {
   EXPECT_EQ(pool.used_blocks(), 0);
 }
 
+// Copy on write of a partial match: the longest registered block under the same prefix whose first
+// tokens match, copied into a fresh block of the new sequence; a cached source is pinned (out of the LRU)
+// until FinishCopy; no copy when the source would be the only block left to take; never the whole rest
+// of the prompt (one token is left to compute).
+TEST(KvBlockPool, CopiesAPartialMatchOnWrite) {
+  KvBlockPool pool(4, 4);
+  const auto ta = Range(8, 0);                        // two full blocks
+  const auto tb = Concat(Range(6, 0), Range(3, 50));  // block 0, then 4 5 of block 1
+  KvSeqBlocks a, b;
+  Compute(pool, &a, ta, 8);
+  KvBlockCopy copy;
+  EXPECT_EQ(pool.AttachPrefix(&b, tb, &copy), 6);
+  EXPECT_EQ(copy.from, a.blocks[1]);
+  EXPECT_EQ(copy.rows, 2);
+  ASSERT_EQ(b.blocks.size(), 2u);
+  EXPECT_EQ(b.blocks[0], a.blocks[0]);
+  EXPECT_EQ(copy.to, b.blocks[1]);
+  EXPECT_NE(copy.to, a.blocks[1]);
+  EXPECT_EQ(pool.refcount(a.blocks[1]), 2);
+  pool.FinishCopy(copy);
+  EXPECT_EQ(pool.refcount(a.blocks[1]), 1);
+  EXPECT_EQ(pool.prefix_hit_tokens(), 6);
+  pool.Release(&b);
+
+  // Cached source: pinned while copying, cached again after.
+  pool.Release(&a);
+  EXPECT_EQ(pool.cached_blocks(), 2);
+  KvSeqBlocks c;
+  EXPECT_EQ(pool.AttachPrefix(&c, tb, &copy), 6);
+  EXPECT_EQ(copy.rows, 2);
+  EXPECT_EQ(pool.cached_blocks(), 0);  // block 0 matched, block 1 pinned
+  EXPECT_EQ(pool.refcount(copy.from), 1);
+  pool.FinishCopy(copy);
+  EXPECT_EQ(pool.cached_blocks(), 1);
+  pool.Release(&c);
+
+  // The same prompt as a's: at most 7 of its 8 tokens are covered (one left to compute).
+  KvSeqBlocks d;
+  EXPECT_EQ(pool.AttachPrefix(&d, ta, &copy), 7);
+  EXPECT_EQ(copy.rows, 3);
+  pool.FinishCopy(copy);
+  pool.Release(&d);
+
+  // No block to copy into but the source itself: no copy, only the full blocks.
+  KvSeqBlocks hold;
+  ASSERT_TRUE(pool.Reserve(&hold, 8));  // two of the four blocks (the free ones)
+  EXPECT_EQ(pool.free_blocks(), 2);     // a's two, cached
+  KvSeqBlocks e;
+  EXPECT_EQ(pool.AttachPrefix(&e, tb, &copy), 4);
+  EXPECT_EQ(copy.rows, 0);
+  pool.Release(&e);
+  pool.Release(&hold);
+  EXPECT_EQ(pool.used_blocks(), 0);
+}
+
 TEST(KvBlockPool, LeavesAtLeastOneTokenToCompute) {
   KvBlockPool pool(8, 4);
   const auto t = Range(8, 0);

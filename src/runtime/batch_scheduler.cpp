@@ -99,17 +99,29 @@ StepPlan BatchScheduler::Next() {
       continue;
     }
     if (pool_->free_blocks() == 0) break;  // a new sequence always needs at least one block
+    KvBlockCopy copy;
     if (!s->prefix_checked) {
-      s->computed = pool_->AttachPrefix(&s->kv, s->tokens);
+      s->computed = pool_->AttachPrefix(&s->kv, s->tokens, &copy);
       s->prefix_checked = true;
     }
-    const int64_t count = std::min(n - s->computed, budget);
-    if (!pool_->Reserve(&s->kv, s->computed + count)) {
-      pool_->Release(&s->kv);  // waiting sequences pin no blocks
+    int64_t count = std::min(n - s->computed, budget);
+    bool reserved = pool_->Reserve(&s->kv, s->computed + count);
+    if (!reserved && copy.rows > 0) {  // the copy's pinned source may be the block the rest needs: without it
+      pool_->FinishCopy(copy);
+      pool_->Release(&s->kv);
+      copy = KvBlockCopy{};
+      s->computed = pool_->AttachPrefix(&s->kv, s->tokens);
+      count = std::min(n - s->computed, budget);
+      reserved = pool_->Reserve(&s->kv, s->computed + count);
+    }
+    if (!reserved) {
+      pool_->FinishCopy(copy);  // abandoned with the admission
+      pool_->Release(&s->kv);   // waiting sequences pin no blocks
       s->computed = 0;
       s->prefix_checked = false;
       break;
     }
+    if (copy.rows > 0) plan.copies.push_back(copy);
     waiting_.pop_front();
     auto pos = std::upper_bound(running_.begin(), running_.end(), s,
                                 [](const SchedSeq* a, const SchedSeq* b) { return a->id < b->id; });

@@ -30,7 +30,9 @@ struct StepPlan {
   std::vector<StepPiece> pieces;
   std::vector<SchedSeq*> preempted;  // lost their KV (computed = 0): waiting again, recomputed later
   std::vector<SchedSeq*> rejected;   // grew past the whole pool: no longer scheduled; the caller ends them
-  int64_t tokens = 0;                // sum of the pieces' counts
+  // K/V rows to copy before the step (partial prefix matches); the caller then calls the pool's FinishCopy.
+  std::vector<KvBlockCopy> copies;
+  int64_t tokens = 0;  // sum of the pieces' counts
 };
 
 struct SchedulerOptions {

@@ -40,7 +40,22 @@ bool KvBlockPool::Matches(const Block& b, uint64_t parent_id, const int32_t* tok
   return b.registered && b.parent_id == parent_id && std::equal(b.tokens.begin(), b.tokens.end(), tokens);
 }
 
-int64_t KvBlockPool::AttachPrefix(KvSeqBlocks* s, const std::vector<int32_t>& tokens) {
+int32_t KvBlockPool::LongestChild(uint64_t parent_id, const int32_t* tokens, int64_t limit,
+                                  int64_t* run) const {
+  int32_t best = -1;
+  *run = 0;
+  auto [first, last] = children_.equal_range(parent_id);
+  for (auto it = first; it != last; ++it) {
+    const Block& b = meta_[it->second];
+    int64_t n = 0;
+    while (n < limit && b.tokens[n] == tokens[n]) ++n;
+    if (n > *run || (n == *run && n > 0 && it->second < best))
+      best = it->second, *run = n;  // ties: lowest id
+  }
+  return best;
+}
+
+int64_t KvBlockPool::AttachPrefix(KvSeqBlocks* s, const std::vector<int32_t>& tokens, KvBlockCopy* copy) {
   if (!s->blocks.empty()) throw Error("KV pool: AttachPrefix on a sequence that already holds blocks");
   const int64_t max_blocks = tokens.empty() ? 0 : (static_cast<int64_t>(tokens.size()) - 1) / block_size_;
   uint64_t parent_hash = kRootHash, parent_id = 0;
@@ -61,7 +76,21 @@ int64_t KvBlockPool::AttachPrefix(KvSeqBlocks* s, const std::vector<int32_t>& to
     parent_hash = h;
     parent_id = b.id;
   }
-  const int64_t covered = static_cast<int64_t>(s->blocks.size()) * block_size_;
+  int64_t covered = static_cast<int64_t>(s->blocks.size()) * block_size_;
+  if (copy) *copy = KvBlockCopy{};
+  const int64_t limit = std::min<int64_t>(block_size_, static_cast<int64_t>(tokens.size()) - 1 - covered);
+  int64_t run = 0;
+  const int32_t from = copy && limit > 0 ? LongestChild(parent_id, tokens.data() + covered, limit, &run) : -1;
+  if (from >= 0 && run > 0 && free_.size() + lru_.size() > (meta_[from].ref == 0 ? 1u : 0u)) {
+    Block& src = meta_[from];
+    if (src.ref++ == 0) {  // pinned: Take below never evicts it
+      lru_.erase(src.lru);
+      ++used_;
+    }
+    s->blocks.push_back(Take());
+    *copy = KvBlockCopy{from, s->blocks.back(), static_cast<int32_t>(run)};
+    covered += run;
+  }
   hit_tokens_ += covered;
   query_tokens_ += static_cast<int64_t>(tokens.size());
   return covered;
@@ -77,6 +106,12 @@ int32_t KvBlockPool::Take() {
     lru_.pop_front();
     Block& b = meta_[id];
     table_.erase(b.hash);
+    auto [first, last] = children_.equal_range(b.parent_id);
+    for (auto it = first; it != last; ++it)
+      if (it->second == id) {
+        children_.erase(it);
+        break;
+      }
     b.registered = false;
     b.tokens.clear();
   }
@@ -115,6 +150,7 @@ void KvBlockPool::Commit(KvSeqBlocks* s, const std::vector<int32_t>& tokens, int
       b.parent_id = parent_id;
       b.tokens.assign(t, t + block_size_);
       table_.emplace(h, s->blocks[i]);
+      children_.emplace(parent_id, s->blocks[i]);
     } else {
       // Same content computed twice: this block stays unshared but names the same prefix. A hash
       // collision: a fresh id that no registered block's parent can match.
@@ -126,18 +162,24 @@ void KvBlockPool::Commit(KvSeqBlocks* s, const std::vector<int32_t>& tokens, int
   }
 }
 
-void KvBlockPool::Release(KvSeqBlocks* s) {
-  for (auto it = s->blocks.rbegin(); it != s->blocks.rend(); ++it) {
-    Block& b = meta_[*it];
-    if (b.ref <= 0) throw Error("KV pool: release of block " + std::to_string(*it) + " with no reference");
-    if (--b.ref > 0) continue;
-    --used_;
-    if (b.registered) {
-      b.lru = lru_.insert(lru_.end(), *it);
-    } else {
-      free_.push_back(*it);
-    }
+void KvBlockPool::Unref(int32_t block) {
+  Block& b = meta_[block];
+  if (b.ref <= 0) throw Error("KV pool: release of block " + std::to_string(block) + " with no reference");
+  if (--b.ref > 0) return;
+  --used_;
+  if (b.registered) {
+    b.lru = lru_.insert(lru_.end(), block);
+  } else {
+    free_.push_back(block);
   }
+}
+
+void KvBlockPool::FinishCopy(const KvBlockCopy& copy) {
+  if (copy.rows > 0) Unref(copy.from);
+}
+
+void KvBlockPool::Release(KvSeqBlocks* s) {
+  for (auto it = s->blocks.rbegin(); it != s->blocks.rend(); ++it) Unref(*it);
   s->blocks.clear();
   s->hashes.clear();
   s->ids.clear();

@@ -1,4 +1,5 @@
-// Paged KV cache bookkeeping: fixed-size blocks with refcounts, prefix caching of full blocks, LRU eviction.
+// Paged KV cache bookkeeping: fixed-size blocks with refcounts, prefix caching of full blocks (a partial
+// match copied on write), LRU eviction.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,14 @@ struct KvSeqBlocks {
   std::vector<int32_t> blocks;   // position p lives in blocks[p / block_size], slot p % block_size
   std::vector<uint64_t> hashes;  // chain hash of each full block committed so far (<= blocks.size())
   std::vector<uint64_t> ids;     // content id of each full block (parallel to hashes): names its whole prefix
+};
+
+// A partial match copied on write: the first `rows` slots of registered block `from` hold the K/V a new
+// sequence's next tokens need; they go to its own block `to` (which it then fills). `from` stays pinned
+// until FinishCopy.
+struct KvBlockCopy {
+  int32_t from = -1, to = -1;
+  int32_t rows = 0;  // 0: nothing to copy
 };
 
 // hash(parent chain hash, the block's n token ids). Replaceable for tests (forced collisions).
@@ -35,8 +44,14 @@ class KvBlockPool {
   int32_t refcount(int32_t block) const { return meta_.at(block).ref; }
 
   // At a sequence's start (s->blocks empty): shares the cached or used full blocks matching the prefix
-  // of tokens, at most (tokens.size() - 1) / block_size of them. Returns the tokens covered.
-  int64_t AttachPrefix(KvSeqBlocks* s, const std::vector<int32_t>& tokens);
+  // of tokens, at most (tokens.size() - 1) / block_size of them. With `copy`, the next block may then
+  // start as a copy of a registered block with the same prefix whose first tokens match (the longest such
+  // run, leaving at least one token to compute): s gets a fresh block and *copy says what to copy into it
+  // (the caller copies the K/V rows, then calls FinishCopy). Returns the tokens covered, copied ones
+  // included.
+  int64_t AttachPrefix(KvSeqBlocks* s, const std::vector<int32_t>& tokens, KvBlockCopy* copy = nullptr);
+  // The copy is done (or abandoned): its source is no longer pinned.
+  void FinishCopy(const KvBlockCopy& copy);
   // Makes s hold blocks for positions [0, length): free blocks first, then the least recently released
   // cached ones. All or nothing: false (s unchanged) when not enough blocks are free.
   bool Reserve(KvSeqBlocks* s, int64_t length);
@@ -60,13 +75,17 @@ class KvBlockPool {
   };
   bool Matches(const Block& b, uint64_t parent_id, const int32_t* tokens) const;
   int32_t Take();
+  void Unref(int32_t block);  // refcount 0: cached if registered, else free
+  // The registered block with this parent whose tokens share the longest run (<= limit) with tokens.
+  int32_t LongestChild(uint64_t parent_id, const int32_t* tokens, int64_t limit, int64_t* run) const;
 
   int32_t block_size_;
   KvHashFn hash_;
   std::vector<Block> meta_;
   std::vector<int32_t> free_;  // free blocks (unregistered, refcount 0); taken from the back
   std::list<int32_t> lru_;     // cached blocks, least recently released first
-  std::unordered_map<uint64_t, int32_t> table_;  // chain hash -> registered block
+  std::unordered_map<uint64_t, int32_t> table_;          // chain hash -> registered block
+  std::unordered_multimap<uint64_t, int32_t> children_;  // parent content id -> registered blocks
   int32_t used_ = 0;
   uint64_t next_id_ = 0;  // content ids: 0 is the empty prefix, each new content gets ++next_id_
   int64_t hit_tokens_ = 0, query_tokens_ = 0;

@@ -387,6 +387,16 @@ std::vector<std::vector<float>> LanguageModel::RunBatch(Executable& exe,
   return out;
 }
 
+void LanguageModel::CopyKvRows(int64_t from, int64_t to, int64_t count) {
+  if (kv_block_ == 0) throw Error("CopyKvRows: the model is not batched");
+  const int64_t rows = kv_blocks_ * kv_block_;
+  if (count < 0 || from < 0 || to < 0 || from + count > rows || to + count > rows)
+    throw Error("CopyKvRows: rows [" + std::to_string(from) + ", +" + std::to_string(count) + ") -> [" +
+                std::to_string(to) + ", ...) outside the pool's " + std::to_string(rows));
+  for (const Node& n : step_->graph().nodes())  // the pool's home: the prefill device gets rows handed over
+    if (n.op == Op::State) step_->WriteStateRows(n.name, to, step_->ReadStateRows(n.name, from, count));
+}
+
 void LanguageModel::HandOver(Executable& from, Executable& to,
                              const std::vector<std::pair<int64_t, int64_t>>& ranges) {
   const auto t0 = std::chrono::steady_clock::now();

@@ -103,6 +103,9 @@ class LanguageModel {
   // One batched step over the pieces of many sequences (a batched model only): writes their keys and
   // values into the pool and returns the logits ([vocab] each) of the pieces that want them, in order.
   std::vector<std::vector<float>> StepBatch(const std::vector<BatchPiece>& pieces);
+  // Batched: copies `count` rows of every K/V pool from row `from` to row `to` (block * kv_block + slot),
+  // a partial prefix match's copy on write (KvBlockCopy).
+  void CopyKvRows(int64_t from, int64_t to, int64_t count);
 
   // Appends tokens to the KV cache; returns the logits of the last one ([vocab]).
   std::vector<float> Forward(const std::vector<int32_t>& tokens);

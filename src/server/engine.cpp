@@ -275,15 +275,21 @@ void Engine::Step() {
     c->decoder->End("length");
     Close(c);
   }
-  if (plan.pieces.empty()) return;
   std::vector<BatchPiece> pieces;
   for (const StepPiece& p : plan.pieces)
     pieces.push_back({std::span<const int32_t>(p.seq->tokens).subspan(p.start, p.count), p.start,
                       p.seq->kv.blocks, p.logits});
   std::vector<std::vector<float>> logits;
   try {
+    const int64_t bs = pool_->block_size();
+    for (const KvBlockCopy& c : plan.copies)  // partial prefix matches, copied on write before the step
+      lm_->CopyKvRows((int64_t)c.from * bs, (int64_t)c.to * bs, c.rows);
+    for (const KvBlockCopy& c : plan.copies) pool_->FinishCopy(c);
+    plan.copies.clear();
+    if (plan.pieces.empty()) return;
     logits = lm_->StepBatch(pieces);
   } catch (const std::exception& e) {  // the step failed: every choice in it fails with its message
+    for (const KvBlockCopy& c : plan.copies) pool_->FinishCopy(c);
     for (const StepPiece& p : plan.pieces)
       if (by_seq_.count(p.seq)) Close(by_seq_.at(p.seq), e.what());
     return;

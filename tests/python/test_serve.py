@@ -286,8 +286,12 @@ def test_a_shared_prompt_prefix_is_computed_once(stories):
     second = greedy(client, system + " Then Tom said", 20)
     assert first.usage.prompt_tokens > 100
     assert metric(stories, "prism_prefix_cache_hit_tokens") - hits0 >= 96  # at least 6 blocks of 16 shared
+    hits1 = metric(stories, "prism_prefix_cache_hit_tokens")
     again = greedy(client, system + " Then Lily said", 20)  # from the cache: the same answer
     assert again.choices[0].text == first.choices[0].text
+    # Every prompt token but the last came from the cache: the full blocks shared, the partial last one
+    # copied on write (its rows from the first request's block, which went on with its answer).
+    assert metric(stories, "prism_prefix_cache_hit_tokens") - hits1 == again.usage.prompt_tokens - 1
     assert second.choices[0].text
 
 
