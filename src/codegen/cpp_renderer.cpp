@@ -26,6 +26,30 @@ const KValue* OuterReduce(const KValue& v) {
   return found;
 }
 
+// Elements between a load's reads at var = 2 and var = 3, every other variable and symbol held fixed
+// (a typical size for symbols, 1 for gathered values); 0 where the index cannot be evaluated so.
+int64_t StrideAlong(const KValue& load, const std::string& var, const std::vector<std::string>& others) {
+  std::vector<std::string> syms;
+  load.index.CollectSymbols(&syms);
+  std::map<std::string, int64_t> at;
+  for (const std::string& s : syms) at[s] = 64;
+  for (const std::string& s : others) at[s] = 2;
+  for (const GatherBinding& gb : load.gathers) at[gb.sym] = 1;
+  try {
+    at[var] = 2;
+    const int64_t a = load.index.Eval(at);
+    at[var] = 3;
+    return load.index.Eval(at) - a;
+  } catch (const Error&) {
+    return 0;
+  }
+}
+
+void CollectLoadValues(const KValuePtr& v, std::vector<const KValue*>* out) {
+  if (v->kind == KValue::Kind::Load) out->push_back(v.get());
+  for (const KValuePtr& a : v->args) CollectLoadValues(a, out);
+}
+
 // Each function computes output elements [begin, end): rows of all but the last loop variable,
 // the last one as an inner loop the compiler vectorizes.
 class CppKernelRenderer : public CKernelRenderer {
@@ -139,34 +163,6 @@ class CppKernelRenderer : public CKernelRenderer {
     os << "    const int64_t hi = end - o * inner < inner ? end - o * inner : inner;\n";
   }
 };
-
-}  // namespace
-
-namespace {
-
-// Elements between a load's reads at var = 2 and var = 3, every other variable and symbol held fixed
-// (a typical size for symbols, 1 for gathered values); 0 where the index cannot be evaluated so.
-int64_t StrideAlong(const KValue& load, const std::string& var, const std::vector<std::string>& others) {
-  std::vector<std::string> syms;
-  load.index.CollectSymbols(&syms);
-  std::map<std::string, int64_t> at;
-  for (const std::string& s : syms) at[s] = 64;
-  for (const std::string& s : others) at[s] = 2;
-  for (const GatherBinding& gb : load.gathers) at[gb.sym] = 1;
-  try {
-    at[var] = 2;
-    const int64_t a = load.index.Eval(at);
-    at[var] = 3;
-    return load.index.Eval(at) - a;
-  } catch (const Error&) {
-    return 0;
-  }
-}
-
-void CollectLoadValues(const KValuePtr& v, std::vector<const KValue*>* out) {
-  if (v->kind == KValue::Kind::Load) out->push_back(v.get());
-  for (const KValuePtr& a : v->args) CollectLoadValues(a, out);
-}
 
 }  // namespace
 

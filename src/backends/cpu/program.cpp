@@ -64,10 +64,10 @@ Program::Program(const Graph& g, KernelProgram kp, std::string source, JitLibrar
   for (const Kernel& k : kp_.kernels) {
     fns_.push_back(reinterpret_cast<KernelFn>(lib_.Symbol(k.name)));
     fns_ro_.push_back(reinterpret_cast<KernelFn>(lib_.FindSymbol(k.name + "_ro")));
-    ro_preferred_.push_back(fns_ro_.back() && PrefersReduceOuter(k));
     fns_epi_.push_back(k.gemm && k.gemm->epilogue ? reinterpret_cast<KernelFn>(lib_.Symbol(k.name + "_epi"))
                                                   : nullptr);
   }
+  for (size_t k = 0; k < kp_.kernels.size(); ++k) unsearched_.push_back(UnsearchedChoice(k));
   storage_.resize(kp_.buffers.size());
   capacity_.assign(kp_.buffers.size(), 0);
   shapes_.resize(kp_.buffers.size());
@@ -197,10 +197,10 @@ void Program::WriteStateRows(const std::string& name, int64_t first, const HostT
   std::memcpy(static_cast<char*>(s.data) + first * row, rows.data, (size_t)rows.nbytes());
 }
 
-KernelChoice Program::DefaultChoice(size_t k) const {
+KernelChoice Program::UnsearchedChoice(size_t k) const {
   KernelChoice c;
   const Kernel& kn = kp_.kernels[k];
-  c.reduce_outer = ro_preferred_[k];
+  c.reduce_outer = fns_ro_[k] && PrefersReduceOuter(kn);
   // A bf16 product whose activation is bf16 already runs on bf16 dot products over packed panels: the
   // exact products of the rows form, twice as many per instruction (1.1x its speed at one row, 2.2x at 128
   // on Zen 5: bench/gemm_forms.cpp).
@@ -247,8 +247,7 @@ void Program::PlanLaunches(const SymbolBindings& b, bool prepare) {
     st.parallel = threads > 1 && work >= (kn.gemm ? 65536 : 32768);
     st.use_template = kn.gemm.has_value() || fused_attention[k];
     st.form = 0;
-    const KernelChoice unsearched = DefaultChoice(k);
-    const KernelChoice* c = choice(k) ? choice(k) : &unsearched;
+    const KernelChoice* c = choice(k) ? choice(k) : &unsearched_[k];
     st.use_template = st.use_template && c->use_template;
     if (st.use_template && kn.gemm && PrepareForm(*kn.gemm, c->form, prepare)) st.form = c->form;
     st.reduce_outer = !st.use_template && c->reduce_outer && fns_ro_[k];

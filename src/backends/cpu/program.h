@@ -98,7 +98,7 @@ class Program : public Executable {
   const KernelChoices& choices() const { return choices_; }
   // What a kernel runs before any search decides: the first order and form, except where the kernel's
   // loads favour the reduce-outer order or a bf16 activation makes bf16 dot products exact.
-  KernelChoice DefaultChoice(size_t k) const;
+  KernelChoice DefaultChoice(size_t k) const { return unsearched_[k]; }
   void SetChoices(KernelChoices c) { choices_ = std::move(c); }
   std::string ProfileTable() const;
   // Wall seconds each kernel took over the profiled runs (per-kernel dispatch only).
@@ -162,7 +162,8 @@ class Program : public Executable {
   JitLibrary lib_;
   // Per kernel: generated code, its reduce-outer variant or null, its GEMM template's epilogue or null.
   std::vector<KernelFn> fns_, fns_ro_, fns_epi_;
-  std::vector<bool> ro_preferred_;  // the reduce-outer order when unsearched (PrefersReduceOuter)
+  std::vector<KernelChoice> unsearched_;  // DefaultChoice per kernel, decided once at construction
+  KernelChoice UnsearchedChoice(size_t k) const;
   std::unique_ptr<ThreadPool> pool_;
   std::map<std::pair<int, int>, PackedGemmWeight> packed_;  // (form, weight buffer) -> repacked weights
   AmxActivation team_act_[2];
