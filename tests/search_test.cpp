@@ -5,9 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
+#include "backends/cpu/gemm.h"
+#include "backends/cpu/gemm_forms.h"
 #include "backends/cpu/machine_probe.h"
 #include "compiler/kernel_hash.h"
 #include "frontend/nn.h"
@@ -131,6 +135,61 @@ TEST(Search, EveryCandidateIsCheckedAndTimedThenTheDatabaseIsReused) {
   again->Reset();
   std::vector<float> replayed_logits = again->Forward(ids);
   for (size_t i = 0; i < before.size(); ++i) ASSERT_NEAR(before[i], replayed_logits[i], 1e-3) << i;
+}
+
+// The search on the micro-kernel tier at hand, and on lower ones (ctest runs this test again under
+// PRISM_GEMM_ISA=avx2, as a CPU without AVX-512 would): every chosen schedule of a float and a K-quant
+// model passed its check, only forms this tier offers were candidates, the decisions are keyed by the
+// tier, and the tuned model computes the logits it computed before.
+TEST(Search, ChosenSchedulesPassTheirChecksOnThisTier) {
+  testing::FreshCache cache("tier");
+  std::set<std::string> offered = {"template", "template-attention"};
+  for (const GemmForm& f : GemmForms()) {
+    if (!f.offered) continue;
+    for (DType wt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
+      if (f.offered(wt, 256)) offered.insert(f.label(wt));
+  }
+  const std::string kquant = std::string(PRISM_TEST_DATA_DIR) + "/kquants/tiny-Q4_K_M.gguf";
+  for (const std::string& path : {kStories, kquant}) {
+    SCOPED_TRACE(path);
+    LoadOptions lo{"", 64, 2};
+    lo.search_busy_limit = 1;
+    lo.program = "as written";  // the schedules are searched here, not inside the program search
+    auto lm = LanguageModel::Load(path, lo);
+    const std::vector<int32_t> ids = {1, 7, 42, 99, 3, 250};
+    const std::vector<float> before = lm->Forward(ids);
+    int templates = 0;
+    for (const auto& r : lm->Tune(20)) {
+      if (r.contains("device")) {
+        EXPECT_NE(r["device"].get<std::string>().find(std::string("|") + GemmIsa() + "|"), std::string::npos)
+            << r.dump();
+      }
+      if (!r.contains("candidates") || r.value("scope", "") == "step") continue;
+      for (const auto& c : r["candidates"]) {
+        const std::string name = c["candidate"];
+        const std::string tier = name.substr(0, name.find('/'));
+        if (tier.rfind("template", 0) == 0) EXPECT_TRUE(offered.count(tier)) << GemmIsa() << ": " << name;
+        if (c["candidate"] == r["chosen"]) {
+          EXPECT_TRUE(c["passed"].get<bool>()) << r.dump();
+          templates += tier.rfind("template", 0) == 0;
+        }
+      }
+    }
+    EXPECT_GT(templates, 0);  // the tier's templates won somewhere (the products of these models)
+    lm->Reset();
+    const std::vector<float> after = lm->Forward(ids);
+    ASSERT_EQ(before.size(), after.size());
+    // Within what rounding the activation allows: K-quant forms round it to 8 bits where the unsearched
+    // choice may not (1.6% of max |logit| seen on this random model; a wrong kernel is off by its size).
+    float top = 0, diff = 0;
+    for (size_t i = 0; i < before.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(after[i])) << i;
+      top = std::max(top, std::abs(before[i]));
+      diff = std::max(diff, std::abs(before[i] - after[i]));
+    }
+    EXPECT_LE(diff, 5e-2f * top) << "max |logit| " << top;
+    std::printf("%s: max |logit| %.3f, largest change %.5f\n", path.c_str(), top, diff);
+  }
 }
 
 // Long prompts get their own attention choices (its cost grows as the square of the prompt's length):

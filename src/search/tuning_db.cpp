@@ -14,7 +14,7 @@ namespace prism {
 namespace {
 
 // 3: a kernel's structural hash (compiler/kernel_hash.h), the device's identity (for the CPU: its model,
-// team size and template revision), the bucket.
+// team size, micro-kernel tier and template revision), the bucket.
 constexpr int kKeyVersion = 3;
 
 std::string Where(const std::string& device, const std::string& bucket) {

@@ -18,8 +18,10 @@ class CpuScheduleSpace : public ScheduleSpace {
   ~CpuScheduleSpace() override { p_.share_scratch_ = true; }
 
   const KernelProgram& kernels() const override { return p_.kp_; }
+  // The tier names the micro-kernels the forms may use (lower under PRISM_GEMM_ISA): a decision made
+  // with AVX-512 forms never reaches a run that lacks them.
   std::string identity() const override {
-    return "cpu|" + CpuModelName() + "|t" + std::to_string(threads_) + "|r" +
+    return "cpu|" + CpuModelName() + "|t" + std::to_string(threads_) + "|" + GemmIsa() + "|r" +
            std::to_string(kTemplateRevision);
   }
   // A GEMM's products may run on any instruction this CPU has for its weight type (bf16 on AMX tiles,
