@@ -102,7 +102,7 @@ TEST(AttentionMatch, FindsTheFrontendsAttentionAndCoversItsKernels) {
 
 // The same computation spelled differently: another mask, or scores read from another layout. The
 // matcher must refuse what it does not compute, and the program stays right either way.
-TEST(AttentionMatch, RefusesLookalikesAndTheyStillMatchTheInterpreter) {
+TEST(AttentionMatch, RefusesLookalikesTakesOtherLayoutsAndAllMatchTheInterpreter) {
   for (int variant = 0; variant < 3; ++variant) {
     Graph g;
     const Expr seq = Seq(), past = Past(), total = past + seq;
@@ -115,20 +115,21 @@ TEST(AttentionMatch, RefusesLookalikesAndTheyStillMatchTheInterpreter) {
     Tensor keys = kw.slice(0, 0, total), vals = vw.slice(0, 0, total);
     Tensor qg = q.reshape({seq, Expr(2), Expr(1), Expr(8)}).permute({1, 2, 0, 3});
     Tensor kt = keys.permute({1, 0, 2}).unsqueeze(1);
-    // variant 2: every query head reads key head 0 (a layout the template does not have)
+    // variant 2: every query head reads key head 0 (a key head stride of 0: the template takes it)
     if (variant == 2) kt = keys.slice(1, 0, Expr(1)).permute({1, 0, 2}).unsqueeze(1);
     Tensor scores = Matmul(qg, kt.transpose(-1, -2)) * 0.35;
     std::vector<Expr> sshape = {Expr(2), Expr(1), seq, total};
     Tensor t_idx{&g, g.Iota(sshape, 3, DType::I32)}, s_idx{&g, g.Iota(sshape, 2, DType::I32)};
     Tensor limit = s_idx + BroadcastTo(ExprValue(&g, past + Expr(1), DType::I32), sshape);
-    // variant 0: the causal mask the other way round (keys at or after the query); 1: no mask at all
+    // variant 0: the causal mask the other way round (keys at or after the query), refused; 1: no mask at
+    // all, taken as attention over every key
     Tensor visible = variant == 0
                          ? Less(s_idx, t_idx + BroadcastTo(ExprValue(&g, Expr(1), DType::I32), sshape))
                          : Less(t_idx, limit);
     Tensor masked = variant == 1 ? scores : Where(visible, scores, Full(&g, -INFINITY, sshape));
     Tensor out = Matmul(Softmax(masked, -1), vals.permute({1, 0, 2}).unsqueeze(1));
     g.MarkOutput(out.id(), "o");
-    EXPECT_EQ(AttentionKernels(BuildKernelProgram(g)), 0) << "variant " << variant;
+    EXPECT_EQ(AttentionKernels(BuildKernelProgram(g)), variant == 0 ? 0 : 1) << "variant " << variant;
     auto prog = Program::Compile(g);
     Interpreter interp(g);
     int64_t p = 0;
@@ -140,6 +141,48 @@ TEST(AttentionMatch, RefusesLookalikesAndTheyStillMatchTheInterpreter) {
       p += n;
     }
   }
+}
+
+// Attention over tensors (PyTorch's scaled_dot_product_attention): queries and keys head-major as torch
+// holds them, values row-major behind another head (as a fused QKV product's slices are), an additive mask
+// computed in the graph (some keys hidden by -inf, key 0 never), with and without the causal limit, over
+// group sizes and odd lengths. The template takes every layout and the mask, and the program equals the
+// interpreter.
+TEST(AttentionMatch, TensorAttentionTakesOtherLayoutsAndAMask) {
+  for (bool causal : {false, true})
+    for (Heads hd : std::vector<Heads>{{2, 2, 16}, {1, 3, 20}, {3, 1, 40}}) {
+      const std::string what = std::string(causal ? "causal" : "masked") + " H=" + std::to_string(hd.kv) +
+                               " G=" + std::to_string(hd.group) + " D=" + std::to_string(hd.dim);
+      Graph g;
+      const Expr seq = Seq();
+      Tensor q{&g, g.Input("q", DType::F32, {Expr(hd.kv * hd.group), seq, Expr(hd.dim)})};
+      Tensor k{&g, g.Input("k", DType::F32, {Expr(hd.kv), seq, Expr(hd.dim)})};
+      Tensor vx{&g, g.Input("v", DType::F32, {seq, Expr(hd.kv + 1), Expr(hd.dim)})};
+      Tensor v = vx.slice(1, Expr(1), Expr(hd.kv));  // values after one other head: an offset into the buffer
+      Tensor m{&g, g.Input("m", DType::F32, {seq, seq})};
+      const std::vector<Expr> ms = {seq, seq};
+      Tensor later = Less(Full(&g, 0, ms, DType::I32), Tensor{&g, g.Iota(ms, 1, DType::I32)});
+      Tensor mask = Where(later, Where(Less(m, Full(&g, -0.5, ms)), Full(&g, -INFINITY, ms), m), m);
+      Tensor rope_q = q * 1.25, rope_k = k + 0.5;  // computed, as RoPE's outputs are
+      Tensor out = Attention(rope_q.permute({1, 0, 2}), rope_k.permute({1, 0, 2}), v, mask, 0.3, causal);
+      g.MarkOutput(out.id(), "o");
+      KernelProgram kp = BuildKernelProgram(g);
+      ASSERT_EQ(AttentionKernels(kp), 1) << what;
+      for (const Kernel& kn : kp.kernels)
+        if (kn.attention) EXPECT_FALSE(kn.attention->Plain()) << what;
+      for (int threads : {1, 2}) {
+        CompileOptions opts;
+        opts.threads = threads;
+        auto prog = Program::Compile(g, opts);
+        Interpreter interp(g);
+        for (int64_t n : {37, 1, 5, 18}) {
+          SymbolBindings b{{"seq", n}};
+          auto in = testing::RandomTensors(g, Op::Input, b, 11 + n);
+          testing::ExpectClose(interp.Run(in, b), prog->Run(in, b), 1e-5, 1e-4,
+                               what + " threads=" + std::to_string(threads) + " seq=" + std::to_string(n));
+        }
+      }
+    }
 }
 
 // Sliding windows and soft-capped scores (Gemma 2 and 3, Phi-3, Mistral): compiled against the

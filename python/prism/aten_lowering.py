@@ -348,7 +348,12 @@ def supported(node: Any) -> bool:
         src = node.args[0]
         return (supported(src) and not (_packet(src.target) in (aten.max_pool2d_with_indices,)
                                         and node.args[1] == 1)
-                and not (_packet(src.target) is aten._native_batch_norm_legit_no_training and node.args[1] > 0))
+                and not (_packet(src.target) is aten._native_batch_norm_legit_no_training and node.args[1] > 0)
+                and not (_packet(src.target) is aten._scaled_dot_product_flash_attention_for_cpu
+                         and node.args[1] > 0))
+    if p is aten._scaled_dot_product_flash_attention_for_cpu and (
+            (len(node.args) > 3 and node.args[3] != 0) or node.args[0].meta["val"].dim() != 4):
+        return False  # dropout, or not [batch, heads, seq, head_dim]
     if p is aten.pow and isinstance(node.args[0], (int, float)) and node.args[0] <= 0:
         return False
     if p is aten.pow and len(node.args) > 1 and isinstance(node.args[1], torch.fx.Node):

@@ -9,7 +9,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch
 
 from . import _prism
-from .aten_common import Expr, Lowering, Unsupported, _as_result, _bc, _packet, aten, shape_of
+from .aten_common import (Expr, Lowering, Unsupported, _as_result, _bc, _not, _or, _packet, aten, prism_dtype,
+                          shape_of, to_expr)
 
 def _matmul(L: Lowering, node: Any, a: Any, b: Any) -> Any:
     """a @ b; where b is a transposed [N, K] matrix (a linear layer's weight), as x · Wᵀ over W as
@@ -186,6 +187,75 @@ def _adaptive_avg_pool(L: Lowering, node: Any, x: Any, size: Any) -> Any:
         raise Unsupported("adaptive_avg_pool2d to other than 1x1")
     return x.mean([x.rank - 2, x.rank - 1], True)
 
+def _one(d: Any) -> bool:
+    return d == 1 or (isinstance(d, Expr) and d.is_const and d.value == 1)
+
+def _same(a: Any, b: Any) -> bool:
+    return str(to_expr(a)) == str(to_expr(b))
+
+def _own_kv_heads(L: Lowering, src: Any) -> Any:
+    """K or V as it was before transformers' repeat_kv (an expand of [B, Hk, 1, T, D] to [B, Hk, rep, T, D],
+    copied, then viewed as [B, Hk * rep, T, D]): the tensor of its own heads, or None."""
+    n = src
+    while isinstance(n, torch.fx.Node) and _packet(n.target) in (aten.view, aten._unsafe_view, aten.reshape,
+                                                                    aten.clone):
+        n = n.args[0]
+    if not (isinstance(n, torch.fx.Node) and _packet(n.target) is aten.expand and n.args[0] in L.env):
+        return None
+    inner, out, want = n.args[0].meta["val"], n.meta["val"], src.meta["val"]
+    if inner.dim() != 5 or out.dim() != 5 or not _one(inner.shape[2]) or \
+            any(not _same(inner.shape[i], out.shape[i]) for i in (0, 1, 3, 4)) or \
+            not _same(want.shape[1], out.shape[1] * out.shape[2]):
+        return None
+    t = L.env[n.args[0]]
+    return t.reshape([t.shape[0], t.shape[1], t.shape[3], t.shape[4]])
+
+def _sdpa(L: Lowering, node: Any, q: Any, k: Any, v: Any, dropout_p: float = 0.0, is_causal: bool = False,
+          attn_mask: Any = None, scale: Any = None, **kw: Any) -> Any:
+    """scaled_dot_product_attention, q [B, Hq, S, D], k and v [B, Hk, T, D]. One sequence (B = 1) with a mask
+    shared by its heads becomes Prism's attention over tensors, which the fused template runs (K and V
+    taken before transformers repeats their heads); anything else, the same math unfused. A query that sees
+    no key gets 0, as PyTorch gives."""
+    B, Hq, S, D = q.shape
+    Hk, T = k.shape[1], k.shape[2]
+    sc = float(scale) if scale is not None else 1.0 / math.sqrt(int(node.args[0].meta["val"].shape[-1]))
+    maskf = None
+    if attn_mask is not None:
+        maskf = attn_mask if attn_mask.dtype == "f32" else attn_mask.cast("f32")
+        if attn_mask.dtype == "bool":
+            maskf = _prism.where(*_bc(L, attn_mask, L.full(0.0, "f32", []), L.full(-math.inf, "f32", [])))
+    want = prism_dtype(node.meta["val"][0].dtype)
+    f32 = [x if x.dtype == "f32" else x.cast("f32") for x in (q, k, v)]
+    # keys hidden from each query: by the mask (-inf, not NaN), or past it when causal
+    hidden = None if maskf is None else maskf.less(L.full(-3.4e38, "f32", []))
+    if is_causal:
+        later = L.g.iota([S, T], 0, "i32").less(L.g.iota([S, T], 1, "i32"))
+        hidden = later if hidden is None else _or(L, *_bc(L, hidden, later))
+    if _one(B) and (maskf is None or all(_one(d) for d in maskf.shape[:-2])):
+        own = [_own_kv_heads(L, src) for src in node.args[1:3]]
+        if all(o is not None for o in own):  # both or neither, or their heads would not pair up
+            f32[1:] = [o if o.dtype == "f32" else o.cast("f32") for o in own]
+        qs, ks, vs = (x.reshape(list(x.shape[1:])).permute([1, 0, 2]) for x in f32)
+        m2 = None if maskf is None else maskf.reshape(list(maskf.shape[-2:])).broadcast_to([S, T])
+        out = _prism.attention(qs, ks, vs, m2, sc, bool(is_causal))  # [S, Hq * D]
+        out = out.reshape([S, Hq, D]).permute([1, 0, 2]).reshape([1, Hq, S, D])
+    else:
+        qf, kf, vf = f32
+        if not _same(Hk, Hq):  # grouped heads: each K/V head serves Hq / Hk query heads
+            rep = Hq // Hk
+            kf, vf = (x.reshape([B, Hk, 1, T, D]).expand([B, Hk, rep, T, D]).reshape([B, Hq, T, D])
+                      for x in (kf, vf))
+        scores = qf.matmul(kf.permute([0, 1, 3, 2])).mul(sc)
+        if maskf is not None:
+            scores = scores.add(_bc(L, scores, maskf)[1])
+        if is_causal:
+            scores = _prism.where(*_bc(L, later, L.full(-math.inf, "f32", []), scores))
+        out = scores.softmax(-1).matmul(vf)
+    if hidden is not None:  # a query that sees no key: 0 (the unfused softmax gives NaN)
+        seen = _not(L, hidden).cast("f32").sum([hidden.rank - 1], True)
+        out = _prism.where(*_bc(L, L.full(0.5, "f32", []).less(seen), out, L.full(0.0, "f32", [])))
+    return (out if out.dtype == want else out.cast(want), None)
+
 
 NN_HANDLERS: Dict[Any, Callable] = {
     aten.mm: _mm, aten.bmm: _mm, aten.addmm: _addmm,
@@ -195,4 +265,5 @@ NN_HANDLERS: Dict[Any, Callable] = {
     aten._native_batch_norm_legit_no_training: _batch_norm_inference,
     aten.convolution: _convolution, aten.max_pool2d_with_indices: _max_pool, aten.avg_pool2d: _avg_pool,
     aten._adaptive_avg_pool2d: _adaptive_avg_pool,
+    aten._scaled_dot_product_flash_attention_for_cpu: _sdpa,
 }

@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from . import _prism
-from .aten_common import DTYPES, Lowering, Unsupported, prism_dtype, shape_of, to_expr
+from .aten_common import DTYPES, Lowering, Unsupported, _packet, prism_dtype, shape_of, to_expr
 from .aten_lowering import lower_node, supported
 
 # How many graphs this process handed to Prism (the tests count recompiles with it).
@@ -68,6 +68,16 @@ def _size_value(L: Lowering, n: torch.fx.Node) -> Any:
     return to_expr(val) if isinstance(val, torch.SymInt) else val
 
 
+def _one_kv_length(graph: torch.fx.Graph) -> None:
+    """Tells PyTorch's shape environment that attention's keys and values have one length (a guard, as the
+    decomposed attention's matmul would have made), so every size derived from either is one symbol."""
+    for n in graph.nodes:
+        if n.op == "call_function" and _packet(n.target) is torch.ops.aten._scaled_dot_product_flash_attention_for_cpu:
+            k, v = (a.meta["val"] for a in n.args[1:3])
+            if not bool(k.shape[-2] == v.shape[-2]):
+                raise Unsupported("attention whose keys and values differ in length")
+
+
 class PrismGraph(torch.nn.Module):
     """One FX graph of ATen core operators compiled by Prism, called with the graph's inputs."""
 
@@ -84,6 +94,7 @@ class PrismGraph(torch.nn.Module):
         self.constants: Dict[str, torch.Tensor] = {}
         self.outputs: List[Tuple[str, Any]] = []        # ("prism", dtype) | ("input", i) | ("value", v)
         self.out_tree: Any = None
+        _one_kv_length(graph)
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
         for i, n in enumerate(placeholders):
             val = n.meta.get("val")
@@ -261,7 +272,10 @@ def prism_backend(gm: torch.fx.GraphModule, example_inputs: List[Any], **kwargs:
     def bw(bgm: torch.fx.GraphModule, bx_inputs: List[Any]) -> Callable:
         return bgm  # gradients run in PyTorch: Prism compiles inference
 
-    return aot_autograd(fw_compiler=fw, bw_compiler=bw, decompositions=core_aten_decompositions())(gm, example_inputs)
+    # Attention stays whole (prism.aten_nn lowers it to the form the fused template takes).
+    decompositions = core_aten_decompositions()
+    decompositions.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
+    return aot_autograd(fw_compiler=fw, bw_compiler=bw, decompositions=decompositions)(gm, example_inputs)
 
 
 def register() -> None:

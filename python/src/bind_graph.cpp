@@ -1,6 +1,7 @@
 // Graphs from Python: symbolic sizes (Expr), the frontend's tensor API over one Graph, and a graph
 // compiled for a device (Program) that binds weights once and runs on arrays without copying them.
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
@@ -12,6 +13,7 @@
 
 #include "arrays.h"
 #include "backends/device.h"
+#include "backends/schedule_space.h"
 #include "bindings.h"
 #include "frontend/nn.h"
 #include "ir/error.h"
@@ -207,6 +209,18 @@ void BindGraph(nb::module_& m) {
     Same(c, b, "where");
     return Wrap(c, Where(c.t(), a.t(), b.t()));
   });
+  // Attention over tensors (frontend/nn.h): q [S, Hq, D], k and v [T, Hkv, D], an optional additive mask
+  // [S, T]; the fused template runs it where the CPU has one.
+  m.def(
+      "attention",
+      [](const PyTensor& q, const PyTensor& k, const PyTensor& v, const std::optional<PyTensor>& mask,
+         double scale, bool causal) {
+        for (const PyTensor* x : {&k, &v}) Same(q, *x, "attention");
+        if (mask) Same(q, *mask, "attention");
+        return Wrap(q, Attention(q.t(), k.t(), v.t(), mask ? std::optional<Tensor>(mask->t()) : std::nullopt,
+                                 scale, causal));
+      },
+      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("mask").none(), nb::arg("scale"), nb::arg("causal"));
   m.def("concat", [](const std::vector<PyTensor>& xs, int64_t axis) {
     if (xs.empty()) throw Error("concat: no tensors");
     std::vector<Tensor> ts;
@@ -277,6 +291,14 @@ void BindGraph(nb::module_& m) {
   nb::class_<Program>(m, "Program")
       .def_prop_ro("device", [](const Program& p) { return p.exe->device(); })
       .def_prop_ro("kernel_count", [](const Program& p) { return p.exe->kernel_count(); })
+      // Kernels matched to the fused attention template (0 on a device without a schedule space).
+      .def_prop_ro("attention_kernels",
+                   [](Program& p) {
+                     int n = 0;
+                     if (auto space = p.exe->OpenSearch())
+                       for (const Kernel& k : space->kernels().kernels) n += k.attention.has_value();
+                     return n;
+                   })
       .def("bind_weight",
            [](Program& p, const std::string& name, nb::handle array) {
              InArray a = nb::cast<InArray>(array);

@@ -3,7 +3,9 @@
 // reads the right elements matches (and any that reads others does not).
 #include "compiler/attention_match.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <utility>
 
 #include "ir/movement.h"
@@ -49,7 +51,7 @@ class AttentionMatcher {
     NodeId p = -1, v = -1;
     if (!EitherOrder(prod, [&](NodeId a, NodeId b) {
           return Reads(a, {h, gi, s, d, t}, {h, gi, s, t}, &p) &&
-                 ReadsKv(b, {h, gi, s, d, t}, s, t, h, d, &v, &m);
+                 ReadsKv(b, {h, gi, s, d, t}, s, t, h, d, &v, &m, &m.v_layout);
         }))
       return std::nullopt;
     m.v = v;
@@ -96,39 +98,65 @@ class AttentionMatcher {
     if (mxn.op != Op::MaxReduce || mxn.axes != std::vector<int64_t>{3} || mxn.inputs[0] != w)
       return std::nullopt;
     interior_.insert({negmax, mx, w});
-    // The causal mask: w = t < s + offset ? scores : -inf.
-    const Node& wn = g_.node(w);
-    if (wn.op != Op::Where || ConstantOf(wn.inputs[2], {h, gi, s, t}) != -INFINITY) return std::nullopt;
+    // The causal mask: w = t < s + offset ? scores : -inf (none: every key is visible, offset = total).
     const std::vector<Expr> at = {h, gi, s, t};
-    const Node& cond = g_.node(wn.inputs[0]);
-    if (cond.op != Op::LessThan || !IotaIs(cond.inputs[0], at, t)) return std::nullopt;
-    const Node& limit = g_.node(cond.inputs[1]);
-    std::optional<Expr> offset;
-    if (m.table >= 0) {  // paged: t < positions[s] + 1
-      if (limit.op != Op::Add || !EitherOrder(limit, [&](NodeId a, NodeId b) {
-            const Node* pn = nullptr;
-            return Reads(a, at, {s}, &m.positions) && (pn = &g_.node(m.positions)) && IsInteger(pn->dtype) &&
-                   pn->shape.size() == 1 && ConstantOf(b, at) == 1.0;
-          }))
-        return std::nullopt;
-      m.offset = Expr(0);
+    NodeId masked = w;
+    const Node& wn = g_.node(w);
+    if (wn.op == Op::Where && ConstantOf(wn.inputs[2], at) == -INFINITY) {
+      const Node& cond = g_.node(wn.inputs[0]);
+      if (cond.op != Op::LessThan || !IotaIs(cond.inputs[0], at, t)) return std::nullopt;
+      const Node& limit = g_.node(cond.inputs[1]);
+      std::optional<Expr> offset;
+      if (m.table >= 0) {  // paged: t < positions[s] + 1
+        if (limit.op != Op::Add || !EitherOrder(limit, [&](NodeId a, NodeId b) {
+              const Node* pn = nullptr;
+              return Reads(a, at, {s}, &m.positions) && (pn = &g_.node(m.positions)) &&
+                     IsInteger(pn->dtype) && pn->shape.size() == 1 && ConstantOf(b, at) == 1.0;
+            }))
+          return std::nullopt;
+        m.offset = Expr(0);
+      } else {
+        if (limit.op != Op::Add || !EitherOrder(limit, [&](NodeId a, NodeId b) {
+              if (!IotaIs(a, at, s)) return false;
+              offset = IotaValue(b, at);  // a size, or a whole number
+              const std::optional<double> c = offset ? std::nullopt : ConstantOf(b, at);
+              if (c && *c == std::floor(*c) && std::abs(*c) < 1e15) offset = Expr((int64_t)*c);
+              return offset.has_value();
+            }))
+          return std::nullopt;
+        m.offset = *offset;
+      }
+      interior_.insert({wn.inputs[0], cond.inputs[1]});
+      masked = wn.inputs[1];
+      interior_.insert(masked);
+    } else if (m.table >= 0) {
+      return std::nullopt;  // a paged cache's keys are visible up to each query's position only
     } else {
-      if (limit.op != Op::Add || !EitherOrder(limit, [&](NodeId a, NodeId b) {
-            return IotaIs(a, at, s) && (offset = IotaValue(b, at)).has_value();
+      m.offset = m.total;
+    }
+    // An additive mask: scores + mask[s, t], the same for every head.
+    NodeId scores = masked;
+    const Node& mk = g_.node(masked);
+    if (mk.op == Op::Add) {
+      if (!EitherOrder(mk, [&](NodeId a, NodeId b) {
+            scores = a;
+            return ReadsMask(b, at, s, t, &m);
           }))
         return std::nullopt;
-      m.offset = *offset;
+      interior_.insert(scores);
     }
-    interior_.insert({wn.inputs[0], cond.inputs[1]});
-    // Scores: scale * sum_d q[s, h*G + g, d] * k[t, h, d].
-    const Node& sc = g_.node(wn.inputs[1]);
-    interior_.insert(wn.inputs[1]);
+    // Scores: scale * sum_d q[s, h*G + g, d] * k[t, h, d] (or the sum alone: scale 1).
+    const Node& sc = g_.node(scores);
     NodeId qk = -1;
     std::optional<double> scale;
+    const size_t mark = views_.size();
     if (sc.op != Op::Mul || !EitherOrder(sc, [&](NodeId a, NodeId b) {
           return Reads(a, at, {h, gi, s, t, Expr(0)}, &qk) && (scale = ConstantOf(b, at)).has_value();
-        }))
-      return std::nullopt;
+        })) {
+      views_.resize(mark);
+      if (!Reads(scores, at, {h, gi, s, t, Expr(0)}, &qk)) return std::nullopt;
+      scale = 1.0;
+    }
     m.scale = *scale;
     const Node& qkn = g_.node(qk);
     if (qkn.op != Op::SumReduce || qkn.axes != std::vector<int64_t>{4}) return std::nullopt;
@@ -136,24 +164,19 @@ class AttentionMatcher {
     if (qkp.op != Op::Mul || qkp.shape.size() != 5 || qkp.shape[4] != sh[3]) return std::nullopt;
     interior_.insert({qk, qkn.inputs[0]});
     const std::vector<Expr> qk_at = {h, gi, s, t, d};
-    const Expr q_linear =
-        s * Expr(m.heads_kv * m.group * m.head_dim) + (h * Expr(m.group) + gi) * Expr(m.head_dim) + d;
     NodeId q = -1, k = -1;
     AttentionMatch km = m;  // K must be read as V is: both paged through the same table, or neither
     km.table = -1;
     if (!EitherOrder(qkp, [&](NodeId a, NodeId b) {
-          return ReadsLinear(a, qk_at, q_linear, &q) && ReadsKv(b, qk_at, s, t, h, d, &k, &km);
+          return ReadsQuery(a, qk_at, s, h, gi, d, m, &q, &m.q_layout) &&
+                 ReadsKv(b, qk_at, s, t, h, d, &k, &km, &m.k_layout);
         }))
       return std::nullopt;
     if (km.table != m.table || km.block != m.block) return std::nullopt;
     m.q = q;
     m.k = k;
     interior_.insert(views_.begin(), views_.end());
-    interior_.erase(q);
-    interior_.erase(k);
-    interior_.erase(v);
-    interior_.erase(m.table);
-    interior_.erase(m.positions);
+    for (NodeId operand : {q, k, v, m.table, m.positions, m.mask}) interior_.erase(operand);
     m.interior = interior_;
     return m;
   }
@@ -168,7 +191,48 @@ class AttentionMatcher {
     ranges_[v] = r;
   }
 
-  bool Same(const Expr& a, const Expr& b) const { return Simplify(a - b, ranges_).IsConst(0); }
+  // Equal for every value of the symbols in range: simplified to 0, or the same polynomial once expanded
+  // (strides such as 16 * ((g + 2h) * seq), which Simplify leaves factored).
+  bool Same(const Expr& a, const Expr& b) const {
+    const Expr diff = Simplify(a - b, ranges_);
+    if (diff.IsConst(0)) return true;
+    Polynomial p;
+    if (!Expand(diff, &p)) return false;
+    for (const auto& [monomial, coefficient] : p)
+      if (coefficient != 0) return false;
+    return true;
+  }
+
+  // A polynomial: coefficient per monomial (its symbols, sorted, repeated by power).
+  using Polynomial = std::map<std::vector<std::string>, int64_t>;
+  static bool Expand(const Expr& e, Polynomial* out) {
+    switch (e.kind()) {
+      case Expr::Kind::Const: (*out)[{}] += e.value(); return true;
+      case Expr::Kind::Sym: (*out)[{e.name()}] += 1; return true;
+      case Expr::Kind::Add:
+        for (const Expr& a : e.args())
+          if (!Expand(a, out)) return false;
+        return true;
+      case Expr::Kind::Mul: {
+        Polynomial acc{{{}, 1}};
+        for (const Expr& a : e.args()) {
+          Polynomial f, next;
+          if (!Expand(a, &f)) return false;
+          for (const auto& [ma, ca] : acc)
+            for (const auto& [mb, cb] : f) {
+              std::vector<std::string> m = ma;
+              m.insert(m.end(), mb.begin(), mb.end());
+              std::sort(m.begin(), m.end());
+              next[m] += ca * cb;
+            }
+          acc = std::move(next);
+        }
+        for (const auto& [m, c] : acc) (*out)[m] += c;
+        return true;
+      }
+      default: return false;  // division, modulo, min, max, comparisons: not a polynomial
+    }
+  }
 
   // Follows views from n at index idx down to the first computed node; false inside padding.
   bool Resolve(NodeId n, std::vector<Expr> idx, NodeId* base, std::vector<Expr>* base_idx) {
@@ -196,10 +260,77 @@ class AttentionMatcher {
     return true;
   }
 
-  bool ReadsLinear(NodeId n, const std::vector<Expr>& idx, const Expr& want, NodeId* base) {
+  // An index linear in `vars`: its strides and offset; nullopt when it is not linear. A constant stands for
+  // an axis of size 1, whose stride is moot: `dense` gives it (the dense layout's, so that a dense operand
+  // keeps its plain form).
+  struct Affine {
+    std::vector<Expr> strides;
+    Expr offset;
+  };
+  std::optional<Affine> Linear(const Expr& index, const std::vector<Expr>& vars,
+                               const std::vector<int64_t>& dense) {
+    std::map<std::string, Expr> zero;
+    for (const Expr& v : vars)
+      if (v.kind() == Expr::Kind::Sym) zero[v.name()] = Expr(0);
+    Affine a{{}, Simplify(index.Substitute(zero), ranges_)};
+    Expr sum = a.offset;
+    for (size_t i = 0; i < vars.size(); ++i) {
+      const Expr& v = vars[i];
+      Expr st = dense[i];
+      if (v.kind() == Expr::Kind::Sym) {
+        std::map<std::string, Expr> one = zero;
+        one[v.name()] = Expr(1);
+        st = Simplify(index.Substitute(one) - a.offset, ranges_);
+      }
+      a.strides.push_back(st);
+      sum = sum + v * st;
+    }
+    if (!Same(index, sum)) return std::nullopt;
+    return a;
+  }
+
+  // An f32 node read at `idx` through views; its linear index there.
+  std::optional<Expr> LinearRead(NodeId n, const std::vector<Expr>& idx, NodeId* base) {
     std::vector<Expr> got;
-    if (!Resolve(n, idx, base, &got) || g_.node(*base).dtype != DType::F32) return false;
-    if (!Same(LinearIndex(g_.node(*base).shape, got), want)) return false;
+    if (!Resolve(n, idx, base, &got)) return std::nullopt;
+    const Node& b = g_.node(*base);
+    if (b.dtype != DType::F32 || b.op == Op::Constant || b.op == Op::Iota) return std::nullopt;
+    return Simplify(LinearIndex(b.shape, got), ranges_);
+  }
+
+  // q[s, h*G + g, d] of an f32 node in any layout with contiguous rows.
+  bool ReadsQuery(NodeId n, const std::vector<Expr>& idx, const Expr& s, const Expr& h, const Expr& gi,
+                  const Expr& d, const AttentionMatch& m, NodeId* base, OperandLayout* layout) {
+    const int64_t D = m.head_dim, G = m.group;
+    const auto index = LinearRead(n, idx, base);
+    const auto a = index ? Linear(*index, {s, h, gi, d}, {m.heads_kv * G * D, G * D, D, 1}) : std::nullopt;
+    if (!a || !a->strides[3].IsConst(1)) return false;
+    // A query head's stride: along g, or along h when there is one group head (G apart otherwise).
+    const bool sym_g = gi.kind() == Expr::Kind::Sym, sym_h = h.kind() == Expr::Kind::Sym;
+    const Expr head = sym_g ? a->strides[2] : sym_h ? a->strides[1] : Expr(D);
+    if (sym_g && sym_h && !Same(a->strides[1], head * Expr(G))) return false;
+    *layout = {a->strides[0], head, a->offset};
+    return true;
+  }
+
+  // Key t of K/V head h as an f32 node in any layout with contiguous rows.
+  bool ReadsStrided(NodeId n, const std::vector<Expr>& idx, const Expr& t, const Expr& h, const Expr& d,
+                    int64_t hd, int64_t d_size, NodeId* base, OperandLayout* layout) {
+    const auto index = LinearRead(n, idx, base);
+    const auto a = index ? Linear(*index, {t, h, d}, {hd, d_size, 1}) : std::nullopt;
+    if (!a || !a->strides[2].IsConst(1)) return false;
+    *layout = {a->strides[0], a->strides[1], a->offset};
+    return true;
+  }
+
+  // An f32 node read at [s, t] for every head.
+  bool ReadsMask(NodeId n, const std::vector<Expr>& idx, const Expr& s, const Expr& t, AttentionMatch* m) {
+    NodeId base = -1;
+    const auto index = LinearRead(n, idx, &base);
+    const auto a = index ? Linear(*index, {s, t}, {0, 1}) : std::nullopt;
+    if (!a || !a->strides[1].IsConst(1)) return false;
+    m->mask = base;
+    m->mask_layout = {a->strides[0], 0, a->offset};
     return true;
   }
 
@@ -213,10 +344,20 @@ class AttentionMatcher {
   // K or V at [t, h, d] for query s: a state write read directly, or (paged, recorded in *m) a pool
   // gathered per query through its block table.
   bool ReadsKv(NodeId n, const std::vector<Expr>& idx, const Expr& s, const Expr& t, const Expr& h,
-               const Expr& d, NodeId* base, AttentionMatch* m) {
+               const Expr& d, NodeId* base, AttentionMatch* m, OperandLayout* layout) {
+    *layout = {Expr(m->heads_kv * m->head_dim), Expr(m->head_dim), 0};
     const size_t mark = views_.size();
     if (ReadsState(n, idx, {t, h, d}, base)) return true;
     views_.resize(mark);
+    if (ReadsPaged(n, idx, s, t, h, d, base, m)) return true;
+    views_.resize(mark);
+    return m->table < 0 &&
+           ReadsStrided(n, idx, t, h, d, m->heads_kv * m->head_dim, m->head_dim, base, layout);
+  }
+
+  // A pool gathered per query through its block table (recorded in *m).
+  bool ReadsPaged(NodeId n, const std::vector<Expr>& idx, const Expr& s, const Expr& t, const Expr& h,
+                  const Expr& d, NodeId* base, AttentionMatch* m) {
     // gathered[s, t, e] = src[s, index[s, t, e], e] with e = h * D + d.
     NodeId gn = -1;
     std::vector<Expr> gi;

@@ -4,6 +4,7 @@
 #include <optional>
 #include <set>
 
+#include "compiler/kernel_ir.h"
 #include "ir/graph.h"
 
 namespace prism {
@@ -11,7 +12,7 @@ namespace prism {
 // out[h, g, s, d] = sum_t softmax_t(mask(scale * q[s, h*G + g, :] · k[t, h, :])) v[t, h, d], where
 // key t is visible to query s when t < s + offset, and the softmax is exp2((x - max) * exp_scale)
 // normalized. q is a [S, H*G*D] f32 node (any view of it); k and v are f32 state writes [cap, H, D]
-// read over their first `total` rows.
+// read over their first `total` rows, or (below) other f32 nodes.
 //
 // Paged (table >= 0): K and V are state scatters [rows, H, D] read through a gather: query s's key t is
 // row table[s, t / block] * block + t % block, visible when t < positions[s] + 1 (table [S, blocks] and
@@ -23,6 +24,12 @@ struct AttentionMatch {
   double scale, exp_scale;
   NodeId table = -1, positions = -1;
   int64_t block = 0;
+  // The layouts in elements: q[s, h*G+g, d] at row s, head h*G+g; k[t, h, d] and v at row t, head h.
+  // Unpaged, q, k and v may be any f32 nodes in such layouts, and an f32 node `mask` may bias the scores:
+  // + mask[s, t] (no causal Where: offset = total).
+  OperandLayout q_layout, k_layout, v_layout;
+  NodeId mask = -1;
+  OperandLayout mask_layout;
   std::set<NodeId> interior;  // nodes strictly inside the pattern (neither operands nor the output)
 };
 

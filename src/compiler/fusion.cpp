@@ -150,7 +150,8 @@ std::vector<bool> ChooseRealized(const Graph& g, const FusionOptions& opts, cons
         if (m->index >= 0) template_side[m->index] = template_side[i] = true;  // no expert epilogues
       }
       if (auto a = MatchCausalAttention(g, i)) {
-        template_side[i] = template_side[a->q] = true;
+        template_side[i] = template_side[a->q] = template_side[a->k] = template_side[a->v] = true;
+        if (a->mask >= 0) template_side[a->mask] = true;
         attention_interior.insert(a->interior.begin(), a->interior.end());
       }
     }

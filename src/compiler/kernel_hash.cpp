@@ -143,6 +143,11 @@ std::string KernelStructuralHash(const KernelProgram& p, const Kernel& k) {
     for (const Expr& e : {at->seq, at->total, at->offset}) h.Expression(e);
     h.Mix(at->scale);
     h.Mix(at->exp_scale);
+    if (!at->Plain()) {  // other layouts or a mask (absent elsewhere, so other kernels' keys are unchanged)
+      for (const OperandLayout* l : {&at->q_layout, &at->k_layout, &at->v_layout, &at->mask_layout})
+        for (const Expr* e : {&l->row, &l->head, &l->offset}) h.Expression(*e);
+      if (at->mask_buffer >= 0) h.Buffer(at->mask_buffer);
+    }
     if (at->table_buffer >= 0) {  // paged (absent elsewhere, so other kernels' keys are unchanged)
       h.Buffer(at->table_buffer);
       h.Buffer(at->positions_buffer);

@@ -70,6 +70,13 @@ struct GemmTemplate {
   bool a_bf16 = false;
 };
 
+// Where an attention operand's elements lie in its buffer: row r, head h, element e at
+// offset + r * row + h * head + e (the mask's [s, t] at offset + s * row + t).
+struct OperandLayout {
+  Expr row = 0, head = 0, offset = 0;
+  bool Is(int64_t r, int64_t h) const { return row.IsConst(r) && head.IsConst(h) && offset.IsConst(0); }
+};
+
 // A kernel computing causal grouped-query attention in one pass (the template tier's fused form of
 // scores, mask, softmax and P·V): out[h, g, s, d] over [heads_kv, group, seq, head_dim], from
 // q [seq, heads_kv * group * head_dim] and the K/V caches [cap, heads_kv, head_dim] (all f32); key t
@@ -79,6 +86,11 @@ struct GemmTemplate {
 // Paged (table_buffer >= 0): K and V are pools [rows, heads_kv, head_dim]; query s's key t is row
 // table[s, t / block] * block + t % block, visible when t <= positions[s] (table [seq, total / block] and
 // positions [seq], i32); offset is unused.
+//
+// Unpaged, q, K and V may be any f32 buffers in other layouts (the strides below, in elements; each row's
+// head_dim elements contiguous; Plain() when dense), and an additive mask (mask_buffer >= 0) may bias the
+// scores:
+// + mask[s * mask_row + t], -inf hiding key t from query s (with no causal limit, offset = total).
 struct AttentionTemplate {
   int q_buffer, k_buffer, v_buffer;
   int64_t heads_kv, group, head_dim;
@@ -86,6 +98,15 @@ struct AttentionTemplate {
   double scale, exp_scale;
   int table_buffer = -1, positions_buffer = -1;
   int64_t block = 0;
+  OperandLayout q_layout, k_layout, v_layout;  // in elements (dense: as above)
+  int mask_buffer = -1;
+  OperandLayout mask_layout;
+  // The dense layouts of the caches and no mask: what every device's attention runs.
+  bool Plain() const {
+    const int64_t hd = heads_kv * head_dim;
+    return mask_buffer < 0 && q_layout.Is(group * hd, head_dim) && k_layout.Is(hd, head_dim) &&
+           v_layout.Is(hd, head_dim);
+  }
 };
 
 struct Kernel {
@@ -149,6 +170,7 @@ inline std::set<int> KernelReads(const Kernel& k) {
   if (k.gemm) reads.insert({k.gemm->a_buffer, k.gemm->w_buffer});
   if (k.gemm && k.gemm->index_buffer >= 0) reads.insert(k.gemm->index_buffer);
   if (k.attention) reads.insert({k.attention->q_buffer, k.attention->k_buffer, k.attention->v_buffer});
+  if (k.attention && k.attention->mask_buffer >= 0) reads.insert(k.attention->mask_buffer);
   if (k.attention && k.attention->table_buffer >= 0)
     reads.insert({k.attention->table_buffer, k.attention->positions_buffer});
   return reads;

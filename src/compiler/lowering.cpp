@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "compiler/attention_match.h"
 #include "compiler/fusion.h"
@@ -268,7 +269,9 @@ void MarkAttention(const Graph& g, const std::vector<int>& buffer_of, KernelProg
   for (size_t k = 0; k < p->kernels.size(); ++k) {
     Kernel& kn = p->kernels[k];
     auto m = MatchCausalAttention(g, kn.root);
-    if (!m || kn.out_buffer != buffer_of[kn.root] || buffer_of[m->q] < 0) continue;
+    if (!m || kn.out_buffer != buffer_of[kn.root] || buffer_of[m->q] < 0 || buffer_of[m->k] < 0 ||
+        buffer_of[m->v] < 0 || (m->mask >= 0 && buffer_of[m->mask] < 0))
+      continue;
     if (m->table >= 0 && (buffer_of[m->table] < 0 || buffer_of[m->positions] < 0 ||
                           p->buffers[buffer_of[m->table]].dtype != DType::I32 ||
                           p->buffers[buffer_of[m->positions]].dtype != DType::I32))
@@ -292,6 +295,10 @@ void MarkAttention(const Graph& g, const std::vector<int>& buffer_of, KernelProg
     kn.attention = AttentionTemplate{buffer_of[m->q], buffer_of[m->k], buffer_of[m->v], m->heads_kv,
                                      m->group,        m->head_dim,     m->seq,          m->total,
                                      m->offset,       m->scale,        m->exp_scale};
+    AttentionTemplate& at = *kn.attention;
+    std::tie(at.q_layout, at.k_layout, at.v_layout, at.mask_layout) =
+        std::tie(m->q_layout, m->k_layout, m->v_layout, m->mask_layout);
+    if (m->mask >= 0) at.mask_buffer = buffer_of[m->mask];
     if (m->table >= 0) {
       kn.attention->table_buffer = buffer_of[m->table];
       kn.attention->positions_buffer = buffer_of[m->positions];

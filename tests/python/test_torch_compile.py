@@ -64,6 +64,36 @@ def test_transformers_families_match_eager_with_one_compile(backend, family):
     assert backend.stats["fallback_nodes"] == before["fallback_nodes"]
 
 
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_one_sequence_runs_attention_in_the_fused_template(backend, family, monkeypatch):
+    """transformers' attention reaches Prism whole (not decomposed): for one sequence every layer's attention
+    is the fused template (grouped heads read before transformers repeats them), with the causal mask
+    transformers builds and with a padding mask, whose fully hidden queries get 0 as in PyTorch."""
+    programs = []
+    init = backend.PrismGraph.__init__
+
+    def spy(self, *a, **k):
+        init(self, *a, **k)
+        programs.append(self.program)
+
+    monkeypatch.setattr(backend.PrismGraph, "__init__", spy)
+    torch.manual_seed(2)
+    model = _family(family).eval()
+    compiled, counter = _compile(model, dynamic=True)
+    with torch.no_grad():
+        for seq in (9, 30, 4):
+            ids = torch.randint(0, 160, (1, seq))
+            got, want = compiled(input_ids=ids, use_cache=False).logits, model(input_ids=ids, use_cache=False).logits
+            assert _rel(got, want) < 1e-4, seq
+        assert [p.attention_kernels for p in programs] == [2]  # one program, both layers fused
+        ids, mask = torch.randint(0, 160, (1, 12)), torch.ones(1, 12, dtype=torch.long)
+        mask[0, :3] = 0  # left padding
+        got = compiled(input_ids=ids, attention_mask=mask, use_cache=False).logits
+        want = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+        assert _rel(got, want) < 1e-4
+    assert all(p.attention_kernels == 2 for p in programs), [p.attention_kernels for p in programs]
+
+
 def test_kv_cache_decode_matches_eager(backend):
     torch.manual_seed(1)
     model = _family("llama").eval()

@@ -115,7 +115,8 @@ PRISM_ATTN void ValueColumnsOf(int64_t D, std::integer_sequence<int, Ds...>, con
 
 PRISM_ATTN void AttentionBlock(const float* q, const float* k, const float* v, float* out,
                                const AttentionDims& a, int64_t h, int64_t row0, std::vector<float>& scratch) {
-  const int64_t G = a.group, D = a.head_dim, S = a.seq, HD = a.heads_kv * D;
+  const int64_t G = a.group, D = a.head_dim, S = a.seq;
+  const AttentionLayout lay = LayoutOf(a);
   const int64_t So = a.out_seq > 0 ? a.out_seq : S;  // out rows per (head, group head)
   // Row r of the block is query (row0 + r) / G of group head (row0 + r) % G; it sees n[r] keys.
   alignas(64) int32_t n[kRows];
@@ -124,11 +125,11 @@ PRISM_ATTN void AttentionBlock(const float* q, const float* k, const float* v, f
   const int64_t keys = b.keys;
   float *qt = b.qt,
         *p = b.p;  // [D][16] queries, transposed, pre-scaled; [keys][16] scores, then probabilities
-  const float* kh = k + h * D;
+  const float* kh = k + h * lay.k_head;
   int64_t t = 0;
   for (; t + 4 <= keys; t += 4) {
     __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    const float *k0 = kh + t * HD, *k1 = k0 + HD, *k2 = k1 + HD, *k3 = k2 + HD;
+    const float *k0 = kh + t * lay.k_row, *k1 = k0 + lay.k_row, *k2 = k1 + lay.k_row, *k3 = k2 + lay.k_row;
     for (int64_t e = 0; e < D; ++e) {
       const __m512 qe = _mm512_loadu_ps(qt + e * kRows);
       s0 = _mm512_fmadd_ps(qe, _mm512_set1_ps(k0[e]), s0);
@@ -143,11 +144,12 @@ PRISM_ATTN void AttentionBlock(const float* q, const float* k, const float* v, f
   }
   for (; t < keys; ++t) {
     __m512 s0 = _mm512_setzero_ps();
-    const float* k0 = kh + t * HD;
+    const float* k0 = kh + t * lay.k_row;
     for (int64_t e = 0; e < D; ++e)
       s0 = _mm512_fmadd_ps(_mm512_loadu_ps(qt + e * kRows), _mm512_set1_ps(k0[e]), s0);
     _mm512_storeu_ps(p + t * kRows, s0);
   }
+  AddMask<kRows>(p, keys, a, row0, rows);
   // Softmax down the keys, 16 rows at once; keys a row does not see become probability 0.
   const __m512i nv = _mm512_load_si512(n);
   __m512 m = _mm512_set1_ps(-INFINITY);
@@ -173,7 +175,8 @@ PRISM_ATTN void AttentionBlock(const float* q, const float* k, const float* v, f
       const int64_t s = (row0 + r) / G, g = (row0 + r) % G;
       out_rows[r] = out + ((h * G + g) * So + a.out_row0 + s) * D;
     }
-    ValueColumnsOf(D, std::make_integer_sequence<int, 16>{}, p, v + h * D, HD, keys, rows, inv_l, out_rows);
+    ValueColumnsOf(D, std::make_integer_sequence<int, 16>{}, p, v + h * lay.v_head, lay.v_row, keys, rows,
+                   inv_l, out_rows);
     return;
   }
   for (int r0 = 0; r0 < rows; r0 += 4) {
@@ -187,12 +190,12 @@ PRISM_ATTN void AttentionBlock(const float* q, const float* k, const float* v, f
     }
     for (int64_t d0 = 0; d0 < D; d0 += 64) {
       const int64_t width = std::min<int64_t>(64, D - d0);
-      const float* vh = v + h * D;
+      const float* vh = v + h * lay.v_head;
       switch ((width + 15) / 16) {
-        case 1: ValueStrip<1>(p, vh, HD, chunk_keys, r0, rr, d0, width, inv_l, out_rows); break;
-        case 2: ValueStrip<2>(p, vh, HD, chunk_keys, r0, rr, d0, width, inv_l, out_rows); break;
-        case 3: ValueStrip<3>(p, vh, HD, chunk_keys, r0, rr, d0, width, inv_l, out_rows); break;
-        default: ValueStrip<4>(p, vh, HD, chunk_keys, r0, rr, d0, width, inv_l, out_rows); break;
+        case 1: ValueStrip<1>(p, vh, lay.v_row, chunk_keys, r0, rr, d0, width, inv_l, out_rows); break;
+        case 2: ValueStrip<2>(p, vh, lay.v_row, chunk_keys, r0, rr, d0, width, inv_l, out_rows); break;
+        case 3: ValueStrip<3>(p, vh, lay.v_row, chunk_keys, r0, rr, d0, width, inv_l, out_rows); break;
+        default: ValueStrip<4>(p, vh, lay.v_row, chunk_keys, r0, rr, d0, width, inv_l, out_rows); break;
       }
     }
   }

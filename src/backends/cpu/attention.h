@@ -11,6 +11,12 @@ struct AttentionDims {
   int64_t offset;      // key t is visible to query s when t < s + offset
   float scale, exp_scale;
   int64_t out_seq = 0, out_row0 = 0;  // out is [H, G, out_seq, D] and these queries its rows from out_row0
+  // Layouts, in floats (-1: the dense ones below): q[s, h*G+g, e] at s * q_row + (h*G+g) * q_head + e, key
+  // t of K/V head h at t * k_row + h * k_head (v_row, v_head for V); each row's D elements contiguous.
+  int64_t q_row = -1, q_head = -1, k_row = -1, k_head = -1, v_row = -1, v_head = -1;
+  // An additive bias on the scores (null: none): mask[s * mask_row + t]; -inf hides key t from query s.
+  const float* mask = nullptr;
+  int64_t mask_row = 0;
 };
 
 // A paged KV cache: query s's key t is pool row table[s * blocks + t / block] * block + t % block
@@ -25,8 +31,9 @@ struct PagedKv {
 bool AttentionTemplateSupported();
 
 // out[h, g, s, d] = sum_t p[t] v[t, h, d], p = softmax over visible t of scale * q[s, h*G+g, :] · k[t, h, :]
-// (the softmax as exp2((x - max) * exp_scale), normalized). q: [seq, H*G*D]; k, v: [>= total, H, D];
-// out: [H, G, seq, D]; all f32 row-major. A query that sees no key gets NaN, as the unfused graph does.
+// (+ mask[s, t]; the softmax as exp2((x - max) * exp_scale), normalized). q: [seq, H*G*D]; k, v:
+// [>= total, H, D] (or the layouts the dims give); out: [H, G, seq, D]; all f32. A query that sees no key
+// gets NaN, as the unfused graph does.
 // Work comes in blocks of 16 (AVX-512; 8 with AVX2) (query, group head) rows per K/V head; thread t of n
 // takes blocks t, t + n, ..., which balances the causal triangle.
 void CausalAttentionF32(const float* q, const float* k, const float* v, float* out, const AttentionDims& a,

@@ -85,7 +85,8 @@ PRISM_AVX2 void ValueStrip(const float* p, const float* v, int64_t v_stride, int
 PRISM_AVX2 void AttentionBlockAvx2(const float* q, const float* k, const float* v, float* out,
                                    const AttentionDims& a, int64_t h, int64_t row0,
                                    std::vector<float>& scratch) {
-  const int64_t G = a.group, D = a.head_dim, S = a.seq, HD = a.heads_kv * D;
+  const int64_t G = a.group, D = a.head_dim, S = a.seq;
+  const AttentionLayout lay = LayoutOf(a);
   const int64_t So = a.out_seq > 0 ? a.out_seq : S;
   // Row r of the block is query (row0 + r) / G of group head (row0 + r) % G; it sees n[r] keys.
   alignas(32) int32_t n[kRows];
@@ -93,11 +94,11 @@ PRISM_AVX2 void AttentionBlockAvx2(const float* q, const float* k, const float* 
   const int rows = b.rows;
   const int64_t keys = b.keys;
   float *qt = b.qt, *p = b.p;  // [D][8] queries, transposed, pre-scaled; [keys][8] scores, then probabilities
-  const float* kh = k + h * D;
+  const float* kh = k + h * lay.k_head;
   int64_t t = 0;
   for (; t + 4 <= keys; t += 4) {
     __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    const float *k0 = kh + t * HD, *k1 = k0 + HD, *k2 = k1 + HD, *k3 = k2 + HD;
+    const float *k0 = kh + t * lay.k_row, *k1 = k0 + lay.k_row, *k2 = k1 + lay.k_row, *k3 = k2 + lay.k_row;
     for (int64_t e = 0; e < D; ++e) {
       const __m256 qe = _mm256_loadu_ps(qt + e * kRows);
       s0 = _mm256_fmadd_ps(qe, _mm256_broadcast_ss(k0 + e), s0);
@@ -112,11 +113,12 @@ PRISM_AVX2 void AttentionBlockAvx2(const float* q, const float* k, const float* 
   }
   for (; t < keys; ++t) {
     __m256 s0 = _mm256_setzero_ps();
-    const float* k0 = kh + t * HD;
+    const float* k0 = kh + t * lay.k_row;
     for (int64_t e = 0; e < D; ++e)
       s0 = _mm256_fmadd_ps(_mm256_loadu_ps(qt + e * kRows), _mm256_broadcast_ss(k0 + e), s0);
     _mm256_storeu_ps(p + t * kRows, s0);
   }
+  AddMask<kRows>(p, keys, a, row0, rows);
   // Softmax down the keys, 8 rows at once; keys a row does not see become probability 0.
   const __m256i nv = _mm256_load_si256(reinterpret_cast<const __m256i*>(n));
   __m256 m = _mm256_set1_ps(-INFINITY);
@@ -145,13 +147,13 @@ PRISM_AVX2 void AttentionBlockAvx2(const float* q, const float* k, const float* 
       out_rows[i] = out + ((h * G + g) * So + a.out_row0 + s) * D;
       chunk_keys = std::max<int64_t>(chunk_keys, n[r0 + i]);
     }
-    const float* vh = v + h * D;
+    const float* vh = v + h * lay.v_head;
     for (int64_t d0 = 0; d0 < D; d0 += 16) {
       const int64_t width = std::min<int64_t>(16, D - d0);
       if (width > 8)
-        ValueStrip<2>(p, vh, HD, chunk_keys, r0, rr, d0, width, inv_l, out_rows);
+        ValueStrip<2>(p, vh, lay.v_row, chunk_keys, r0, rr, d0, width, inv_l, out_rows);
       else
-        ValueStrip<1>(p, vh, HD, chunk_keys, r0, rr, d0, width, inv_l, out_rows);
+        ValueStrip<1>(p, vh, lay.v_row, chunk_keys, r0, rr, d0, width, inv_l, out_rows);
     }
   }
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -14,9 +15,21 @@ using AttentionBlockFn = void (*)(const float* q, const float* k, const float* v
                                   const AttentionDims& a, int64_t h, int64_t row0,
                                   std::vector<float>& scratch);
 
+// The strides of q, K and V (AttentionDims' -1 resolved to the dense layouts).
+struct AttentionLayout {
+  int64_t q_row, q_head, k_row, k_head, v_row, v_head;
+};
+inline AttentionLayout LayoutOf(const AttentionDims& a) {
+  const int64_t D = a.head_dim, HD = a.heads_kv * D;
+  auto pick = [](int64_t given, int64_t dense) { return given >= 0 ? given : dense; };
+  return {pick(a.q_row, a.group * HD), pick(a.q_head, D), pick(a.k_row, HD),
+          pick(a.k_head, D),           pick(a.v_row, HD), pick(a.v_head, D)};
+}
+
 // What both block kernels set up first: row r of the block (query (row0 + r) / group, group head
-// (row0 + r) % group) sees keys [0, n[r]); `qt` [D][R] holds the queries transposed and pre-scaled (rows
-// past the block's zero) and `p` [keys][R] the room for scores. Returns the block's rows.
+// (row0 + r) % group) sees keys [0, n[r]) (causally, and up to its mask's last visible key); `qt` [D][R]
+// holds the queries transposed and pre-scaled (rows past the block's zero) and `p` [keys][R] the room for
+// scores. Returns the block's rows.
 struct BlockSetup {
   int rows;
   int64_t keys;  // max n[r]
@@ -25,10 +38,15 @@ struct BlockSetup {
 template <int R>
 BlockSetup SetUpBlock(const float* q, const AttentionDims& a, int64_t h, int64_t row0, int32_t* n,
                       std::vector<float>& scratch) {
-  const int64_t G = a.group, D = a.head_dim, HD = a.heads_kv * D;
+  const int64_t G = a.group, D = a.head_dim;
+  const AttentionLayout l = LayoutOf(a);
   BlockSetup b{(int)std::min<int64_t>(R, a.seq * G - row0), 0, nullptr, nullptr};
   for (int r = 0; r < R; ++r) {
     n[r] = r < b.rows ? (int32_t)std::clamp<int64_t>((row0 + r) / G + a.offset, 0, a.total) : 0;
+    if (a.mask && r < b.rows) {  // keys past the last one the mask shows add nothing (NaN shows)
+      const float* m = a.mask + (row0 + r) / G * a.mask_row;
+      while (n[r] > 0 && m[n[r] - 1] == -INFINITY) n[r]--;
+    }
     b.keys = std::max<int64_t>(b.keys, n[r]);
   }
   scratch.resize((size_t)(D + b.keys) * R);
@@ -37,9 +55,19 @@ BlockSetup SetUpBlock(const float* q, const AttentionDims& a, int64_t h, int64_t
   for (int64_t e = 0; e < D; ++e)
     for (int r = 0; r < R; ++r) {
       const int64_t s = (row0 + r) / G, g = (row0 + r) % G;
-      b.qt[e * R + r] = r < b.rows ? q[s * G * HD + (h * G + g) * D + e] * a.scale : 0.0f;
+      b.qt[e * R + r] = r < b.rows ? q[s * l.q_row + (h * G + g) * l.q_head + e] * a.scale : 0.0f;
     }
   return b;
+}
+
+// Adds the mask to the block's scores p [keys][R] (rows past the block's keep theirs).
+template <int R>
+void AddMask(float* p, int64_t keys, const AttentionDims& a, int64_t row0, int rows) {
+  if (!a.mask) return;
+  for (int r = 0; r < rows; ++r) {
+    const float* m = a.mask + (row0 + r) / a.group * a.mask_row;
+    for (int64_t t = 0; t < keys; ++t) p[t * R + r] += m[t];
+  }
 }
 
 constexpr int kAvx2AttentionRows = 8;

@@ -239,6 +239,13 @@ void Program::PlanLaunches(const SymbolBindings& b, bool prepare) {
       const AttentionTemplate& at = *kn.attention;
       st.attn = {at.heads_kv,      at.group,          at.head_dim,     at.seq.Eval(b),
                  at.total.Eval(b), at.offset.Eval(b), (float)at.scale, (float)at.exp_scale};
+      std::tie(st.attn.q_row, st.attn.q_head) = std::pair(at.q_layout.row.Eval(b), at.q_layout.head.Eval(b));
+      std::tie(st.attn.k_row, st.attn.k_head) = std::pair(at.k_layout.row.Eval(b), at.k_layout.head.Eval(b));
+      std::tie(st.attn.v_row, st.attn.v_head) = std::pair(at.v_layout.row.Eval(b), at.v_layout.head.Eval(b));
+      st.attn.mask_row = at.mask_layout.row.Eval(b);
+      int i = 0;  // where each operand starts in its buffer
+      for (const OperandLayout* l : {&at.q_layout, &at.k_layout, &at.v_layout, &at.mask_layout})
+        st.attn_offset[i++] = l->offset.Eval(b);
       work = 2 * st.attn.heads_kv * st.attn.group * st.attn.seq * st.attn.total * st.attn.head_dim;
     } else {
       work = st.total * std::max<int64_t>(kn.reduce_size.Eval(b), 1);
@@ -287,10 +294,14 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
           st.parallel ? t : 0, st.parallel ? threads : 1);
       return;
     }
-    CausalAttentionF32(static_cast<const float*>(bufs[at.q_buffer]),
-                       static_cast<const float*>(bufs[at.k_buffer]),
-                       static_cast<const float*>(bufs[at.v_buffer]), static_cast<float*>(bufs[kn.out_buffer]),
-                       st.attn, st.parallel ? t : 0, st.parallel ? threads : 1);
+    auto operand = [&](int buffer, int i) {
+      return static_cast<const float*>(bufs[buffer]) + st.attn_offset[i];
+    };
+    AttentionDims dims = st.attn;
+    if (at.mask_buffer >= 0) dims.mask = operand(at.mask_buffer, 3);
+    CausalAttentionF32(operand(at.q_buffer, 0), operand(at.k_buffer, 1), operand(at.v_buffer, 2),
+                       static_cast<float*>(bufs[kn.out_buffer]), dims, st.parallel ? t : 0,
+                       st.parallel ? threads : 1);
     return;
   }
   if (st.use_template) {

@@ -124,9 +124,10 @@ class Program : public Executable {
     bool reduce_outer = false;
     int form = 0;  // GemmForms() index
     bool barrier_before = false;
-    bool skip = false;     // covered by an attention kernel that runs its template this step
-    AttentionDims attn{};  // this step's sizes, for an attention template
-    int team_slot = 0;     // a GEMM the team rounds the activation of: which shared buffer (team_act_)
+    bool skip = false;            // covered by an attention kernel that runs its template this step
+    AttentionDims attn{};         // this step's sizes, for an attention template
+    int64_t attn_offset[4] = {};  // where its q, K, V and mask start in their buffers (elements)
+    int team_slot = 0;            // a GEMM the team rounds the activation of: which shared buffer (team_act_)
   };
   // Shared buffers for the rounded activations of GEMMs split across the team in a form with fit_team
   // (AMX), sized for this step's (PlanLaunches, or the search for one candidate). Successive such GEMMs

@@ -73,7 +73,8 @@ SystolicProgram::SystolicProgram(std::string name, SystolicDescription desc, con
   std::vector<double> bytes(kp.kernels.size(), 0);
   for (size_t k = 0; k < kp.kernels.size(); ++k) {
     const Kernel& kn = kp.kernels[k];
-    on_device_[k] = (kn.gemm && kn.gemm->index_buffer < 0) || (kn.attention && AttentionTemplateSupported());
+    on_device_[k] = (kn.gemm && kn.gemm->index_buffer < 0) ||
+                    (kn.attention && kn.attention->Plain() && AttentionTemplateSupported());
     if (kn.gemm) bytes[k] = (double)kn.gemm->n * kn.gemm->k * WeightBytes(desc_);
     total += on_device_[k] ? bytes[k] : 0;
   }
