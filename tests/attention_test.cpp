@@ -185,6 +185,33 @@ TEST(AttentionMatch, TensorAttentionTakesOtherLayoutsAndAMask) {
     }
 }
 
+// Two sequences' attention spelled as batched matmuls ([B, H, S, D] operands and a mask, as an unfused
+// scaled_dot_product_attention over a batch): the sequence and head axes look like the pattern's K/V head
+// and group axes, but each one's keys are its own. The matcher must refuse it (a key's place depends on the
+// query's group head), and the program equals the interpreter.
+TEST(AttentionMatch, RefusesKeysThatMoveWithTheQueryHead) {
+  for (int64_t fixed : {0, 5, 1}) {  // a symbolic length, then fixed ones (as torch.compile's static graphs)
+    Graph g;
+    const Expr seq = fixed ? Expr(fixed) : Seq();
+    Tensor q{&g, g.Input("q", DType::F32, {Expr(2), Expr(4), seq, Expr(16)})};
+    Tensor k{&g, g.Input("k", DType::F32, {Expr(2), Expr(4), seq, Expr(16)})};
+    Tensor v{&g, g.Input("v", DType::F32, {Expr(2), Expr(4), seq, Expr(16)})};
+    Tensor m{&g, g.Input("m", DType::F32, {Expr(1), Expr(1), seq, seq})};
+    Tensor scores = Matmul(q, k.transpose(-1, -2)) * 0.25;
+    Tensor out = Matmul(Softmax(scores + BroadcastTo(m, scores.shape()), -1), v);
+    g.MarkOutput(out.id(), "o");
+    EXPECT_EQ(AttentionKernels(BuildKernelProgram(g)), 0) << "length " << seq.str();
+    auto prog = Program::Compile(g);
+    Interpreter interp(g);
+    for (int64_t n : fixed ? std::vector<int64_t>{fixed} : std::vector<int64_t>{9, 1}) {
+      SymbolBindings b = fixed ? SymbolBindings{} : SymbolBindings{{"seq", n}};
+      auto in = testing::RandomTensors(g, Op::Input, b, 5 + n);
+      testing::ExpectClose(interp.Run(in, b), prog->Run(in, b), 1e-5, 1e-4,
+                           "batched seq=" + std::to_string(n));
+    }
+  }
+}
+
 // Sliding windows and soft-capped scores (Gemma 2 and 3, Phi-3, Mistral): compiled against the
 // interpreter over prefill, decode and chunks past the window; no fused template takes them (it has no
 // window); and no key before a query's window is read: keys and values planted as NaN there stay out.

@@ -231,7 +231,8 @@ def _sdpa(L: Lowering, node: Any, q: Any, k: Any, v: Any, dropout_p: float = 0.0
     if is_causal:
         later = L.g.iota([S, T], 0, "i32").less(L.g.iota([S, T], 1, "i32"))
         hidden = later if hidden is None else _or(L, *_bc(L, hidden, later))
-    if _one(B) and (maskf is None or all(_one(d) for d in maskf.shape[:-2])):
+    const = all(isinstance(d, int) or d.is_const for d in (Hq, Hk, D))
+    if const and _one(B) and (maskf is None or all(_one(d) for d in maskf.shape[:-2])):
         own = [_own_kv_heads(L, src) for src in node.args[1:3]]
         if all(o is not None for o in own):  # both or neither, or their heads would not pair up
             f32[1:] = [o if o.dtype == "f32" else o.cast("f32") for o in own]
@@ -242,6 +243,8 @@ def _sdpa(L: Lowering, node: Any, q: Any, k: Any, v: Any, dropout_p: float = 0.0
     else:
         qf, kf, vf = f32
         if not _same(Hk, Hq):  # grouped heads: each K/V head serves Hq / Hk query heads
+            if not const:
+                raise Unsupported("grouped-query attention over a symbolic number of heads")
             rep = Hq // Hk
             kf, vf = (x.reshape([B, Hk, 1, T, D]).expand([B, Hk, rep, T, D]).reshape([B, Hq, T, D])
                       for x in (kf, vf))

@@ -286,6 +286,13 @@ class AttentionMatcher {
       sum = sum + v * st;
     }
     if (!Same(index, sum)) return std::nullopt;
+    // The strides and offset hold sizes only: an operand whose place moves with another loop variable
+    // (a key that depends on its query) is not this operand.
+    std::vector<std::string> used;
+    for (const Expr& e : a.strides) e.CollectSymbols(&used);
+    a.offset.CollectSymbols(&used);
+    for (const std::string& name : used)
+      if (ranges_.count(name) && name.rfind("attn_", 0) == 0) return std::nullopt;
     return a;
   }
 
