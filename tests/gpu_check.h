@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,7 @@ struct GpuCheckStats {
 // tuning database and budget enough for every kernel.
 inline SearchOptions OneBucketSearch(const SymbolBindings& sizes) {
   SearchOptions o;
-  o.buckets = {{BucketOf(sizes, false), sizes}};
+  o.buckets = {{BucketOf(sizes, std::set<std::string>{}), sizes}};
   o.budget_seconds = 600;
   return o;
 }

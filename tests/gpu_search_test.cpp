@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <set>
 
 #include "backends/opencl/opencl_device.h"
 #include "gpu_check.h"
@@ -62,7 +63,7 @@ TEST_P(GpuSearch, ChoosesCheckedSchedulesAndRejectsAWrongCandidate) {
     // Every bucket the case's sizes fall in, so that each size checked below runs searched choices.
     SearchOptions opts = testing::OneBucketSearch(c.bindings.back());
     for (const SymbolBindings& b : c.bindings) {
-      const std::string bucket = BucketOf(b, false);
+      const std::string bucket = BucketOf(b, std::set<std::string>{});
       if (std::none_of(opts.buckets.begin(), opts.buckets.end(),
                        [&](const auto& x) { return x.first == bucket; }))
         opts.buckets.push_back({bucket, b});

@@ -231,10 +231,18 @@ TEST(Search, LongPromptsSearchOnlyTheKernelsSpanningTheContext) {
   EXPECT_GE(spanning, 5);  // at least each layer's attention
   EXPECT_LT(spanning, (int)kernels.size() / 2);
   ASSERT_TRUE(p.choices().count("prefill-long"));
-  EXPECT_EQ(BucketOf({{"seq", 1}, {"past", 0}}, true), "decode");
-  EXPECT_EQ(BucketOf({{"seq", kLongPrefillSeq - 1}, {"past", 0}}, true), "prefill");
-  EXPECT_EQ(BucketOf({{"seq", kLongPrefillSeq}, {"past", 0}}, true), "prefill-long");
-  EXPECT_EQ(BucketOf({{"seq", kLongPrefillSeq}, {"past", 0}}, false), "prefill");
+  const std::set<std::string> all = {"decode", "batch", "batch-wide", "prefill", "prefill-long"},
+                              few = {"decode", "prefill"};
+  EXPECT_EQ(BucketOf({{"seq", 1}, {"past", 0}}, all), "decode");
+  EXPECT_EQ(BucketOf({{"seq", kBatchWideMin - 1}, {"past", 0}}, all), "batch");
+  EXPECT_EQ(BucketOf({{"seq", kBatchWideMin}, {"past", 0}}, all), "batch-wide");
+  EXPECT_EQ(BucketOf({{"seq", kBatchSeqMax - 1}, {"past", 0}}, all), "batch-wide");
+  EXPECT_EQ(BucketOf({{"seq", kBatchWideMin}, {"past", 0}}, std::set<std::string>{"batch"}), "batch");
+  EXPECT_EQ(BucketOf({{"seq", kBatchSeqMax}, {"past", 0}}, all), "prefill");
+  EXPECT_EQ(BucketOf({{"seq", kLongPrefillSeq - 1}, {"past", 0}}, all), "prefill");
+  EXPECT_EQ(BucketOf({{"seq", kLongPrefillSeq}, {"past", 0}}, all), "prefill-long");
+  EXPECT_EQ(BucketOf({{"seq", kLongPrefillSeq}, {"past", 0}}, few), "prefill");
+  EXPECT_EQ(BucketOf({{"seq", 5}, {"past", 0}}, few), "prefill");
   // The long prompt, now on the long bucket's choices, computes the same logits.
   lm->Reset();
   const std::vector<float> after = lm->Forward(ids);

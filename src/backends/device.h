@@ -30,18 +30,24 @@ struct CompileRequest {
 // Prompts at least this long run on the "prefill-long" bucket's choices when the search made them.
 constexpr int64_t kLongPrefillSeq = 256;
 // Steps of 2 to kBatchSeqMax - 1 tokens (a batch of decodes, a short prompt) run on the "batch" bucket's
-// choices when the search made them; it is searched at kBatchSeq tokens.
-constexpr int64_t kBatchSeqMax = 32, kBatchSeq = 8;
+// choices when the search made them, searched at kBatchSeq tokens; from kBatchWideMin tokens on, on the
+// "batch-wide" bucket's, searched at kBatchWideSeq (where a product's best form changes: integer dot
+// products over the weights as stored up to about 8 rows, K-major panels from about 12).
+constexpr int64_t kBatchSeqMax = 32, kBatchSeq = 8, kBatchWideMin = 12, kBatchWideSeq = 16;
 
-// The bucket whose choices a step at these sizes runs with: "decode" (seq == 1), "batch" (seq <
-// kBatchSeqMax, where `has_batch`), "prefill-long" (seq >= kLongPrefillSeq, where `has_long`), "prefill"
-// (other seq > 1), or "all" (no seq).
-inline std::string BucketOf(const SymbolBindings& b, bool has_long, bool has_batch = false) {
+// The bucket whose choices a step at these sizes runs with, among those the search made (`searched`: bucket
+// names, any container with count()): "decode" (seq == 1); "batch-wide" (kBatchWideMin <= seq <
+// kBatchSeqMax) or "batch" (seq < kBatchSeqMax); "prefill-long" (seq >= kLongPrefillSeq); else "prefill".
+// A bucket not searched falls to the next. "all" where there is no seq.
+template <typename Searched>
+std::string BucketOf(const SymbolBindings& b, const Searched& searched) {
   auto it = b.find("seq");
   if (it == b.end()) return "all";
-  if (it->second <= 1) return "decode";
-  if (it->second < kBatchSeqMax && has_batch) return "batch";
-  return it->second >= kLongPrefillSeq && has_long ? "prefill-long" : "prefill";
+  const int64_t seq = it->second;
+  if (seq <= 1) return "decode";
+  if (seq >= kBatchWideMin && seq < kBatchSeqMax && searched.count("batch-wide")) return "batch-wide";
+  if (seq < kBatchSeqMax && searched.count("batch")) return "batch";
+  return seq >= kLongPrefillSeq && searched.count("prefill-long") ? "prefill-long" : "prefill";
 }
 
 // Every executable's check of a weight bound by name: its dtype must be the graph's.

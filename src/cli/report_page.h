@@ -8,7 +8,7 @@
 namespace prism::cli {
 
 // The size buckets a search decides, in the order reports list them.
-inline constexpr const char* kReportBuckets[] = {"decode", "batch", "prefill", "prefill-long"};
+inline constexpr const char* kReportBuckets[] = {"decode", "batch", "batch-wide", "prefill", "prefill-long"};
 
 // One bucket's receipts as its step runs: the kernels' (longest median first, without those a chosen
 // attention template leaves unrun), the whole-step decision and how busy the machine was while timing.

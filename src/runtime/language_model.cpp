@@ -80,12 +80,15 @@ std::vector<std::pair<std::string, SymbolBindings>> LanguageModel::Buckets() con
     const int64_t ctx = blocks(std::min<int64_t>(max_context_, 65));
     return {{"decode", {{"seq", 1}, {"blocks", ctx}, {"rows", 1}}},
             {"batch", {{"seq", kBatchSeq}, {"blocks", ctx}, {"rows", kBatchSeq}}},
+            {"batch-wide", {{"seq", kBatchWideSeq}, {"blocks", ctx}, {"rows", kBatchWideSeq}}},
             {"prefill", {{"seq", prefill}, {"blocks", blocks(prefill)}, {"rows", 1}}}};
   }
   const int64_t past = std::min<int64_t>(max_context_ - 1, 64);
   std::vector<std::pair<std::string, SymbolBindings>> b = {{"decode", {{"seq", 1}, {"past", past}}},
                                                            {"prefill", {{"seq", prefill}, {"past", 0}}}};
   // Short prompts and chat turns (2 to kBatchSeqMax - 1 tokens) get their own choices.
+  if (max_context_ >= past + kBatchWideSeq)
+    b.insert(b.begin() + 1, {"batch-wide", {{"seq", kBatchWideSeq}, {"past", past}}});
   if (max_context_ >= past + kBatchSeq)
     b.insert(b.begin() + 1, {"batch", {{"seq", kBatchSeq}, {"past", past}}});
   // Long prompts: attention searched again at 512 (or the context), the rest as in "prefill".

@@ -215,7 +215,7 @@ void Program::PlanLaunches(const SymbolBindings& b, bool prepare) {
   const int threads = pool_->size();
   std::vector<int> epoch(kp_.kernels.size(), -1);  // barrier interval in which a kernel ran
   int current = 0;
-  auto chosen = choices_.find(BucketOf(b, choices_.count("prefill-long") > 0, choices_.count("batch") > 0));
+  auto chosen = choices_.find(BucketOf(b, choices_));
   auto choice = [&](size_t k) -> const KernelChoice* {
     return chosen != choices_.end() && k < chosen->second.size() ? &chosen->second[k] : nullptr;
   };

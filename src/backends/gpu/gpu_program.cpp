@@ -344,7 +344,7 @@ std::vector<HostTensor> GpuProgram::Run(const std::map<std::string, HostTensor>&
       case BufferKind::Output: Reuse(i, shape); break;
     }
   }
-  auto chosen = plans_.find(BucketOf(b, plans_.count("prefill-long") > 0, plans_.count("batch") > 0));
+  auto chosen = plans_.find(BucketOf(b, plans_));
   const Plan& pl = chosen != plans_.end() ? chosen->second : plans_.at("");
   std::vector<size_t> launched;
   std::vector<GpuLaunchParams> launches;

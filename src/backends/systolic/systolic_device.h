@@ -97,9 +97,7 @@ class SystolicProgram : public Executable {
   // one exceeds its HBM.
   std::vector<double> HbmBytes(const std::vector<Placement>& placements, const SymbolBindings& b) const;
   bool Replicated(const SymbolBindings& b) const;
-  std::string Bucket(const SymbolBindings& b) const {
-    return BucketOf(b, choices_.count("prefill-long") > 0, choices_.count("batch") > 0);
-  }
+  std::string Bucket(const SymbolBindings& b) const { return BucketOf(b, choices_); }
   void CheckCapacity(const SymbolBindings& b);
   // The step's kernels for the timeline at these sizes under these placements (host kernels taking host_s),
   // and per host kernel its form on the devices' vector units (Skip where it must stay on the host).
