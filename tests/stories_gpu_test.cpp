@@ -105,7 +105,8 @@ TEST(Stories260KOpenCl, SearchSavesToTheDatabaseAndArtifactAndReplays) {
   }
   EXPECT_GT(searched, 40);
   const auto& choices = lm->step_as<GpuProgram>().choices();
-  ASSERT_EQ(choices.size(), 4u);  // decode, batch (2 to 31 tokens), prefill and (attention at 256) prefill-long
+  // decode, batch (2 to 11 tokens), batch-wide (12 to 31), prefill and (attention at 256) prefill-long
+  ASSERT_EQ(choices.size(), 5u);
   testing::ExpectReferenceText(*lm, "stories260K.bin on OpenCL, searched");
   // The artifact keeps the choices; loaded (on OpenCL), it runs them.
   const std::string dir = (cache.dir / "stories.prism").string();
@@ -129,7 +130,7 @@ TEST(Stories260KOpenCl, SearchSavesToTheDatabaseAndArtifactAndReplays) {
     EXPECT_TRUE(r.contains("candidates")) << r.dump();
     replay_searched++;
   }
-  EXPECT_EQ(replay_searched, 3);  // decode, batch and prefill (prefill-long searches attention only)
+  EXPECT_EQ(replay_searched, 4);  // decode, batch, batch-wide, prefill (prefill-long: attention only)
 }
 
 TEST(Stories260KOpenCl, LogitsMatchTheCpu) {

@@ -351,9 +351,12 @@ def supported(node: Any) -> bool:
                 and not (_packet(src.target) is aten._native_batch_norm_legit_no_training and node.args[1] > 0)
                 and not (_packet(src.target) is aten._scaled_dot_product_flash_attention_for_cpu
                          and node.args[1] > 0))
-    if p is aten._scaled_dot_product_flash_attention_for_cpu and (
-            (len(node.args) > 3 and node.args[3] != 0) or node.args[0].meta["val"].dim() != 4):
-        return False  # dropout, or not [batch, heads, seq, head_dim]
+    if p is aten._scaled_dot_product_flash_attention_for_cpu:
+        q, k = node.args[0].meta["val"], node.args[1].meta["val"]
+        if (len(node.args) > 3 and node.args[3] != 0) or q.dim() != 4:
+            return False  # dropout, or not [batch, heads, seq, head_dim]
+        if not (isinstance(q.shape[1], int) and isinstance(k.shape[1], int)) and str(q.shape[1]) != str(k.shape[1]):
+            return False  # grouped heads whose counts are symbolic
     if p is aten.pow and isinstance(node.args[0], (int, float)) and node.args[0] <= 0:
         return False
     if p is aten.pow and len(node.args) > 1 and isinstance(node.args[1], torch.fx.Node):

@@ -219,11 +219,11 @@ def _sdpa(L: Lowering, node: Any, q: Any, k: Any, v: Any, dropout_p: float = 0.0
     B, Hq, S, D = q.shape
     Hk, T = k.shape[1], k.shape[2]
     sc = float(scale) if scale is not None else 1.0 / math.sqrt(int(node.args[0].meta["val"].shape[-1]))
-    maskf = None
-    if attn_mask is not None:
-        maskf = attn_mask if attn_mask.dtype == "f32" else attn_mask.cast("f32")
-        if attn_mask.dtype == "bool":
-            maskf = _prism.where(*_bc(L, attn_mask, L.full(0.0, "f32", []), L.full(-math.inf, "f32", [])))
+    maskf = attn_mask  # additive, in f32 (a bool mask: 0 where a key is seen, -inf where not)
+    if attn_mask is not None and attn_mask.dtype == "bool":
+        maskf = _prism.where(*_bc(L, attn_mask, L.full(0.0, "f32", []), L.full(-math.inf, "f32", [])))
+    elif attn_mask is not None and attn_mask.dtype != "f32":
+        maskf = attn_mask.cast("f32")
     want = prism_dtype(node.meta["val"][0].dtype)
     f32 = [x if x.dtype == "f32" else x.cast("f32") for x in (q, k, v)]
     # keys hidden from each query: by the mask (-inf, not NaN), or past it when causal
