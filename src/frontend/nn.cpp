@@ -14,8 +14,7 @@ Tensor Matmul(const Tensor& a, const Tensor& b) {
     throw Error("matmul: both operands need at least 2 axes, got " + a.graph()->Describe(a.id()) + " and " +
                 b.graph()->Describe(b.id()));
   if (a.dim(-1) != b.dim(-2))
-    throw Error("matmul: inner sizes differ, " + a.graph()->Describe(a.id()) + " x " +
-                b.graph()->Describe(b.id()));
+    throw Error("matmul: inner sizes differ, " + a.graph()->Describe(a.id()) + " x " + b.graph()->Describe(b.id()));
   // a [..., M, 1, K] * b^T [..., 1, N, K], summed over K: the reduction runs along contiguous K.
   Tensor bt = b.transpose(-1, -2);
   Tensor prod = a.unsqueeze(-2) * bt.unsqueeze(-3);
@@ -70,9 +69,8 @@ Tensor Erf(const Tensor& x) {
   Tensor t = (1.0 + p * ax).recip();
   Tensor poly = t * (a1 + t * (a2 + t * (a3 + t * (a4 + t * a5))));
   Tensor y = 1.0 - poly * (-(ax * ax)).exp();
-  Tensor sign =
-      Where(Less(x, Full(x.graph(), 0.0, x.shape(), x.dtype())), Full(x.graph(), -1.0, x.shape(), x.dtype()),
-            Full(x.graph(), 1.0, x.shape(), x.dtype()));
+  Tensor sign = Where(Less(x, Full(x.graph(), 0.0, x.shape(), x.dtype())), Full(x.graph(), -1.0, x.shape(), x.dtype()),
+                      Full(x.graph(), 1.0, x.shape(), x.dtype()));
   return sign * y;
 }
 
@@ -147,8 +145,7 @@ Tensor ExpertLinear(const Tensor& x, const Tensor& experts, const Tensor& expert
 }
 
 Tensor Embedding(const Tensor& table, const Tensor& ids) {
-  if (table.rank() != 2)
-    throw Error("embedding: table must be [vocab, dim], got " + table.graph()->Describe(table.id()));
+  if (table.rank() != 2) throw Error("embedding: table must be [vocab, dim], got " + table.graph()->Describe(table.id()));
   Expr d = table.dim(1);
   std::vector<Expr> flat_shape = {Product(ids.shape()), d};
   Tensor idx = ids.reshape({Product(ids.shape()), Expr(1)}).expand(flat_shape);
@@ -197,8 +194,7 @@ Tensor Rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, Ro
   if (!d.IsConst() || d.value() % 2) throw Error("rope: head_dim must be a constant even size");
   Expr half(d.value() / 2);
   // angle[s, 1, i] = pos[s] * inv_freq[i]
-  Tensor angle = positions.cast(DType::F32).reshape({seq, Expr(1), Expr(1)}) *
-                 inv_freq.reshape({Expr(1), Expr(1), half});
+  Tensor angle = positions.cast(DType::F32).reshape({seq, Expr(1), Expr(1)}) * inv_freq.reshape({Expr(1), Expr(1), half});
   Tensor cos = angle.cos(), sin = angle.sin();
   Tensor xf = x.cast(DType::F32);
   Tensor a, b;
@@ -220,8 +216,7 @@ Tensor Rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, Ro
 }
 
 Tensor CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
-                       const Tensor& v_cache, const Expr& past, double scale,
-                       const AttentionVariant& variant) {
+                       const Tensor& v_cache, const Expr& past, double scale, const AttentionVariant& variant) {
   Graph* g = q.graph();
   Expr seq = q.dim(0), hq = q.dim(1), d = q.dim(2), hkv = k.dim(1);
   if (!hq.IsConst() || !hkv.IsConst() || hq.value() % hkv.value())
@@ -237,7 +232,7 @@ Tensor CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const 
   Tensor vals = vc.slice(0, first, keys_n).cast(DType::F32);
   // Queries grouped by their key/value head: [Hkv, group, seq, D]
   Tensor qg = q.cast(DType::F32).reshape({seq, hkv, Expr(group), d}).permute({1, 2, 0, 3});
-  Tensor kt = keys.permute({1, 0, 2}).unsqueeze(1);          // [Hkv, 1, T, D]
+  Tensor kt = keys.permute({1, 0, 2}).unsqueeze(1);  // [Hkv, 1, T, D]
   Tensor scores = Matmul(qg, kt.transpose(-1, -2)) * scale;  // [Hkv, group, seq, T]
   if (variant.softcap > 0) scores = SoftCap(scores, variant.softcap);
   // Query s sits at absolute position past + s and sees keys first + t <= past + s (and, windowed,
@@ -246,16 +241,21 @@ Tensor CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const 
   Tensor t_idx{g, g->Iota(sshape, 3, DType::I32)};
   Tensor s_idx{g, g->Iota(sshape, 2, DType::I32)};
   auto shifted = [&](const Expr& by) { return s_idx + BroadcastTo(ExprValue(g, by, DType::I32), sshape); };
-  if (variant.bidirectional && windowed)
-    throw Error("attention: a sliding window of a bidirectional attention");
-  Tensor limit = shifted(variant.bidirectional ? total : windowed ? past + Expr(1) - first : past + Expr(1));
-  Tensor masked = Where(Less(t_idx, limit), scores, Full(g, -INFINITY, sshape));
-  if (windowed)  // t + window < limit: before the window (compared so, no operand is negative)
-    masked = Where(Less(t_idx + Full(g, (double)variant.window, sshape, DType::I32), limit),
-                   Full(g, -INFINITY, sshape), masked);
+  if (variant.bidirectional && windowed) throw Error("attention: a sliding window of a bidirectional attention");
+  const Expr offset = variant.bidirectional ? total : windowed ? past + Expr(1) - first : past + Expr(1);
+  if (windowed) {  // t + window < limit: before the window (compared so, no operand is negative), as an
+                   // additive -inf over [seq, keys] shared by the heads, which the fused template takes
+    const std::vector<Expr> ms = {seq, keys_n};
+    Tensor t_key{g, g->Iota(ms, 1, DType::I32)}, s_query{g, g->Iota(ms, 0, DType::I32)};
+    Tensor before = Less(t_key + Full(g, (double)variant.window, ms, DType::I32),
+                         s_query + BroadcastTo(ExprValue(g, offset, DType::I32), ms));
+    Tensor bias = Where(before, Full(g, -INFINITY, ms), Full(g, 0.0, ms));
+    scores = scores + BroadcastTo(bias.reshape({Expr(1), Expr(1), seq, keys_n}), sshape);
+  }
+  Tensor masked = Where(Less(t_idx, shifted(offset)), scores, Full(g, -INFINITY, sshape));
   Tensor p = Softmax(masked, -1);
   Tensor vt = vals.permute({1, 0, 2}).unsqueeze(1);  // [Hkv, 1, T, D]
-  Tensor out = Matmul(p, vt);                        // [Hkv, group, seq, D]
+  Tensor out = Matmul(p, vt);                          // [Hkv, group, seq, D]
   return out.permute({2, 0, 1, 3}).reshape({seq, hq * d}).cast(q.dtype());
 }
 
@@ -314,10 +314,8 @@ Tensor PagedAttention(const Tensor& q, const Tensor& k, const Tensor& v, const T
     nb = Min(Expr((w + block - 2) / block + 1), nblocks);
     Tensor start = Maximum(positions + (double)(1 - w), Full(g, 0, {seq}, DType::I32));
     // start / block (exact: a multiple of block divided in f32, rounded to the nearest integer)
-    Tensor b0 =
-        ((start - Mod(start, Full(g, (double)block, {seq}, DType::I32))).cast(DType::F32) * (1.0 / block) +
-         0.5)
-            .cast(DType::I32);
+    Tensor b0 = ((start - Mod(start, Full(g, (double)block, {seq}, DType::I32))).cast(DType::F32) * (1.0 / block) + 0.5)
+                    .cast(DType::I32);
     Tensor cols = b0.reshape({seq, Expr(1)}).expand({seq, nb}) + Tensor{g, g->Iota({seq, nb}, 1, DType::I32)};
     blocks = Tensor{g, g->Gather(table.id(), cols.id(), 1)};
     first = b0 * (double)block;
@@ -325,8 +323,7 @@ Tensor PagedAttention(const Tensor& q, const Tensor& k, const Tensor& v, const T
   // Pool row of key j for token i: blocks[i, j / block] * block + j % block, over j < nb * block.
   const Expr ctx = nb * Expr(block);
   std::vector<Expr> rshape = {seq, nb, Expr(block)};
-  Tensor base =
-      blocks.reshape({seq, nb, Expr(1)}).expand(rshape) * Full(g, (double)block, rshape, DType::I32);
+  Tensor base = blocks.reshape({seq, nb, Expr(1)}).expand(rshape) * Full(g, (double)block, rshape, DType::I32);
   Tensor rows = (base + Tensor{g, g->Iota(rshape, 2, DType::I32)}).reshape({seq, ctx});
   // Gathered along the pool's rows with each token's own index row: [T, ctx, Hkv * D], no flattening of
   // symbolic sizes (the index arithmetic stays one multiply-add per key).
@@ -340,24 +337,22 @@ Tensor PagedAttention(const Tensor& q, const Tensor& k, const Tensor& v, const T
   // As CausalAttention, with queries grouped by their key/value head [Hkv, G, T, D], except that each
   // query has keys of its own: the products are written out (the template tier matches this form too).
   Tensor qg = q.cast(DType::F32).reshape({seq, hkv, Expr(group), d}).permute({1, 2, 0, 3});
-  Tensor kt = keys.permute({2, 0, 1, 3}).unsqueeze(1);             // [Hkv, 1, T, ctx, D]
-  Tensor scores = (qg.unsqueeze(3) * kt).sum({4}, false) * scale;  // [Hkv, G, T, ctx]
+  Tensor kt = keys.permute({2, 0, 1, 3}).unsqueeze(1);                  // [Hkv, 1, T, ctx, D]
+  Tensor scores = (qg.unsqueeze(3) * kt).sum({4}, false) * scale;       // [Hkv, G, T, ctx]
   if (variant.softcap > 0) scores = SoftCap(scores, variant.softcap);
   std::vector<Expr> sshape = {hkv, Expr(group), seq, ctx};
   Tensor j{g, g->Iota(sshape, 3, DType::I32)};
   // Visible: first[i] + j <= positions[i] (and, windowed, > positions[i] - window).
-  auto per_token = [&](const Tensor& t) {
-    return t.reshape({Expr(1), Expr(1), seq, Expr(1)}).expand(sshape);
-  };
+  auto per_token = [&](const Tensor& t) { return t.reshape({Expr(1), Expr(1), seq, Expr(1)}).expand(sshape); };
   Tensor limit = per_token(positions) + Full(g, 1, sshape, DType::I32);
   if (variant.window > 0) limit = limit - per_token(first);
   Tensor masked = Where(Less(j, limit), scores, Full(g, -INFINITY, sshape));
   if (variant.window > 0)  // j + window < limit: before the window
-    masked = Where(Less(j + Full(g, (double)variant.window, sshape, DType::I32), limit),
-                   Full(g, -INFINITY, sshape), masked);
+    masked = Where(Less(j + Full(g, (double)variant.window, sshape, DType::I32), limit), Full(g, -INFINITY, sshape),
+                   masked);
   Tensor p = Softmax(masked, -1);
   Tensor vt = vals.permute({2, 0, 3, 1}).unsqueeze(1);  // [Hkv, 1, T, D, ctx]
-  Tensor out = (p.unsqueeze(3) * vt).sum({4}, false);   // [Hkv, G, T, D]
+  Tensor out = (p.unsqueeze(3) * vt).sum({4}, false);    // [Hkv, G, T, D]
   return out.permute({2, 0, 1, 3}).reshape({seq, hq * d}).cast(q.dtype());
 }
 

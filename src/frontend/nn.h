@@ -23,7 +23,7 @@ Tensor GeluErf(const Tensor& x);
 Tensor Erf(const Tensor& x);  // Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7)
 Tensor Concat(const std::vector<Tensor>& xs, int64_t axis);
 Tensor Argmax(const Tensor& x, int64_t axis, bool keepdim = false);  // first maximal index, i32
-Tensor Embedding(const Tensor& table, const Tensor& ids);            // table [V, D], ids [...] -> [..., D]
+Tensor Embedding(const Tensor& table, const Tensor& ids);           // table [V, D], ids [...] -> [..., D]
 // The k largest values along the last axis, largest first, and their indices (i32; the first of equal values
 // first): x [..., N] -> values [..., k], indices [..., k]. k <= N.
 struct TopKResult {
@@ -56,8 +56,7 @@ Tensor SoftCap(const Tensor& x, double cap);
 struct AttentionVariant {
   int64_t window = 0;
   double softcap = 0;
-  bool bidirectional =
-      false;  // no mask: every query sees every key of the cache's [0, past + seq) (encoders)
+  bool bidirectional = false;  // no mask: every query sees every key of the cache's [0, past + seq) (encoders)
 };
 
 // Causal grouped-query attention over a KV cache held in state buffers.
@@ -66,8 +65,7 @@ struct AttentionVariant {
 // causally. Returns [seq, Hq * D]. With a window, only the cache rows some query of the step sees are read
 // (from past + 1 - window on).
 Tensor CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
-                       const Tensor& v_cache, const Expr& past, double scale,
-                       const AttentionVariant& variant = {});
+                       const Tensor& v_cache, const Expr& past, double scale, const AttentionVariant& variant = {});
 
 // Attention over tensors, with no cache (PyTorch's scaled_dot_product_attention): q [S, Hq, D]; k, v
 // [T, Hkv, D], any views; mask (optional) an additive [S, T] bias on the scores, -inf hiding a key; causal:
