@@ -11,14 +11,14 @@ namespace prism {
 
 // out[h, g, s, d] = sum_t softmax_t(mask(scale * q[s, h*G + g, :] · k[t, h, :])) v[t, h, d], where
 // key t is visible to query s when t < s + offset, and the softmax is exp2((x - max) * exp_scale)
-// normalized. q is a [S, H*G*D] f32 node (any view of it); k and v are f32 state writes [cap, H, D]
-// read over their first `total` rows, or (below) other f32 nodes.
+// normalized. q is an f32 node (any view of it) and k and v f32 state writes [cap, H, D] read over their
+// first `total` rows, or (unpaged) any f32 nodes, each in a layout with contiguous rows (below).
 //
 // Paged (table >= 0): K and V are state scatters [rows, H, D] read through a gather: query s's key t is
 // row table[s, t / block] * block + t % block, visible when t < positions[s] + 1 (table [S, blocks] and
 // positions [S] integer nodes); `total` is the keys' extent, blocks * block, and offset is unused.
 struct AttentionMatch {
-  NodeId q, k, v;  // the nodes holding q, and the K and V state writes
+  NodeId q, k, v;  // the nodes holding q, K and V
   int64_t heads_kv, group, head_dim;
   Expr seq, total, offset;
   double scale, exp_scale;

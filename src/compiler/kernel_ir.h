@@ -87,10 +87,9 @@ struct OperandLayout {
 // table[s, t / block] * block + t % block, visible when t <= positions[s] (table [seq, total / block] and
 // positions [seq], i32); offset is unused.
 //
-// Unpaged, q, K and V may be any f32 buffers in other layouts (the strides below, in elements; each row's
-// head_dim elements contiguous; Plain() when dense), and an additive mask (mask_buffer >= 0) may bias the
-// scores:
-// + mask[s * mask_row + t], -inf hiding key t from query s (with no causal limit, offset = total).
+// Unpaged, q, K and V may be any f32 buffers in other layouts (their OperandLayouts; Plain() when dense),
+// and an additive mask (mask_buffer >= 0) may bias the scores: + mask[s, t], -inf hiding key t from query
+// s (with no causal limit, offset = total).
 struct AttentionTemplate {
   int q_buffer, k_buffer, v_buffer;
   int64_t heads_kv, group, head_dim;
