@@ -2,6 +2,7 @@
 // interpreter: a new op case or a new device is covered by adding it in one place.
 #include <gtest/gtest.h>
 
+#include <locale>
 #include <tuple>
 
 #include "backends/device.h"
@@ -54,6 +55,38 @@ INSTANTIATE_TEST_SUITE_P(All, DeviceOps, ::testing::ValuesIn(AllPairs()), [](con
     if (!std::isalnum((unsigned char)ch)) ch = '_';
   return device + "_" + std::get<1>(info.param);
 });
+
+// A program that embeds Prism may set the global C++ locale. Kernels generated under one with a decimal
+// comma and digit grouping (1,5 for 1.5; 1.200 for 1200) compute what they compute under "C": the source
+// spells its numbers the same either way.
+TEST(DeviceRegistry, KernelsIgnoreTheHostProgramsLocale) {
+  struct CommaDecimals : std::numpunct<char> {
+    char do_decimal_point() const override { return ','; }
+    char do_thousands_sep() const override { return '.'; }
+    std::string do_grouping() const override { return "\3"; }
+  };
+  struct Restore {
+    std::locale before;
+    ~Restore() { std::locale::global(before); }
+  } restore{std::locale::global(std::locale(std::locale::classic(), new CommaDecimals))};
+  Graph g;
+  const std::vector<Expr> shape = {Expr(1200), Expr::Sym("n")};
+  NodeId x = g.Input("x", DType::F32, shape);
+  NodeId y = g.Binary(Op::Add, g.Binary(Op::Mul, x, g.Constant(1.5, DType::F32, shape)),
+                      g.Constant(-2.25, DType::F32, shape));
+  g.MarkOutput(y, "y");
+  g.MarkOutput(g.Reduce(Op::SumReduce, y, {0}), "sum");
+  for (const std::string& d : DeviceNames()) {
+    std::shared_ptr<Device> device;
+    try {
+      device = OpenDevice(d == "systolic" ? "systolic:quad-f32" : d);
+    } catch (const Error&) {
+      continue;  // absent here
+    }
+    std::unique_ptr<Executable> exe = device->Compile(g);
+    testing::CheckExecutable(*exe, {{{"n", 3}}, {{"n", 1001}}}, 1e-3, 1e-5, 5, false, "locale");
+  }
+}
 
 TEST(DeviceRegistry, NamesEveryDeviceAndRejectsUnknownOnesInOneLine) {
   const std::vector<std::string> names = DeviceNames();

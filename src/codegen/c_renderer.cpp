@@ -1,7 +1,7 @@
 // Renders the kernel IR's values, loads, stores, symbols and prelude in any of the C-style dialects.
 #include "codegen/c_renderer.h"
 
-#include <sstream>
+#include "ir/text_stream.h"
 
 namespace prism {
 namespace {
@@ -131,7 +131,7 @@ std::string FillPlaceholders(std::string text,
 }
 
 std::string CPrelude(const CDialect& d) {
-  std::ostringstream os;
+  TextStream os;
   os << d.banner << "\n";
   const char* names[] = {"int64_t", "int32_t", "int8_t", "uint8_t", "uint16_t", "uint32_t"};
   for (int i = 0; i < 6; ++i) os << "typedef " << d.int_types[i] << " " << names[i] << ";\n";
@@ -274,7 +274,7 @@ std::string CKernelRenderer::LoopReduce(const KValue& v, std::string* stmts, con
   std::string pragma;  // the body is a plain expression: the innermost loop may vectorize
   if (d_.sum_loop_pragma && v.op == Op::SumReduce && IsFloat(v.dtype) && body_stmts.empty())
     pragma = FillPlaceholders(d_.sum_loop_pragma, {{"${acc}", acc}}) + "\n";
-  std::ostringstream os;
+  TextStream os;
   os << ind << ComputeCType(v.dtype) << " " << acc << " = " << Init(v) << ";\n";
   OpenLoops(v.rvars, v.rextents, ind, os, pragma);
   os << body_stmts << in << Combine(v, acc, body) << "\n";

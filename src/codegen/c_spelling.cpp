@@ -2,9 +2,9 @@
 #include "codegen/c_spelling.h"
 
 #include <cmath>
-#include <sstream>
 
 #include "ir/error.h"
+#include "ir/text_stream.h"
 
 namespace prism {
 
@@ -24,7 +24,7 @@ const char* ComputeCType(DType t) { return IsFloat(t) ? "float" : "int32_t"; }
 std::string FloatLiteral(double v) {
   if (std::isnan(v)) return "PRISM_NAN";
   if (std::isinf(v)) return v > 0 ? "PRISM_INF" : "(-PRISM_INF)";
-  std::ostringstream os;
+  TextStream os;
   os.precision(9);
   os << std::scientific << (float)v << "f";
   return os.str();

@@ -3,10 +3,10 @@
 
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "codegen/c_dialects.h"
 #include "ir/error.h"
+#include "ir/text_stream.h"
 
 namespace prism {
 namespace {
@@ -58,7 +58,7 @@ class CppKernelRenderer : public CKernelRenderer {
 
   std::string Render(const Kernel& k) {
     Reset();
-    std::ostringstream os;
+    TextStream os;
     Header(k, "", os);
     size_t rank = k.vars.size();
     std::string inner = rank ? k.vars.back() : "unit";
@@ -94,7 +94,7 @@ class CppKernelRenderer : public CKernelRenderer {
     const std::string value = Value(k.value, &after_stmts, "");
     ro_reduce_ = nullptr;
     if (!after_stmts.empty()) return "";
-    std::ostringstream os;
+    TextStream os;
     Header(k, "_ro", os);
     OuterLoop(k, os);
     os << "    float accv[" << k.extents.back().value() << "];\n";
@@ -123,7 +123,7 @@ class CppKernelRenderer : public CKernelRenderer {
   std::string BufferName(int b) const override { return "b" + std::to_string(b); }
 
   // Signature, symbols and the buffers this kernel touches (only those: smaller, faster to compile).
-  void Header(const Kernel& k, const char* suffix, std::ostringstream& os) {
+  void Header(const Kernel& k, const char* suffix, TextStream& os) {
     os << d_.kernel_head << " " << k.name << suffix
        << "(void* const* bufs, const int64_t* syms, int64_t begin, int64_t end) {\n";
     for (size_t s = 0; s < p_.symbols.size(); ++s)
@@ -144,7 +144,7 @@ class CppKernelRenderer : public CKernelRenderer {
   }
 
   // Walks the rows of [begin, end) over all but the last loop variable; defines lo/hi of the last.
-  void OuterLoop(const Kernel& k, std::ostringstream& os) {
+  void OuterLoop(const Kernel& k, TextStream& os) {
     size_t rank = k.vars.size();
     std::string inner_extent = rank ? k.extents.back().Render(SymFn()) : "1";
     os << "  const int64_t inner = " << inner_extent << ";\n";
@@ -184,7 +184,7 @@ bool PrefersReduceOuter(const Kernel& k) {
 }
 
 std::string RenderCpp(const KernelProgram& p) {
-  std::ostringstream os;
+  TextStream os;
   os << CPrelude(kCppDialect);
   CppKernelRenderer r(p);
   // Template-matched kernels are rendered too: the search compares both tiers.

@@ -11,10 +11,10 @@
 
 #include <algorithm>
 #include <map>
-#include <sstream>
 
 #include "codegen/c_dialects.h"
 #include "ir/error.h"
+#include "ir/text_stream.h"
 
 namespace prism {
 namespace {
@@ -107,7 +107,7 @@ class GpuKernelRenderer : public CKernelRenderer {
     arg_.clear();
     for (size_t a = 0; a < plan->buffers.size(); ++a) arg_[plan->buffers[a]] = "a" + std::to_string(a);
 
-    std::ostringstream sig;
+    TextStream sig;
     sig << "(";
     for (size_t a = 0; a < plan->buffers.size(); ++a) {
       int b = plan->buffers[a];
@@ -117,7 +117,7 @@ class GpuKernelRenderer : public CKernelRenderer {
     for (const std::string& sym : p_.symbols) sig << ", const int64_t s_" << sym;
     sig << ")";
 
-    std::ostringstream body;
+    TextStream body;
     std::string ind = "    ";
     body << "  const int64_t total = " << Product(k.extents).Render(SymFn()) << ";\n";
     if (coop_) {
@@ -138,7 +138,7 @@ class GpuKernelRenderer : public CKernelRenderer {
     body << ind << (coop_ ? "if (prism_lid == 0) " : "") << store << "\n";
     body << "  }\n}\n";
 
-    std::ostringstream os;
+    TextStream os;
     os << sig.str() << " {\n";
     if (need_redf_) os << "  " << d_.group.shared << "float prism_redf[" << threads_ << "];\n";
     if (need_redi_) os << "  " << d_.group.shared << "int32_t prism_redi[" << threads_ << "];\n";
@@ -160,7 +160,7 @@ class GpuKernelRenderer : public CKernelRenderer {
 
   // Decomposes a flat index into variables (the last one fastest); unused ones are skipped.
   void Unravel(const std::string& flat, const std::vector<std::string>& vars,
-               const std::vector<Expr>& extents, const std::string& ind, std::ostringstream& os) {
+               const std::vector<Expr>& extents, const std::string& ind, TextStream& os) {
     size_t first = 0;  // outermost variable the code needs
     while (first < vars.size() && !Used(vars[first])) ++first;
     if (first == vars.size()) return;
@@ -193,7 +193,7 @@ class GpuKernelRenderer : public CKernelRenderer {
     std::string red = f ? "prism_redf" : "prism_redi";
     (f ? need_redf_ : need_redi_) = true;
     std::string in = ind + "  ";
-    std::ostringstream os;
+    TextStream os;
     os << ind << ComputeCType(v.dtype) << " " << acc << " = " << Init(v) << ";\n";
     os << ind << "const int64_t " << count << " = " << Product(v.rextents).Render(SymFn()) << ";\n";
     os << ind << "for (int64_t " << flat << " = prism_lid; " << flat << " < " << count << "; " << flat
@@ -243,7 +243,7 @@ GpuSource GpuRenderer::Render(const KernelProgram& p, const std::vector<GpuSched
   const CDialect& d = DialectOf(dialect_);
   GpuSource out;
   out.dialect = dialect_;
-  std::ostringstream os;
+  TextStream os;
   GpuKernelRenderer r(p, d);
   std::map<std::string, std::string> seen;  // rendered function -> its name
   for (size_t i = 0; i < p.kernels.size(); ++i) {

@@ -1,7 +1,6 @@
 // Lowering: cuts the graph into kernels and turns each into a loop nest with a value tree.
 #include <algorithm>
 #include <set>
-#include <sstream>
 #include <tuple>
 
 #include "compiler/attention_match.h"
@@ -9,6 +8,7 @@
 #include "compiler/kernel_ir.h"
 #include "ir/error.h"
 #include "ir/movement.h"
+#include "ir/text_stream.h"
 
 namespace prism {
 namespace {
@@ -292,12 +292,22 @@ void MarkAttention(const Graph& g, const std::vector<int>& buffer_of, KernelProg
     for (int b : covered_buffers) closed = closed && p->buffers[b].kind == BufferKind::Intermediate;
     for (size_t j : covered) closed = closed && j < k && p->kernels[j].covered_by < 0;
     if (!closed) continue;
-    kn.attention = AttentionTemplate{buffer_of[m->q], buffer_of[m->k], buffer_of[m->v], m->heads_kv,
-                                     m->group,        m->head_dim,     m->seq,          m->total,
-                                     m->offset,       m->scale,        m->exp_scale};
+    kn.attention = AttentionTemplate{.q_buffer = buffer_of[m->q],
+                                     .k_buffer = buffer_of[m->k],
+                                     .v_buffer = buffer_of[m->v],
+                                     .heads_kv = m->heads_kv,
+                                     .group = m->group,
+                                     .head_dim = m->head_dim,
+                                     .seq = m->seq,
+                                     .total = m->total,
+                                     .offset = m->offset,
+                                     .scale = m->scale,
+                                     .exp_scale = m->exp_scale,
+                                     .q_layout = m->q_layout,
+                                     .k_layout = m->k_layout,
+                                     .v_layout = m->v_layout,
+                                     .mask_layout = m->mask_layout};
     AttentionTemplate& at = *kn.attention;
-    std::tie(at.q_layout, at.k_layout, at.v_layout, at.mask_layout) =
-        std::tie(m->q_layout, m->k_layout, m->v_layout, m->mask_layout);
     if (m->mask >= 0) at.mask_buffer = buffer_of[m->mask];
     if (m->table >= 0) {
       kn.attention->table_buffer = buffer_of[m->table];
@@ -413,7 +423,7 @@ KernelProgram BuildKernelProgram(const Graph& g, const FusionOptions& opts) {
 
 namespace {
 
-void ValueText(const KernelProgram& p, const KValuePtr& v, std::ostringstream& os) {
+void ValueText(const KernelProgram& p, const KValuePtr& v, TextStream& os) {
   switch (v->kind) {
     case KValue::Kind::Load:
       os << p.buffers[v->buffer].name << "[" << v->index.str();
@@ -476,7 +486,7 @@ void CheckStateWrites(const Graph& g, const KernelProgram& p, const std::map<std
 }
 
 std::string KernelProgramToText(const Graph& g, const KernelProgram& p) {
-  std::ostringstream os;
+  TextStream os;
   os << p.kernels.size() << " kernels for " << g.size() << " graph nodes\n";
   for (const Kernel& k : p.kernels) {
     os << k.name << ": for (";

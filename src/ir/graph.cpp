@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <sstream>
 
 #include "ir/error.h"
+#include "ir/text_stream.h"
 
 namespace prism {
 
@@ -418,7 +418,7 @@ std::vector<std::string> Graph::Symbols() const {
 }
 
 std::string Graph::ToText() const {
-  std::ostringstream os;
+  TextStream os;
   for (NodeId i = 0; i < size(); ++i) {
     const Node& n = nodes_[i];
     os << "%" << i << " = " << OpName(n.op);
@@ -438,7 +438,7 @@ std::string Graph::ToText() const {
 }
 
 std::string Graph::ToDot() const {
-  std::ostringstream os;
+  TextStream os;
   os << "digraph prism {\n  node [shape=box, fontname=monospace];\n";
   for (NodeId i = 0; i < size(); ++i) {
     const Node& n = nodes_[i];
