@@ -18,7 +18,7 @@ import torch
 from . import _prism
 from .aten_common import (DTYPES, Expr, Lowering, Unsupported, _and, _as_result, _axes, _bc, _isnan, _norm_axis,
                           _not, _or, _packet, _sym_operand, _t, aten, prism_dtype, shape_of, to_expr)
-from .aten_nn import NN_HANDLERS, _pair
+from .aten_nn import NN_HANDLERS, SDPA_OPS, _pair, sdpa_args
 
 def _binary(op: str) -> Callable:
     def h(L: Lowering, node: Any, a: Any, b: Any, alpha: Any = 1, **kw: Any) -> Any:
@@ -169,6 +169,23 @@ def _cat(L: Lowering, node: Any, xs: Sequence[Any], dim: int = 0) -> Any:
     xs = [x if x.dtype == dt else x.cast(dt) for x in xs]
     return _prism.concat(xs, _norm_axis(dim, xs[0].rank))
 
+def _constant_pad_nd(L: Lowering, node: Any, x: Any, pad: Sequence[Any], value: Any = 0) -> Any:
+    """F.pad's constant mode: pad[2i] and pad[2i + 1] widen axis rank - 1 - i before and after (a negative
+    amount crops); the new cells read `value` (CUDA's memory-efficient attention pads its mask so)."""
+    marks = None if not value else L.full(1.0, "f32", x.shape)  # x's own cells, under a nonzero fill
+    for i in range(len(pad) // 2):
+        axis = x.rank - 1 - i
+        lo, hi = (p if isinstance(p, (int, Expr)) else to_expr(p) for p in pad[2 * i:2 * i + 2])
+        crop = [-p if isinstance(p, int) and p < 0 else 0 for p in (lo, hi)]
+        if crop[0] or crop[1]:
+            size = x.shape[axis] - crop[0] - crop[1]
+            x, marks = (t if t is None else t.slice(axis, crop[0], size, 1) for t in (x, marks))
+        lo, hi = (0 if c else p for p, c in zip((lo, hi), crop))
+        x, marks = (t if t is None else t.pad(axis, lo, hi) for t in (x, marks))
+    if marks is not None:
+        x = _prism.where(*_bc(L, marks.less(0.5), L.full(value, x.dtype, []), x))
+    return x
+
 def _to_copy(L: Lowering, node: Any, x: Any, *a: Any, **kw: Any) -> Any:
     want = prism_dtype(node.meta["val"].dtype)
     return x if x.dtype == want else x.cast(want)
@@ -317,6 +334,7 @@ HANDLERS: Dict[Any, Callable] = {
     aten.view: _view, aten._unsafe_view: _view, aten.reshape: _view, aten.permute: _permute,
     aten.expand: _expand, aten.slice: _slice, aten.select: _select, aten.unsqueeze: _unsqueeze,
     aten.squeeze: _squeeze, aten.cat: _cat, aten.split_with_sizes: _split_with_sizes,
+    aten.constant_pad_nd: _constant_pad_nd,
     aten._to_copy: _to_copy, torch.ops.prims.convert_element_type: _to_copy, aten.clone: _identity,
     aten.alias: _identity, aten.lift_fresh_copy: _identity, aten.detach: _identity,
     aten.full: _full, aten.full_like: _full_like, aten.scalar_tensor: _scalar_tensor, aten.arange: _arange,
@@ -349,11 +367,11 @@ def supported(node: Any) -> bool:
         return (supported(src) and not (_packet(src.target) in (aten.max_pool2d_with_indices,)
                                         and node.args[1] == 1)
                 and not (_packet(src.target) is aten._native_batch_norm_legit_no_training and node.args[1] > 0)
-                and not (_packet(src.target) is aten._scaled_dot_product_flash_attention_for_cpu
-                         and node.args[1] > 0))
-    if p is aten._scaled_dot_product_flash_attention_for_cpu:
-        q, k = node.args[0].meta["val"], node.args[1].meta["val"]
-        if (len(node.args) > 3 and node.args[3] != 0) or q.dim() != 4:
+                and not (_packet(src.target) in SDPA_OPS and node.args[1] > 0))
+    if p in SDPA_OPS:
+        a = sdpa_args(node.target, node.args, node.kwargs)
+        q, k = a["query"].meta["val"], a["key"].meta["val"]
+        if a.get("dropout_p", 0) != 0 or q.dim() != 4:
             return False  # dropout, or not [batch, heads, seq, head_dim]
         if not (isinstance(q.shape[1], int) and isinstance(k.shape[1], int)) and str(q.shape[1]) != str(k.shape[1]):
             return False  # grouped heads whose counts are symbolic

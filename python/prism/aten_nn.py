@@ -210,8 +210,35 @@ def _own_kv_heads(L: Lowering, src: Any) -> Any:
     t = L.env[n.args[0]]
     return t.reshape([t.shape[0], t.shape[1], t.shape[3], t.shape[4]])
 
-def _sdpa(L: Lowering, node: Any, q: Any, k: Any, v: Any, dropout_p: float = 0.0, is_causal: bool = False,
-          attn_mask: Any = None, scale: Any = None, **kw: Any) -> Any:
+# PyTorch's fused attention operators: the CPU's, and CUDA's flash, memory-efficient and cuDNN ones (what
+# scaled_dot_product_attention becomes for tensors on those devices). They differ only in argument order.
+SDPA_OPS = (aten._scaled_dot_product_flash_attention_for_cpu, aten._scaled_dot_product_flash_attention,
+            aten._scaled_dot_product_efficient_attention, aten._scaled_dot_product_cudnn_attention)
+
+
+def sdpa_args(op: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """A fused attention call's arguments by their schema names (defaults filled in), the mask named
+    attn_mask whichever operator it is (the memory-efficient and cuDNN ones call it attn_bias)."""
+    named = {}
+    for i, a in enumerate(op._schema.arguments):
+        if i < len(args):
+            named[a.name] = args[i]
+        elif a.name in kwargs:
+            named[a.name] = kwargs[a.name]
+        elif a.has_default_value():
+            named[a.name] = a.default_value
+    named.setdefault("attn_mask", named.pop("attn_bias", None))
+    return named
+
+
+def _sdpa(L: Lowering, node: Any, *args: Any, **kwargs: Any) -> Any:
+    a = sdpa_args(node.target, args, kwargs)
+    return _attention(L, node, a["query"], a["key"], a["value"], bool(a.get("is_causal", False)),
+                      a.get("attn_mask"), a.get("scale"))
+
+
+def _attention(L: Lowering, node: Any, q: Any, k: Any, v: Any, is_causal: bool, attn_mask: Any,
+               scale: Any) -> Any:
     """scaled_dot_product_attention, q [B, Hq, S, D], k and v [B, Hk, T, D]. One sequence (B = 1) with a mask
     shared by its heads becomes Prism's attention over tensors, which the fused template runs (K and V
     taken before transformers repeats their heads); anything else, the same math unfused. A query that sees
@@ -268,5 +295,5 @@ NN_HANDLERS: Dict[Any, Callable] = {
     aten._native_batch_norm_legit_no_training: _batch_norm_inference,
     aten.convolution: _convolution, aten.max_pool2d_with_indices: _max_pool, aten.avg_pool2d: _avg_pool,
     aten._adaptive_avg_pool2d: _adaptive_avg_pool,
-    aten._scaled_dot_product_flash_attention_for_cpu: _sdpa,
+    **{op: _sdpa for op in SDPA_OPS},
 }

@@ -24,6 +24,7 @@ import torch
 from . import _prism
 from .aten_common import DTYPES, Lowering, Unsupported, _packet, prism_dtype, shape_of, to_expr
 from .aten_lowering import lower_node, supported
+from .aten_nn import SDPA_OPS
 
 # How many graphs this process handed to Prism (the tests count recompiles with it).
 stats = {"graphs": 0, "programs": 0, "fallback_nodes": 0}
@@ -72,7 +73,7 @@ def _one_kv_length(graph: torch.fx.Graph) -> None:
     """Tells PyTorch's shape environment that attention's keys and values have one length (a guard, as the
     decomposed attention's matmul would have made), so every size derived from either is one symbol."""
     for n in graph.nodes:
-        if n.op == "call_function" and _packet(n.target) is torch.ops.aten._scaled_dot_product_flash_attention_for_cpu:
+        if n.op == "call_function" and _packet(n.target) in SDPA_OPS:
             k, v = (a.meta["val"] for a in n.args[1:3])
             if not bool(k.shape[-2] == v.shape[-2]):
                 raise Unsupported("attention whose keys and values differ in length")
@@ -274,7 +275,8 @@ def prism_backend(gm: torch.fx.GraphModule, example_inputs: List[Any], **kwargs:
 
     # Attention stays whole (prism.aten_nn lowers it to the form the fused template takes).
     decompositions = core_aten_decompositions()
-    decompositions.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
+    for op in SDPA_OPS:
+        decompositions.pop(op.default, None)
     return aot_autograd(fw_compiler=fw, bw_compiler=bw, decompositions=decompositions)(gm, example_inputs)
 
 

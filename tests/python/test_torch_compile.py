@@ -1,11 +1,17 @@
 # torch.compile(backend="prism"): transformers' Llama, Qwen2, Mistral and GPT-2 (random weights), an MLP
 # and a small convolutional network against eager PyTorch over several sizes with one compile each (no
 # recompiles), the KV-cache decode path, the eager fallback for an operator Prism lacks, and bad input.
+# PRISM_TEST_DEVICE=cuda puts the models and inputs on the GPU, so Prism's side runs on --device cuda.
+import os
 import warnings
 
 import pytest
 
 torch = pytest.importorskip("torch")
+DEV = "cuda" if os.environ.get("PRISM_TEST_DEVICE") == "cuda" else "cpu"
+if DEV == "cuda":  # eager's references in true f32, as Prism computes them (cuDNN would use TF32)
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
 
 
 @pytest.fixture(scope="module")
@@ -34,13 +40,15 @@ def _family(name):
     common = dict(vocab_size=160, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=256)
     if name == "llama":
-        return transformers.LlamaForCausalLM(transformers.LlamaConfig(**common))
-    if name == "qwen2":
-        return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common))
-    if name == "mistral":
-        return transformers.MistralForCausalLM(transformers.MistralConfig(**common, sliding_window=None))
-    return transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=160, n_embd=64, n_layer=2, n_head=4,
-                                                                n_positions=256))
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**common))
+    elif name == "qwen2":
+        model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common))
+    elif name == "mistral":
+        model = transformers.MistralForCausalLM(transformers.MistralConfig(**common, sliding_window=None))
+    else:
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=160, n_embd=64, n_layer=2,
+                                                                     n_head=4, n_positions=256))
+    return model.to(DEV)
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "mistral", "gpt2"])
@@ -53,7 +61,7 @@ def test_transformers_families_match_eager_with_one_compile(backend, family):
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # no operator may fall back to eager here
         for batch, seq in ((2, 5), (2, 11), (3, 23), (3, 7)):
-            ids = torch.randint(0, 160, (batch, seq))
+            ids = torch.randint(0, 160, (batch, seq), device=DEV)
             got = compiled(input_ids=ids, use_cache=False).logits
             want = model(input_ids=ids, use_cache=False).logits
             assert got.shape == want.shape
@@ -69,6 +77,8 @@ def test_one_sequence_runs_attention_in_the_fused_template(backend, family, monk
     """transformers' attention reaches Prism whole (not decomposed): for one sequence every layer's attention
     is the fused template (grouped heads read before transformers repeats them), with the causal mask
     transformers builds and with a padding mask, whose fully hidden queries get 0 as in PyTorch."""
+    if DEV != "cpu":
+        pytest.skip("the fused attention template is the CPU's")
     programs = []
     init = backend.PrismGraph.__init__
 
@@ -82,7 +92,7 @@ def test_one_sequence_runs_attention_in_the_fused_template(backend, family, monk
     compiled, counter = _compile(model, dynamic=True)
     with torch.no_grad():
         for seq in (9, 30, 4):
-            ids = torch.randint(0, 160, (1, seq))
+            ids = torch.randint(0, 160, (1, seq), device=DEV)
             got, want = compiled(input_ids=ids, use_cache=False).logits, model(input_ids=ids, use_cache=False).logits
             assert _rel(got, want) < 1e-4, seq
         assert [p.attention_kernels for p in programs] == [2]  # one program, both layers fused
@@ -120,12 +130,12 @@ def test_scaled_dot_product_attention_matches_eager(backend, causal, mask_kind, 
     with torch.no_grad():
         for batch, seq in ((1, 7), (1, 19), (2, 5), (2, 12)):
             hk = 2 if gqa else 4
-            q = torch.randn(batch, 4, seq, 16)
-            k, v = torch.randn(batch, hk, seq, 16), torch.randn(batch, hk, seq, 16)
-            mask = torch.randn(1, 1, seq, seq)
+            q = torch.randn(batch, 4, seq, 16, device=DEV)
+            k, v = torch.randn(batch, hk, seq, 16, device=DEV), torch.randn(batch, hk, seq, 16, device=DEV)
+            mask = torch.randn(1, 1, seq, seq, device=DEV)
             mask[..., 1, :] = -1.0  # the mask hides every key from query 1
             if mask_kind == "float":
-                mask = torch.where(mask > 0, mask, torch.tensor(-float("inf")))
+                mask = torch.where(mask > 0, mask, torch.tensor(-float("inf"), device=DEV))
             got, want = compiled(q, k, v, mask), Attend(causal, mask_kind, gqa)(q, k, v, mask)
             assert not torch.isnan(got).any()
             assert _rel(got, want) < 1e-5, (batch, seq)
@@ -139,13 +149,13 @@ def test_kv_cache_decode_matches_eager(backend):
     model = _family("llama").eval()
     compiled, counter = _compile(model, dynamic=True)
     with torch.no_grad():
-        ids = torch.randint(0, 160, (2, 6))
+        ids = torch.randint(0, 160, (2, 6), device=DEV)
         want, got = model(input_ids=ids, use_cache=True), compiled(input_ids=ids, use_cache=True)
         assert _rel(got.logits, want.logits) < 1e-4
         pw, pg = want.past_key_values, got.past_key_values
         frames = []
         for _ in range(4):
-            nxt = torch.randint(0, 160, (2, 1))
+            nxt = torch.randint(0, 160, (2, 1), device=DEV)
             want = model(input_ids=nxt, past_key_values=pw, use_cache=True)
             got = compiled(input_ids=nxt, past_key_values=pg, use_cache=True)
             assert _rel(got.logits, want.logits) < 1e-4
@@ -170,8 +180,8 @@ class ConvNet(torch.nn.Module):
 def test_mlp_and_convnet_match_eager(backend):
     torch.manual_seed(2)
     mlp = torch.nn.Sequential(torch.nn.Linear(24, 48), torch.nn.GELU(), torch.nn.Linear(48, 48),
-                              torch.nn.SiLU(), torch.nn.LayerNorm(48), torch.nn.Linear(48, 5)).eval()
-    net = ConvNet().eval()
+                              torch.nn.SiLU(), torch.nn.LayerNorm(48), torch.nn.Linear(48, 5)).eval().to(DEV)
+    net = ConvNet().eval().to(DEV)
     for bn in (net.b1, net.b2):
         bn.running_mean.uniform_(-1, 1)
         bn.running_var.uniform_(0.5, 2)
@@ -180,14 +190,30 @@ def test_mlp_and_convnet_match_eager(backend):
             compiled, counter = _compile(model, dynamic=True)
             frames = []
             for shape in shapes:
-                x = torch.randn(*shape)
+                x = torch.randn(*shape, device=DEV)
                 assert _rel(compiled(x), model(x)) < 1e-5
                 frames.append(counter.frame_count)
             assert frames[1:] == frames[:1] * (len(frames) - 1)  # no recompiles at new batch sizes
 
 
+def test_constant_padding_matches_eager(backend):
+    """F.pad's constant mode: widening and cropping (negative amounts) on several axes, zero and other fills,
+    at sizes the compile did not see."""
+    def f(x):
+        y = torch.nn.functional.pad(x, (1, -2, 0, 3), value=-1.5) * 2.0
+        return y + torch.nn.functional.pad(x.sin(), (2, -3, 0, 3))
+
+    compiled, counter = _compile(f, dynamic=True)
+    for shape in ((2, 3, 6), (3, 5, 9), (4, 2, 7)):
+        x = torch.randn(*shape, device=DEV)
+        got, want = compiled(x), f(x)
+        assert got.shape == want.shape
+        assert _rel(got, want) < 1e-6, shape
+    assert counter.frame_count == 1
+
+
 def test_pow_keeps_the_sign_of_negative_bases_for_every_integer_exponent(backend):
-    x = torch.tensor([-2.0, -1.5, -0.75, 0.0, 0.5, 1.25, 3.0, float("nan")])
+    x = torch.tensor([-2.0, -1.5, -0.75, 0.0, 0.5, 1.25, 3.0, float("nan")], device=DEV)
     for p in (-3, -2, -1, 0, 1, 2, 3, 5, 6, 7, 65, 66, 0.5, 1.5, -0.5):
         def f(t):
             return t ** p
@@ -204,7 +230,7 @@ def test_an_operator_prism_lacks_runs_in_eager_with_one_warning(backend):
         h = torch.relu(x @ w)
         return torch.cumprod(h, dim=-1) + h.sum(-1, keepdim=True)  # cumprod: not a Prism operator
 
-    x, w = torch.randn(4, 8), torch.randn(8, 6)
+    x, w = torch.randn(4, 8, device=DEV), torch.randn(8, 6, device=DEV)
     compiled, _ = _compile(f)
     before = backend.stats["fallback_nodes"]
     with pytest.warns(UserWarning, match="cumprod"):
@@ -219,7 +245,7 @@ def test_bad_input_is_a_clear_exception(backend, prism_py):
 
     compiled, _ = _compile(f)
     # float64 arrays are not a Prism type: that graph runs in PyTorch, correctly
-    x = torch.randn(3, 5, dtype=torch.float64)
+    x = torch.randn(3, 5, dtype=torch.float64, device=DEV)
     with pytest.warns(UserWarning, match="eager"):
         assert torch.allclose(compiled(x), f(x))
     # a compiled graph called with the wrong rank fails with Prism's message, not a crash
