@@ -1,6 +1,7 @@
 // Renders a kernel program as one C++ translation unit, one extern "C" function per kernel.
 #include "codegen/cpp_renderer.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -57,6 +58,7 @@ class CppKernelRenderer : public CKernelRenderer {
   explicit CppKernelRenderer(const KernelProgram& p) : CKernelRenderer(p, kCppDialect) {}
 
   std::string Render(const Kernel& k) {
+    if (std::string piecewise = RenderPiecewise(k); !piecewise.empty()) return piecewise;
     Reset();
     TextStream os;
     Header(k, "", os);
@@ -72,6 +74,69 @@ class CppKernelRenderer : public CKernelRenderer {
     os << stmts;
     os << "      " << Store(k.out_buffer, at, value, k.value->dtype) << "\n";
     os << "    }\n  }\n}\n";
+    return os.str();
+  }
+
+  // A sum of terms each under guards that hold or fail for a whole inner loop (a concatenation: its
+  // pieces padded to the full size and added, the pieces along an outer axis): each term's inner loop
+  // runs only where its guards hold, instead of every term's loads masked on every element. Dead terms
+  // add exact zeros in the value tree, so skipping them changes nothing (but the sign of a zero sum).
+  // "" when the kernel is not such a sum.
+  std::string RenderPiecewise(const Kernel& k) {
+    if (k.vars.empty() || !k.out_gathers.empty() || k.value->dtype != DType::F32 ||
+        p_.buffers[k.out_buffer].dtype != DType::F32)
+      return "";
+    std::vector<KValuePtr> terms;  // a left-leaning chain of Adds: ((t0 + t1) + t2) + ...
+    KValuePtr v = k.value;
+    for (; v->kind == KValue::Kind::Op && v->op == Op::Add && v->args.size() == 2; v = v->args[0])
+      terms.push_back(v->args[1]);
+    terms.push_back(v);
+    if (terms.size() < 2) return "";
+    std::reverse(terms.begin(), terms.end());
+    // A buffer of the output's size read at the output's own element could be given the output's bytes
+    // (InPlaceInputs), which the terms after the first would then read overwritten: such kernels keep
+    // the one loop.
+    auto numel = [](const std::vector<Expr>& shape) {
+      Expr n(1);
+      for (const Expr& d : shape) n = n * d;
+      return n.str();
+    };
+    std::vector<const KValue*> loads;
+    CollectLoadValues(k.value, &loads);
+    const std::string at_text = k.out_index.str(), inner = k.vars.back();
+    const std::string out_numel = numel(p_.buffers[k.out_buffer].shape);
+    for (const KValue* l : loads)
+      if (l->index.str() == at_text && numel(p_.buffers[l->buffer].shape) == out_numel) return "";
+    auto uniform = [&](const KValue& g) {  // a guard that reads no inner index and no data
+      std::vector<std::string> syms;
+      g.index.CollectSymbols(&syms);
+      return g.gathers.empty() && std::find(syms.begin(), syms.end(), inner) == syms.end();
+    };
+    Reset();
+    TextStream os;
+    Header(k, "", os);
+    OuterLoop(k, os);
+    const std::string at = k.out_index.Render(SymFn()), out = BufferName(k.out_buffer) + "[" + at + "]";
+    auto loop = [&](const std::string& value) {
+      return "#pragma omp simd\n        for (int64_t " + inner + " = lo; " + inner + " < hi; ++" + inner +
+             ") " + Store(k.out_buffer, at, value, DType::F32) + "\n";
+    };
+    os << "    bool live = false;\n";
+    for (KValuePtr t : terms) {
+      std::vector<std::string> conds;
+      for (; t->kind == KValue::Kind::Guard && uniform(*t); t = t->args[0])
+        conds.push_back("(" + t->index.Render(SymFn()) + ")");
+      if (conds.empty()) return "";
+      std::string stmts;
+      const std::string body = Value(t, &stmts, "        ");
+      if (!stmts.empty()) return "";
+      std::string all = conds[0];
+      for (size_t c = 1; c < conds.size(); ++c) all += " && " + conds[c];
+      os << "    if (" << all << ") {\n      if (live) {\n"
+         << loop("(" + out + " + (" + body + "))") << "      } else {\n"
+         << loop(body) << "      }\n      live = true;\n    }\n";
+    }
+    os << "    if (!live) {\n" << loop("0.0f") << "    }\n  }\n}\n";
     return os.str();
   }
 
