@@ -76,6 +76,27 @@ TEST(Gemm, LinearWithEveryWeightDtypeMatchesInterpreter) {
   }
 }
 
+// An activation that only regroups a computed value's axes (im2col's [.., taps, C] read as [.., taps * C])
+// is read from that value's buffer: no kernel copies it into the reshaped form first.
+TEST(Gemm, ActivationRegroupedByAReshapeIsReadFromItsSourceBuffer) {
+  Graph g;
+  Tensor x{&g, g.Input("x", DType::F32, {Expr::Sym("m"), Expr(9), Expr(8)})};
+  Tensor w{&g, g.Weight("w", DType::F32, {Expr(16), Expr(72)})};
+  Tensor taps = (x * x).reshape({Expr::Sym("m"), Expr(72)});
+  g.MarkOutput(Linear(taps, w).id(), "y");
+  KernelProgram kp = BuildKernelProgram(g);
+  int gemms = 0;
+  for (const Kernel& k : kp.kernels) {
+    const auto& shape = kp.buffers[k.out_buffer].shape;
+    EXPECT_FALSE(shape.size() == 2 && shape[1].IsConst(72)) << k.name << " copies the activation";
+    if (!k.gemm) continue;
+    ++gemms;
+    EXPECT_EQ(kp.buffers[k.gemm->a_buffer].shape.size(), 3u) << "the square's own [m, 9, 8] buffer";
+  }
+  EXPECT_EQ(gemms, 1);
+  testing::CheckGraph(g, {{{"m", 1}}, {{"m", 5}}, {{"m", 67}}}, 1e-5, 1e-5, 3, "regrouped activation");
+}
+
 // GGUF's K-quant, Q4_1/Q5_x and IQ4 blocks, dequantized in AVX2 registers: the decode tiles (one or
 // two activation rows), the prefill panels (more rows), ragged column splits, against exact sums.
 TEST(Gemm, BlockFormatsMatchExactProductsOverOddShapesAndSplits) {

@@ -87,6 +87,14 @@ std::optional<LinearMatch> MatchLinear(const Graph& g, NodeId reduce) {
   return std::nullopt;
 }
 
+NodeId ActivationSource(const Graph& g, NodeId x) {
+  const Node& n = g.node(x);
+  if (n.op != Op::Reshape) return x;
+  const Op op = g.node(n.inputs[0]).op;
+  const bool stored = !IsMovement(op) && op != Op::Constant && op != Op::Iota && !WritesState(op);
+  return stored ? n.inputs[0] : x;
+}
+
 NodeId EpilogueConsumer(const Graph& g, NodeId reduce) {
   const auto& outs = g.outputs();
   auto only_reader = [&](NodeId n) {
@@ -145,7 +153,7 @@ std::vector<bool> ChooseRealized(const Graph& g, const FusionOptions& opts, cons
       if (auto m = MatchLinear(g, i)) {
         // The product itself gets a buffer unless a single Add or Mul takes it as its epilogue (a
         // reduction read once is then fused into that reader, as any other).
-        template_side[m->x] = true;
+        template_side[ActivationSource(g, m->x)] = true;
         template_side[i] = !opts.gemm_epilogues || forced.count(i) || EpilogueConsumer(g, i) < 0;
         if (m->index >= 0) template_side[m->index] = template_side[i] = true;  // no expert epilogues
       }

@@ -15,7 +15,8 @@ namespace prism {
 std::vector<bool> ChooseRealized(const Graph& g, const FusionOptions& opts, const std::set<NodeId>& forced);
 
 // A SumReduce node computing x · Wᵀ over the last axis, with W a [N, K] weight: the operands the
-// template GEMM needs. x must be realized (it is in `ChooseRealized` when templates are on).
+// template GEMM needs. x's elements must lie in a buffer (ActivationSource's, realized by
+// `ChooseRealized` when templates are on).
 // ExpertLinear's form (index >= 0): x [R, K], W [E, N, K] read through a Gather of its slabs by the i32
 // rows' experts `index` [R] (realized as well).
 struct LinearMatch {
@@ -24,6 +25,11 @@ struct LinearMatch {
   NodeId index = -1;
 };
 std::optional<LinearMatch> MatchLinear(const Graph& g, NodeId reduce);
+
+// The node whose buffer holds a template's activation x in row-major order: x, or the computed value
+// that x only regroups the axes of (a Reshape: an im2col's [.., taps, C] read as [.., taps * C]), so
+// that value is stored in its own loop order and no kernel copies it into x's.
+NodeId ActivationSource(const Graph& g, NodeId x);
 
 // The node that would run a linear match as its epilogue (FusionOptions::gemm_epilogues): the
 // match's only reader (through reshapes, each read only there), an f32 Add or Mul of the same shape;
