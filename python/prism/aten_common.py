@@ -85,6 +85,11 @@ class Lowering:
     def __init__(self) -> None:
         self.g = _prism.Graph()
         self.env: Dict[Any, Any] = {}
+        # Channels-last twins: an FX node's 4-d value [N, C, H, W] also held as [N, H, W, C] (a
+        # convolution's product comes out so; pointwise ops, norms and pooling keep it so), keyed by the
+        # node, or by (node, i) for the i-th value of a tuple. The node's own value is then a view of it.
+        self.nhwc: Dict[Any, Any] = {}
+        self.conv_weight_order: Dict[Any, str] = {}  # a flat convolution weight's columns: "chw" or "hwc"
 
     # helpers used by the handlers
     def full(self, value: float, dtype: str, shape: Sequence[Any]) -> Any:

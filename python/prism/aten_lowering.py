@@ -289,6 +289,8 @@ def _getitem(L: Lowering, node: Any, xs: Any, i: int) -> Any:
     v = xs[i]
     if v is None:
         raise Unsupported("an output Prism does not compute (pooling indices, batch statistics)")
+    if (node.args[0], i) in L.nhwc:
+        L.nhwc[node] = L.nhwc[(node.args[0], i)]
     return v
 
 def _split_with_sizes(L: Lowering, node: Any, x: Any, sizes: Sequence[Any], dim: int = 0) -> Any:
@@ -399,4 +401,36 @@ def lower_node(L: Lowering, node: Any) -> Any:
     args = arg(node.args)
     kwargs = {k: arg(v) for k, v in node.kwargs.items()
               if k not in ("dtype", "layout", "device", "pin_memory", "memory_format", "non_blocking")}
-    return HANDLERS[_packet(node.target)](L, node, *args, **kwargs)
+    handler = HANDLERS[_packet(node.target)]
+    if _packet(node.target) in POINTWISE:
+        twin = _channels_last(L, node, handler, args, kwargs)
+        if twin is not None:
+            L.nhwc[node] = twin
+            return twin.permute([0, 3, 1, 2])
+    return handler(L, node, *args, **kwargs)
+
+# Elementwise operators: over channels-last operands they give the channels-last result.
+POINTWISE = {aten.add, aten.sub, aten.mul, aten.div, aten.true_divide, aten.maximum, aten.minimum, aten.neg,
+             aten.pow, aten.clamp, aten.exp, aten.log, aten.sqrt, aten.rsqrt, aten.reciprocal, aten.sin, aten.cos,
+             aten.tanh, aten.sigmoid, aten.erf, aten.abs, aten.relu, aten.where, aten.gelu, aten._to_copy,
+             torch.ops.prims.convert_element_type, aten.clone, aten.alias, aten.detach}
+
+def _channels_last(L: Lowering, node: Any, handler: Callable, args: Any, kwargs: Dict[str, Any]) -> Any:
+    """A pointwise node with a 4-d result, one of whose operands has a channels-last twin, computed over
+    the twins (the other tensors viewed channels-last: [1, C, 1, 1] as [1, 1, 1, C]); None otherwise."""
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.dim() != 4:
+        return None
+    if not any(isinstance(a, torch.fx.Node) and a in L.nhwc for a in node.args):
+        return None
+    twins = []
+    for a, v in zip(node.args, args):
+        if isinstance(a, torch.fx.Node) and a in L.nhwc:
+            twins.append(L.nhwc[a])
+        elif _t(v) and v.rank > 4:
+            return None
+        elif _t(v) and v.rank > 0:  # broadcast as torch does: leading 1s to rank 4, then channels last
+            twins.append(v.reshape([1] * (4 - v.rank) + list(v.shape)).permute([0, 2, 3, 1]))
+        else:
+            twins.append(v)
+    return handler(L, node, *twins, **kwargs)

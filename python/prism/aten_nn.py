@@ -97,33 +97,42 @@ def _layer_norm(L: Lowering, node: Any, x: Any, shape: Any, w: Any, b: Any, eps:
 
 def _batch_norm_inference(L: Lowering, node: Any, x: Any, w: Any, b: Any, mean: Any, var: Any, momentum: Any,
                           eps: float) -> Any:
-    shape = [1, x.shape[1]] + [1] * (x.rank - 2)
+    twin = L.nhwc.get(node.args[0])
+    if twin is not None:
+        x = twin
+    shape = [1, 1, 1, x.shape[3]] if twin is not None else [1, x.shape[1]] + [1] * (x.rank - 2)
     scale = var.add(eps).rsqrt()
     if w is not None:
         scale = scale.mul(w)
     y = x.sub(mean.reshape(shape)).mul(scale.reshape(shape))
     if b is not None:
         y = y.add(b.reshape(shape))
-    return (y, None, None)
+    return (_twin_of(L, (node, 0), y) if twin is not None else y, None, None)
 
 def _pair(v: Any, n: int = 2) -> List[int]:
     v = list(v) if isinstance(v, (list, tuple)) else [v]
     return v * n if len(v) == 1 else v
 
+def _twin_of(L: Lowering, key: Any, t: Any) -> Any:
+    """Records t [N, H, W, C] as key's channels-last twin; returns key's value, the [N, C, H, W] view of it."""
+    L.nhwc[key] = t
+    return t.permute([0, 3, 1, 2])
+
 def _windows(L: Lowering, x: Any, k: Sequence[int], stride: Sequence[int], pad: Sequence[int],
-             dil: Sequence[int], out_hw: Sequence[Any], fill: Optional[float] = None) -> List[Any]:
-    """The kh * kw strided windows of x [N, C, H, W] (padded) as [N, C, OH, OW] views, row-major."""
+             dil: Sequence[int], out_hw: Sequence[Any], fill: Optional[float] = None, hw: int = 2) -> List[Any]:
+    """The kh * kw strided windows of x (padded) over its axes hw and hw + 1 (H and W: 2 for [N, C, H, W],
+    1 for channels-last [N, H, W, C]) as views of x's shape with OH and OW there, row-major."""
     if pad[0] or pad[1]:
-        xp = x.pad(2, pad[0], pad[0]).pad(3, pad[1], pad[1])
+        xp = x.pad(hw, pad[0], pad[0]).pad(hw + 1, pad[1], pad[1])
         if fill is not None:  # padding reads as `fill` (max pooling pads with -inf)
-            ones = L.full(1.0, "f32", x.shape).pad(2, pad[0], pad[0]).pad(3, pad[1], pad[1])
+            ones = L.full(1.0, "f32", x.shape).pad(hw, pad[0], pad[0]).pad(hw + 1, pad[1], pad[1])
             xp = _prism.where(*_bc(L, ones.less(0.5), L.full(fill, x.dtype, []), xp))
     else:
         xp = x
     out = []
     for i in range(k[0]):
         for j in range(k[1]):
-            w = xp.slice(2, i * dil[0], out_hw[0], stride[0]).slice(3, j * dil[1], out_hw[1], stride[1])
+            w = xp.slice(hw, i * dil[0], out_hw[0], stride[0]).slice(hw + 1, j * dil[1], out_hw[1], stride[1])
             out.append(w)
     return out
 
@@ -136,17 +145,27 @@ def _convolution(L: Lowering, node: Any, x: Any, w: Any, b: Any, stride: Any, pa
     out = shape_of(node.meta["val"])
     N = x.shape[0]
     OH, OW = out[2], out[3]
-    wins = _windows(L, x, [KH, KW], _pair(stride), _pair(padding), _pair(dilation), [OH, OW])
     C = x.shape[1]
+    twin = L.nhwc.get(node.args[0])
     if w.rank == 2:  # the weight bound as [O, C*KH*KW]: im2col rows times Wᵀ, the GEMM template's form
-        cols = _prism.concat([v.reshape([N, C, 1, OH, OW]) for v in wins], 2)  # [N, C, KH*KW, OH, OW]
-        rows = cols.permute([0, 3, 4, 1, 2]).reshape([N, OH, OW, Cg * KH * KW])
+        # A channels-last input gives rows [N, OH, OW, KH*KW, C] as they are stored (no transpose), the
+        # weight's columns taken in (KH, KW, C) order; one the user gave [N, C, H, W] keeps (C, KH, KW).
+        if L.conv_weight_order.setdefault(node.args[1], "hwc" if twin is not None else "chw") == "hwc":
+            src = twin if twin is not None else x.permute([0, 2, 3, 1])  # a weight another such conv reads
+            wins = _windows(L, src, [KH, KW], _pair(stride), _pair(padding), _pair(dilation), [OH, OW], hw=1)
+            rows = _prism.concat([v.reshape([N, OH, OW, 1, C]) for v in wins], 3)
+        else:
+            wins = _windows(L, x, [KH, KW], _pair(stride), _pair(padding), _pair(dilation), [OH, OW])
+            cols = _prism.concat([v.reshape([N, C, 1, OH, OW]) for v in wins], 2)  # [N, C, KH*KW, OH, OW]
+            rows = cols.permute([0, 3, 4, 1, 2])
+        rows = rows.reshape([N, OH, OW, Cg * KH * KW])
         rows = rows if rows.dtype == "f32" else rows.cast("f32")
         y = rows.linear(w)                                                    # [N, OH, OW, O]
         if b is not None:
             y = y.add(b if b.dtype == "f32" else b.cast("f32"))
-        y = y.permute([0, 3, 1, 2])
-        return _as_result(L, node, y)
+        want = prism_dtype(node.meta["val"].dtype)
+        return _twin_of(L, node, y if y.dtype == want else y.cast(want))
+    wins = _windows(L, x, [KH, KW], _pair(stride), _pair(padding), _pair(dilation), [OH, OW])
     cols = _prism.concat([v.reshape([N, C, 1, OH, OW]) for v in wins], 2)  # [N, C, KH*KW, OH, OW]
     G = groups
     cols = cols.reshape([N, G, Cg * KH * KW, OH * OW])          # per group: [Cg*K, OH*OW]
@@ -162,11 +181,13 @@ def _max_pool(L: Lowering, node: Any, x: Any, kernel: Any, stride: Any = (), pad
     k = _pair(kernel)
     s = _pair(stride) if stride else k
     out = shape_of(node.meta["val"][0])
-    wins = _windows(L, x, k, s, _pair(padding), _pair(dilation), [out[2], out[3]], fill=-math.inf)
+    twin = L.nhwc.get(node.args[0])
+    wins = _windows(L, x if twin is None else twin, k, s, _pair(padding), _pair(dilation), [out[2], out[3]],
+                    fill=-math.inf, hw=2 if twin is None else 1)
     y = wins[0]
     for v in wins[1:]:
         y = y.maximum(v)
-    return (y, None)
+    return (y if twin is None else _twin_of(L, (node, 0), y), None)
 
 def _avg_pool(L: Lowering, node: Any, x: Any, kernel: Any, stride: Any = (), padding: Any = 0,
               ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: Any = None) -> Any:
@@ -176,15 +197,20 @@ def _avg_pool(L: Lowering, node: Any, x: Any, kernel: Any, stride: Any = (), pad
     if (p[0] or p[1]) and not count_include_pad:
         raise Unsupported("avg_pool2d with count_include_pad=False")
     out = shape_of(node.meta["val"])
-    wins = _windows(L, x, k, s, p, [1, 1], [out[2], out[3]])
+    twin = L.nhwc.get(node.args[0])
+    wins = _windows(L, x if twin is None else twin, k, s, p, [1, 1], [out[2], out[3]], hw=2 if twin is None else 1)
     y = wins[0]
     for v in wins[1:]:
         y = y.add(v)
-    return y.div(float(divisor_override or k[0] * k[1]))
+    y = y.div(float(divisor_override or k[0] * k[1]))
+    return y if twin is None else _twin_of(L, node, y)
 
 def _adaptive_avg_pool(L: Lowering, node: Any, x: Any, size: Any) -> Any:
     if list(size) != [1, 1]:
         raise Unsupported("adaptive_avg_pool2d to other than 1x1")
+    twin = L.nhwc.get(node.args[0])
+    if twin is not None and x.rank == 4:
+        return _twin_of(L, node, twin.mean([1, 2], True))
     return x.mean([x.rank - 2, x.rank - 1], True)
 
 def _one(d: Any) -> bool:

@@ -137,6 +137,10 @@ class PrismGraph(torch.nn.Module):
                 self.out_tree = n.args[0]
         flat = self.out_tree if isinstance(self.out_tree, (list, tuple)) else [self.out_tree]
         index = {n: i for i, n in enumerate(placeholders)}
+        # convolution weights whose columns the lowering reads in (KH, KW, C) order (channels-last rows)
+        self.hwc_weights = {self.in_names[index[n]] for n, order in L.conv_weight_order.items()
+                            if order == "hwc" and n in index}
+        self.kept: Dict[str, torch.Tensor] = {}  # those weights' reordered copies, alive while bound
         for k, o in enumerate(flat):
             if isinstance(o, torch.fx.Node) and o.op == "placeholder":
                 self.outputs.append(("input", index[o]))
@@ -169,11 +173,15 @@ class PrismGraph(torch.nn.Module):
                 continue
             t = self._host(args[i], self.in_dtypes[i])
             if name in self.weight_of:
-                if name in self.flat_weights:
+                if self.bound.get(name) == t.data_ptr():  # bound once; again if the parameter moved
+                    continue
+                key = t.data_ptr()
+                if name in self.hwc_weights:  # [O, C, KH, KW] as [O, KH*KW*C]: a copy, kept
+                    t = self.kept[name] = t.permute(0, 2, 3, 1).reshape(t.shape[0], -1).contiguous()
+                elif name in self.flat_weights:
                     t = t.reshape(t.shape[0], -1)  # a view: no copy
-                if self.bound.get(name) != t.data_ptr():  # bound once; again if the parameter moved
-                    self.program.bind_weight(name, t)
-                    self.bound[name] = t.data_ptr()
+                self.program.bind_weight(name, t)
+                self.bound[name] = key
             else:
                 inputs[name] = t
         for name, t in self.constants.items():

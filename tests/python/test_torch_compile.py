@@ -177,16 +177,38 @@ class ConvNet(torch.nn.Module):
         return self.fc(torch.nn.functional.adaptive_avg_pool2d(x, 1).flatten(1))
 
 
+class ChannelsLast(torch.nn.Module):
+    """Convolutions fed by convolutions (their rows taken channels-last), a residual add, pooling of both
+    kinds, and weights read twice: c0's by a convolution of the input and of its own output, c2's by two
+    convolutions of convolutions."""
+
+    def __init__(self):
+        super().__init__()
+        self.c0 = torch.nn.Conv2d(3, 3, 3, padding=1)
+        self.c1, self.b1 = torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16)
+        self.c2 = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False)
+        self.c3 = torch.nn.Conv2d(16, 24, 3, stride=2, padding=1)
+        self.fc = torch.nn.Linear(24, 7)
+
+    def forward(self, x):
+        h = torch.relu(self.b1(self.c1(self.c0(torch.relu(self.c0(x))))))
+        h = torch.nn.functional.max_pool2d(h, 2)
+        h = h + torch.sigmoid(self.c2(h)) * 0.5
+        h = torch.nn.functional.avg_pool2d(self.c3(self.c2(torch.relu(h))), 2)
+        return self.fc(torch.nn.functional.adaptive_avg_pool2d(h, 1).flatten(1))
+
+
 def test_mlp_and_convnet_match_eager(backend):
     torch.manual_seed(2)
     mlp = torch.nn.Sequential(torch.nn.Linear(24, 48), torch.nn.GELU(), torch.nn.Linear(48, 48),
                               torch.nn.SiLU(), torch.nn.LayerNorm(48), torch.nn.Linear(48, 5)).eval().to(DEV)
-    net = ConvNet().eval().to(DEV)
-    for bn in (net.b1, net.b2):
+    net, last = ConvNet().eval().to(DEV), ChannelsLast().eval().to(DEV)
+    for bn in (net.b1, net.b2, last.b1):
         bn.running_mean.uniform_(-1, 1)
         bn.running_var.uniform_(0.5, 2)
     with torch.no_grad():
-        for model, shapes in ((mlp, [(3, 24), (17, 24), (64, 24)]), (net, [(2, 3, 32, 32), (5, 3, 32, 32)])):
+        for model, shapes in ((mlp, [(3, 24), (17, 24), (64, 24)]), (net, [(2, 3, 32, 32), (5, 3, 32, 32)]),
+                              (last, [(2, 3, 20, 20), (3, 3, 20, 20)])):
             compiled, counter = _compile(model, dynamic=True)
             frames = []
             for shape in shapes:
