@@ -97,6 +97,20 @@ TEST(Gemm, ActivationRegroupedByAReshapeIsReadFromItsSourceBuffer) {
   testing::CheckGraph(g, {{{"m", 1}}, {{"m", 5}}, {{"m", 67}}}, 1e-5, 1e-5, 3, "regrouped activation");
 }
 
+// A product with few output columns over many rows (a convolution's channels over its pixels) splits its
+// rows across the team, in blocks of 48 however many there are; with its bias as the epilogue, on three
+// threads, every row matches the interpreter.
+TEST(Gemm, FewColumnsOverManyRowsSplitTheRowsAcrossTheTeam) {
+  Graph g;
+  Tensor x{&g, g.Input("x", DType::F32, {Expr::Sym("m"), Expr(27)})};
+  Tensor w{&g, g.Weight("w", DType::F32, {Expr(32), Expr(27)})};
+  Tensor b{&g, g.Weight("b", DType::F32, {Expr(32)})};
+  g.MarkOutput(Linear(x, w, b).id(), "y");
+  auto prog = Program::Compile(g, {.threads = 3});
+  testing::CheckExecutable(*prog, {{{"m", 5000}}, {{"m", 4801}}, {{"m", 100}}, {{"m", 7}}}, 1e-5, 1e-5, 4,
+                           false, "row split");
+}
+
 // GGUF's K-quant, Q4_1/Q5_x and IQ4 blocks, dequantized in AVX2 registers: the decode tiles (one or
 // two activation rows), the prefill panels (more rows), ragged column splits, against exact sums.
 TEST(Gemm, BlockFormatsMatchExactProductsOverOddShapesAndSplits) {

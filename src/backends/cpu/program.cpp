@@ -308,21 +308,34 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
     const GemmTemplate& gm = *kn.gemm;
     if (st.m <= 0) return;
     const GemmForm& form = GemmForms()[st.form];
-    int64_t nb = 0, ne = gm.n;
+    int64_t nb = 0, ne = gm.n, mb = 0, me = st.m;
     if (st.parallel) {  // threads split the weight rows in whole tiles: each weight byte is read once
       const int64_t tile = form.split_tile, tiles = (gm.n + tile - 1) / tile;
-      nb = std::min(gm.n, tiles * t / threads * tile);
-      ne = std::min(gm.n, tiles * (t + 1) / threads * tile);
+      const double a_bytes = 4.0 * (double)st.m * (double)gm.k,
+                   w_bytes = (double)StorageBytes(kp_.buffers[gm.w_buffer].dtype, gm.n * gm.k);
+      if ((tiles < threads || a_bytes > 32 * w_bytes) && !form.fit_team && gm.index_buffer < 0) {
+        // Fewer tiles than threads, or an activation far larger than the weight (a convolution's few
+        // output channels over many pixels), which each thread would read whole: the activation's rows
+        // are split instead, in blocks every form's row tile divides.
+        constexpr int64_t kRowBlock = 48;
+        const int64_t blocks = (st.m + kRowBlock - 1) / kRowBlock;
+        mb = std::min(st.m, blocks * t / threads * kRowBlock);
+        me = std::min(st.m, blocks * (t + 1) / threads * kRowBlock);
+        if (mb >= me) return;
+      } else {
+        nb = std::min(gm.n, tiles * t / threads * tile);
+        ne = std::min(gm.n, tiles * (t + 1) / threads * tile);
+      }
     }
     GemmCall call;
-    call.a = static_cast<const float*>(bufs[gm.a_buffer]);
-    call.m = st.m;
+    call.a = static_cast<const float*>(bufs[gm.a_buffer]) + mb * gm.k;
+    call.m = me - mb;
     call.n = gm.n;
     call.k = gm.k;
     call.w = bufs[gm.w_buffer];
     call.wt = kp_.buffers[gm.w_buffer].dtype;
     call.packed = Packed(st.form, gm.w_buffer);
-    call.y = static_cast<float*>(bufs[kn.out_buffer]);
+    call.y = static_cast<float*>(bufs[kn.out_buffer]) + mb * gm.n;
     call.nb = nb;
     call.ne = ne;
     if (gm.index_buffer >= 0)
@@ -336,7 +349,7 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
     form.run(call);
     // The epilogue over this thread's columns, while they are in cache.
     if (gm.epilogue)
-      for (int64_t i = 0; i < st.m && nb < ne; ++i) fns_epi_[k](bufs, syms, i * gm.n + nb, i * gm.n + ne);
+      for (int64_t i = mb; i < me && nb < ne; ++i) fns_epi_[k](bufs, syms, i * gm.n + nb, i * gm.n + ne);
     return;
   }
   int64_t begin = 0, end = st.total;
