@@ -140,7 +140,7 @@ class PrismGraph(torch.nn.Module):
         # convolution weights whose columns the lowering reads in (KH, KW, C) order (channels-last rows)
         self.hwc_weights = {self.in_names[index[n]] for n, order in L.conv_weight_order.items()
                             if order == "hwc" and n in index}
-        self.kept: Dict[str, torch.Tensor] = {}  # those weights' reordered copies, alive while bound
+        self.kept: Dict[str, torch.Tensor] = {}  # each weight as bound
         for k, o in enumerate(flat):
             if isinstance(o, torch.fx.Node) and o.op == "placeholder":
                 self.outputs.append(("input", index[o]))
@@ -171,19 +171,20 @@ class PrismGraph(torch.nn.Module):
         for i, name in enumerate(self.in_names):
             if name is None:
                 continue
-            t = self._host(args[i], self.in_dtypes[i])
             if name in self.weight_of:
-                if self.bound.get(name) == t.data_ptr():  # bound once; again if the parameter moved
+                key = args[i].data_ptr()  # the parameter where the caller holds it (a GPU's too)
+                if self.bound.get(name) == key:  # bound once; again if the parameter moved
                     continue
-                key = t.data_ptr()
-                if name in self.hwc_weights:  # [O, C, KH, KW] as [O, KH*KW*C]: a copy, kept
-                    t = self.kept[name] = t.permute(0, 2, 3, 1).reshape(t.shape[0], -1).contiguous()
+                t = self._host(args[i], self.in_dtypes[i])
+                if name in self.hwc_weights:  # [O, C, KH, KW] as [O, KH*KW*C]: a copy
+                    t = t.permute(0, 2, 3, 1).reshape(t.shape[0], -1).contiguous()
                 elif name in self.flat_weights:
                     t = t.reshape(t.shape[0], -1)  # a view: no copy
+                self.kept[name] = t  # the bytes bound (a host copy of a GPU parameter): alive while bound
                 self.program.bind_weight(name, t)
                 self.bound[name] = key
             else:
-                inputs[name] = t
+                inputs[name] = self._host(args[i], self.in_dtypes[i])
         for name, t in self.constants.items():
             if name not in self.bound:
                 t = self._host(t, prism_dtype(t.dtype))

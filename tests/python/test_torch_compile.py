@@ -234,6 +234,46 @@ def test_constant_padding_matches_eager(backend):
     assert counter.frame_count == 1
 
 
+def test_weights_are_bound_at_the_first_call_only(backend, monkeypatch):
+    """Parameters are bound (copied to the host from a GPU, packed) at the first call; later calls bind
+    nothing, unless a parameter moved."""
+    graphs, binds = [], []
+    init = backend.PrismGraph.__init__
+
+    class Counting:
+        def __init__(self, program):
+            self.program = program
+
+        def bind_weight(self, name, t):
+            binds.append(name)
+            return self.program.bind_weight(name, t)
+
+        def __getattr__(self, attr):
+            return getattr(self.program, attr)
+
+    def spy(self, *a, **k):
+        init(self, *a, **k)
+        self.program = Counting(self.program)
+        graphs.append(self)
+
+    monkeypatch.setattr(backend.PrismGraph, "__init__", spy)
+    torch.manual_seed(4)
+    mlp = torch.nn.Sequential(torch.nn.Linear(12, 20), torch.nn.ReLU(), torch.nn.Linear(20, 3)).eval().to(DEV)
+    compiled, _ = _compile(mlp)
+    with torch.no_grad():
+        x = torch.randn(5, 12, device=DEV)
+        want = mlp(x)
+        assert _rel(compiled(x), want) < 1e-5
+        first = len(binds)
+        assert first == 4  # two weights, two biases
+        for _ in range(3):
+            assert _rel(compiled(x), want) < 1e-5
+        assert len(binds) == first
+        mlp[0].weight.data = mlp[0].weight.data * 2  # moved: bound again, and used
+        assert _rel(compiled(x), mlp(x)) < 1e-5
+    assert len(binds) == first + 1 and len(graphs) >= 1
+
+
 def test_pow_keeps_the_sign_of_negative_bases_for_every_integer_exponent(backend):
     x = torch.tensor([-2.0, -1.5, -0.75, 0.0, 0.5, 1.25, 3.0, float("nan")], device=DEV)
     for p in (-3, -2, -1, 0, 1, 2, 3, 5, 6, 7, 65, 66, 0.5, 1.5, -0.5):
