@@ -96,17 +96,12 @@ class CppKernelRenderer : public CKernelRenderer {
     // A buffer of the output's size read at the output's own element could be given the output's bytes
     // (InPlaceInputs), which the terms after the first would then read overwritten: such kernels keep
     // the one loop.
-    auto numel = [](const std::vector<Expr>& shape) {
-      Expr n(1);
-      for (const Expr& d : shape) n = n * d;
-      return n.str();
-    };
     std::vector<const KValue*> loads;
     CollectLoadValues(k.value, &loads);
     const std::string at_text = k.out_index.str(), inner = k.vars.back();
-    const std::string out_numel = numel(p_.buffers[k.out_buffer].shape);
+    const Expr out_numel = Product(p_.buffers[k.out_buffer].shape);
     for (const KValue* l : loads)
-      if (l->index.str() == at_text && numel(p_.buffers[l->buffer].shape) == out_numel) return "";
+      if (l->index.str() == at_text && Product(p_.buffers[l->buffer].shape) == out_numel) return "";
     auto uniform = [&](const KValue& g) {  // a guard that reads no inner index and no data
       std::vector<std::string> syms;
       g.index.CollectSymbols(&syms);

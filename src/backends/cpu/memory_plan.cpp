@@ -63,12 +63,8 @@ std::vector<int> InPlaceInputs(const KernelProgram& p, const Kernel& k) {
   const KBuffer& out = p.buffers[k.out_buffer];
   if (out.kind != BufferKind::Intermediate) return inputs;
   // Same type and element count (a product's output keeps its reduced axis as 1: [seq, 96, 1]).
-  auto numel = [](const KBuffer& b) {
-    Expr n(1);
-    for (const Expr& d : b.shape) n = n * d;
-    return n;
-  };
-  auto same_size = [&](const KBuffer& b) { return b.dtype == out.dtype && numel(b) == numel(out); };
+  const Expr numel = Product(out.shape);
+  auto same_size = [&](const KBuffer& b) { return b.dtype == out.dtype && Product(b.shape) == numel; };
   // Buffers read anywhere but at the output's own element (through another index, or a gather) are out.
   const std::string at = k.out_index.str();
   std::set<int> elsewhere;
