@@ -298,6 +298,24 @@ inline std::vector<OpGraphCase> OpGraphCases() {
                   true};
     cases.push_back(c);
   }
+  {
+    // ModernBERT's local layers: every query sees the keys fewer than 4 positions away, either way.
+    OpGraphCase c{"bidirectional_windowed_attention",
+                  [=](Graph& g) {
+                    T q = in(g, "q", {S(), Expr(4), Expr(8)});
+                    T k = in(g, "k", {S(), Expr(2), Expr(8)});
+                    T v = in(g, "v", {S(), Expr(2), Expr(8)});
+                    T kc{&g, g.State("k_cache", DType::F32, {Expr(32), Expr(2), Expr(8)})};
+                    T vc{&g, g.State("v_cache", DType::F32, {Expr(32), Expr(2), Expr(8)})};
+                    out(CausalAttention(q, k, v, kc, vc, Expr(0), 0.9, {.window = 4, .bidirectional = true}),
+                        "attn");
+                  },
+                  {{{"seq", 9}}, {{"seq", 1}}, {{"seq", 3}}, {{"seq", 21}}},
+                  1e-5,
+                  1e-4,
+                  true};
+    cases.push_back(c);
+  }
   return cases;
 }
 

@@ -47,11 +47,18 @@ Tensor RmsNorm(const Tensor& x, const Tensor& weight, double eps) {
   return (y * weight).cast(x.dtype());
 }
 
-Tensor LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+static Tensor Normalized(const Tensor& x, double eps) {
   Tensor xf = x.cast(DType::F32);
   Tensor d = xf - xf.mean({-1});
-  Tensor y = d * (d.square().mean({-1}) + eps).rsqrt();
-  return (y * weight + bias).cast(x.dtype());
+  return d * (d.square().mean({-1}) + eps).rsqrt();
+}
+
+Tensor LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  return (Normalized(x, eps) * weight + bias).cast(x.dtype());
+}
+
+Tensor LayerNorm(const Tensor& x, const Tensor& weight, double eps) {
+  return (Normalized(x, eps) * weight).cast(x.dtype());
 }
 
 Tensor Silu(const Tensor& x) { return x * x.sigmoid(); }
@@ -226,7 +233,7 @@ Tensor CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const 
   Tensor vc{g, g->StateWrite(v_cache.id(), v.cast(v_cache.dtype()).id(), 0, past)};
   // Keys [first, past + seq): a windowed layer's first query sees none before past + 1 - window.
   const bool windowed = variant.window > 0;
-  Expr first = windowed ? Max(Expr(0), past + Expr(1 - variant.window)) : Expr(0);
+  Expr first = windowed && !variant.bidirectional ? Max(Expr(0), past + Expr(1 - variant.window)) : Expr(0);
   Expr total = past + seq, keys_n = windowed ? total - first : total;
   Tensor keys = kc.slice(0, first, keys_n).cast(DType::F32);  // [T, Hkv, D]
   Tensor vals = vc.slice(0, first, keys_n).cast(DType::F32);
@@ -241,15 +248,21 @@ Tensor CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const 
   Tensor t_idx{g, g->Iota(sshape, 3, DType::I32)};
   Tensor s_idx{g, g->Iota(sshape, 2, DType::I32)};
   auto shifted = [&](const Expr& by) { return s_idx + BroadcastTo(ExprValue(g, by, DType::I32), sshape); };
-  if (variant.bidirectional && windowed) throw Error("attention: a sliding window of a bidirectional attention");
   const Expr offset = variant.bidirectional ? total : windowed ? past + Expr(1) - first : past + Expr(1);
   if (windowed) {  // t + window < limit: before the window (compared so, no operand is negative), as an
                    // additive -inf over [seq, keys] shared by the heads, which the fused template takes
     const std::vector<Expr> ms = {seq, keys_n};
     Tensor t_key{g, g->Iota(ms, 1, DType::I32)}, s_query{g, g->Iota(ms, 0, DType::I32)};
-    Tensor before = Less(t_key + Full(g, (double)variant.window, ms, DType::I32),
-                         s_query + BroadcastTo(ExprValue(g, offset, DType::I32), ms));
-    Tensor bias = Where(before, Full(g, -INFINITY, ms), Full(g, 0.0, ms));
+    const Tensor window = Full(g, (double)variant.window, ms, DType::I32);
+    Tensor bias;
+    if (variant.bidirectional) {  // and keys window or more positions after the query's (an encoder's)
+      const Tensor at = s_query + BroadcastTo(ExprValue(g, past, DType::I32), ms), one = Full(g, 1, ms, DType::I32);
+      bias = Where(Less(t_key + window, at + one), Full(g, -INFINITY, ms),
+                   Where(Less(at + window, t_key + one), Full(g, -INFINITY, ms), Full(g, 0.0, ms)));
+    } else {
+      Tensor before = Less(t_key + window, s_query + BroadcastTo(ExprValue(g, offset, DType::I32), ms));
+      bias = Where(before, Full(g, -INFINITY, ms), Full(g, 0.0, ms));
+    }
     scores = scores + BroadcastTo(bias.reshape({Expr(1), Expr(1), seq, keys_n}), sshape);
   }
   Tensor masked = Where(Less(t_idx, shifted(offset)), scores, Full(g, -INFINITY, sshape));

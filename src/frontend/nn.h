@@ -17,6 +17,7 @@ Tensor Softmax(const Tensor& x, int64_t axis = -1);
 Tensor LogSoftmax(const Tensor& x, int64_t axis = -1);
 Tensor RmsNorm(const Tensor& x, const Tensor& weight, double eps);  // over the last axis
 Tensor LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+Tensor LayerNorm(const Tensor& x, const Tensor& weight, double eps);  // without a bias
 Tensor Silu(const Tensor& x);
 Tensor GeluTanh(const Tensor& x);
 Tensor GeluErf(const Tensor& x);
@@ -56,7 +57,9 @@ Tensor SoftCap(const Tensor& x, double cap);
 struct AttentionVariant {
   int64_t window = 0;
   double softcap = 0;
-  bool bidirectional = false;  // no mask: every query sees every key of the cache's [0, past + seq) (encoders)
+  // No causal mask: every query sees every key of the cache's [0, past + seq) (encoders); with a window, those
+  // less than `window` positions away from it either way.
+  bool bidirectional = false;
 };
 
 // Causal grouped-query attention over a KV cache held in state buffers.

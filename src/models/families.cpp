@@ -4,6 +4,7 @@
 #include "models/gemma.h"
 #include "models/gpt2.h"
 #include "models/llama.h"
+#include "models/modernbert.h"
 #include "models/moe.h"
 #include "models/phi3.h"
 
@@ -116,6 +117,12 @@ const std::vector<ModelFamily>& ModelFamilies() {
        .from_gguf = BertFromGguf,
        .gguf_names = &kBertGgufNames,
        .build = BuildBert},
+      {.name = "modernbert",
+       .hf_classes = {"ModernBertModel", "ModernBertForMaskedLM"},
+       .default_max_position = 8192,
+       .encoder = true,
+       .from_hf = ModernBertFromHf,
+       .build = BuildModernBert},
   };
   return families;
 }

@@ -120,7 +120,9 @@ Tensor LmBuilder::Attention(const Tensor& q, const Tensor& k, const Tensor& v, i
   Tensor kc = KvCache("k_cache", l, nkv), vc = KvCache("v_cache", l, nkv);
   // An encoder's keys and values pass through scratch rows of its cache (rewritten by every input) so that
   // the fused attention template, which reads them from state, runs them with every key visible.
-  if (encoder_) return CausalAttention(q, k, v, kc, vc, Expr(0), scale, {.bidirectional = true});
+  if (encoder_)
+    return CausalAttention(q, k, v, kc, vc, Expr(0), scale,
+                           {.window = Variant(l).window, .bidirectional = true});
   if (paged())
     return PagedAttention(q, k, v, kc, vc, slots_, table_, pos_, opts_.kv_block, scale, Variant(l));
   return CausalAttention(q, k, v, kc, vc, past_, scale, Variant(l));

@@ -88,6 +88,43 @@ def _bert(folder, vocab, seed, masked_lm=False):
     model.save_pretrained(folder)
 
 
+def _train_bpe():
+    """A byte-level BPE with [CLS] $A [SEP], as ModernBERT's tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=500, special_tokens=SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(CORPUS * 3, trainer=trainer)
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                                       special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    return tok
+
+
+def _modernbert(folder, tok, seed):
+    """A random ModernBERT of odd sizes with every feature on: 5 layers (0 and 3 global, the others a window
+    of 3 tokens either way, with their own rope base), biased attention, unbiased norms and MLP."""
+    from transformers import ModernBertConfig, ModernBertModel
+    torch.manual_seed(seed)
+    ids = {name: tok.token_to_id(t) for name, t in
+           [("pad_token_id", "[PAD]"), ("cls_token_id", "[CLS]"), ("sep_token_id", "[SEP]"),
+            ("bos_token_id", "[CLS]"), ("eos_token_id", "[SEP]")]}
+    cfg = ModernBertConfig(vocab_size=tok.get_vocab_size(), hidden_size=36, num_hidden_layers=5,
+                           num_attention_heads=3, intermediate_size=38, max_position_embeddings=64,
+                           local_attention=6, global_attn_every_n_layers=3, attention_bias=True, mlp_bias=False,
+                           norm_bias=False, norm_eps=1e-5, **ids)
+    model = ModernBertModel(cfg).eval()
+    with torch.no_grad():  # norms away from their identity start and scores away from uniform, so they matter
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(torch.randn_like(p) * 0.2)
+            if "Wqkv.weight" in name:
+                p.mul_(8)
+    model.save_pretrained(folder)
+
+
 @pytest.fixture(scope="module")
 def zoo(tmp_path_factory):
     """Tokenizer folders and embedding model folders, keyed by name."""
@@ -150,6 +187,29 @@ def zoo(tmp_path_factory):
     _bert(str(plain), trained["cased"].get_vocab_size(), 5, masked_lm=True)
     _write_tokenizer(trained["cased"], str(plain), False, 40)
     out["plain_mlm"] = str(plain)
+    # ModernBERT under sentence-transformers (mean pooling, normalised), and the same folder with the
+    # config.json keys checkpoints on the Hub carry (global_rope_theta, local_rope_theta, every n-th layer
+    # global) in place of transformers 5's layer_types and per-type rope_parameters.
+    bpe = _train_bpe()
+    src = root / "modernbert_src"
+    _modernbert(str(src), bpe, 6)
+    from transformers import PreTrainedTokenizerFast
+    PreTrainedTokenizerFast(tokenizer_object=bpe, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+                            pad_token="[PAD]", mask_token="[MASK]", model_max_length=40).save_pretrained(str(src))
+    word = models.Transformer(str(src), max_seq_length=40)
+    SentenceTransformer(modules=[word, models.Pooling(36, "mean"), models.Normalize()], device="cpu").save(
+        str(root / "modernbert"))
+    out["modernbert"] = str(root / "modernbert")
+    import shutil
+    shutil.copytree(root / "modernbert", root / "modernbert_hub")
+    cfg_path = root / "modernbert_hub" / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    rope = cfg.pop("rope_parameters")
+    cfg.pop("layer_types")
+    cfg["global_rope_theta"] = rope["full_attention"]["rope_theta"]
+    cfg["local_rope_theta"] = rope["sliding_attention"]["rope_theta"]
+    cfg_path.write_text(json.dumps(cfg))
+    out["modernbert_hub"] = str(root / "modernbert_hub")
     return out
 
 
@@ -203,7 +263,8 @@ def test_wordpiece_nul_and_decode(prism_bin, zoo):
     assert json.loads(p.stdout) == ref(text)["input_ids"]
 
 
-@pytest.mark.parametrize("name", ["cls_norm", "mean", "multi", "legacy", "plain_mlm"])
+@pytest.mark.parametrize("name", ["cls_norm", "mean", "multi", "legacy", "plain_mlm", "modernbert",
+                                  "modernbert_hub"])
 def test_embeddings_match_sentence_transformers(prism_bin, zoo, name):
     from sentence_transformers import SentenceTransformer
     model = SentenceTransformer(zoo[name], device="cpu")
@@ -254,6 +315,15 @@ def test_encoder_errors(prism_bin, zoo, tmp_path):
     err = _one_line_error(subprocess.run([prism_bin, "embed", str(weighted), "--text", "hi"],
                                          capture_output=True, text=True, timeout=120))
     assert "weightedmean" in err
+    # A ModernBERT config whose layer types do not cover its layers.
+    short = tmp_path / "short_types"
+    shutil.copytree(zoo["modernbert"], short)
+    cfg = json.loads((short / "config.json").read_text())
+    cfg["layer_types"] = cfg["layer_types"][:-1]
+    (short / "config.json").write_text(json.dumps(cfg))
+    err = _one_line_error(subprocess.run([prism_bin, "embed", str(short), "--text", "hi"],
+                                         capture_output=True, text=True, timeout=120))
+    assert "config.json" in err and "layer_types" in err and "5 layer types" in err
 
 
 def test_v1_embeddings_with_the_openai_client(prism_bin, zoo):
