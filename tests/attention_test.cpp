@@ -185,6 +185,54 @@ TEST(AttentionMatch, TensorAttentionTakesOtherLayoutsAndAMask) {
     }
 }
 
+// Texts packed into one sequence (an encoder's step of several): a mask hides the other texts' keys, with a
+// bias inside some texts' own spans (random, or a band hiding keys 3 or more away) and zeros in others.
+// Blocks of query rows skip the keys before and after what their rows see, and add nothing where their rows'
+// masks are zero; text boundaries fall inside blocks. The program equals the interpreter on one and two
+// threads (ctest runs this file on the AVX2 kernel too).
+TEST(AttentionMatch, PackedTextsSeeOnlyTheirOwnKeys) {
+  for (Heads hd : std::vector<Heads>{{2, 2, 16}, {1, 3, 40}}) {
+    Graph g;
+    const Expr seq = Seq();
+    Tensor q{&g, g.Input("q", DType::F32, {seq, Expr(hd.kv * hd.group), Expr(hd.dim)})};
+    Tensor k{&g, g.Input("k", DType::F32, {seq, Expr(hd.kv), Expr(hd.dim)})};
+    Tensor v{&g, g.Input("v", DType::F32, {seq, Expr(hd.kv), Expr(hd.dim)})};
+    Tensor m{&g, g.Input("m", DType::F32, {seq, seq})};
+    g.MarkOutput(Attention(q * 1.25, k + 0.5, v, m, 0.3, false).id(), "o");
+    ASSERT_EQ(AttentionKernels(BuildKernelProgram(g)), 1);
+    for (int threads : {1, 2}) {
+      CompileOptions opts;
+      opts.threads = threads;
+      auto prog = Program::Compile(g, opts);
+      Interpreter interp(g);
+      for (const std::vector<int64_t>& lengths : std::vector<std::vector<int64_t>>{
+               {7, 1, 13, 20, 3}, {40}, {2, 2, 2}, {16, 16, 5}, {1}, {9, 30, 1, 1, 25}}) {
+        int64_t n = 0;
+        for (int64_t len : lengths) n += len;
+        SymbolBindings b{{"seq", n}};
+        auto in = testing::RandomTensors(g, Op::Input, b, 20 + n);
+        float* mask = static_cast<float*>(in.at("m").data);
+        for (int64_t s0 = 0, text = 0; text < (int64_t)lengths.size(); s0 += lengths[text], ++text)
+          for (int64_t s = s0; s < s0 + lengths[text]; ++s)
+            for (int64_t t = 0; t < n; ++t) {
+              float& x = mask[s * n + t];
+              const bool own = t >= s0 && t < s0 + lengths[text];
+              if (!own)
+                x = -INFINITY;
+              else if (text % 3 == 1)
+                x = std::abs(s - t) >= 3 ? -INFINITY : 0.0f;  // a window
+              else if (text % 3 == 0)
+                x = 0.0f;  // plain: nothing to add
+            }              // text % 3 == 2: the random bias stays
+        std::string what = "H=" + std::to_string(hd.kv) + " G=" + std::to_string(hd.group) +
+                           " threads=" + std::to_string(threads) + " texts";
+        for (int64_t len : lengths) what += " " + std::to_string(len);
+        testing::ExpectClose(interp.Run(in, b), prog->Run(in, b), 1e-5, 1e-4, what);
+      }
+    }
+  }
+}
+
 // Two sequences' attention spelled as batched matmuls ([B, H, S, D] operands and a mask, as an unfused
 // scaled_dot_product_attention over a batch): the sequence and head axes look like the pattern's K/V head
 // and group axes, but each one's keys are its own. The matcher must refuse it (a key's place depends on the

@@ -56,11 +56,16 @@ Runner AddEmbedCommand(CLI::App& app) {
     auto enc = TextEncoder::Load(o->model, lo);
     const auto t0 = std::chrono::steady_clock::now();
     size_t tokens = 0;
+    std::vector<std::vector<int32_t>> inputs;
     for (const std::string& t : texts) {
-      std::vector<int32_t> ids = enc->Tokenize(t);
-      tokens += ids.size();
-      const nlohmann::json line = o->tokens ? nlohmann::json(ids) : nlohmann::json(enc->Embed(ids));
-      std::printf("%s\n", line.dump().c_str());
+      inputs.push_back(enc->Tokenize(t));
+      tokens += inputs.back().size();
+    }
+    if (o->tokens) {
+      for (const std::vector<int32_t>& ids : inputs) std::printf("%s\n", nlohmann::json(ids).dump().c_str());
+    } else {
+      for (const std::vector<float>& e : enc->EmbedMany(inputs))
+        std::printf("%s\n", nlohmann::json(e).dump().c_str());
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (o->timing)

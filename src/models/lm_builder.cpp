@@ -26,7 +26,15 @@ LmBuilder::LmBuilder(Graph* g, const ModelConfig& cfg, const WeightLookup& w, co
     if (opts_.max_context > cfg_.max_position)
       throw Error("an encoder reads at most " + std::to_string(cfg_.max_position) + " tokens, not " +
                   std::to_string(opts_.max_context));
-    pos_ = Arange(g_, seq);
+    if (!opts_.encoder_batch) {
+      pos_ = Arange(g_, seq);
+      return;
+    }
+    const Expr texts = Expr::Sym("texts");
+    pos_ = Tensor{g_, g_->Input("positions", DType::I32, {seq})};
+    segments_ = Tensor{g_, g_->Input("segments", DType::I32, {seq})};
+    firsts_ = Tensor{g_, g_->Input("firsts", DType::I32, {texts})};
+    lasts_ = Tensor{g_, g_->Input("lasts", DType::I32, {texts})};
     return;
   }
   if (!paged()) {
@@ -116,6 +124,9 @@ Tensor LmBuilder::KvCache(const std::string& kind, int64_t l, int64_t heads) {
 }
 
 Tensor LmBuilder::Attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t l, double scale) {
+  // A packed encoder's texts attend each to its own: no cache, a mask.
+  if (encoder_ && opts_.encoder_batch)
+    return prism::Attention(q, k, v, SegmentMask(Variant(l).window), scale, false);
   const int64_t nkv = k.dim(1).value();
   Tensor kc = KvCache("k_cache", l, nkv), vc = KvCache("v_cache", l, nkv);
   // An encoder's keys and values pass through scratch rows of its cache (rewritten by every input) so that
@@ -134,32 +145,70 @@ Tensor LmBuilder::LastOrAll(const Tensor& h) {
   return h.slice(0, h.dim(0) - Expr(1), Expr(1));
 }
 
+Tensor LmBuilder::SegmentMask(int64_t window) {
+  if (auto it = segment_masks_.find(window); it != segment_masks_.end()) return it->second;
+  const Expr seq = tokens_.dim(0);
+  const std::vector<Expr> ms = {seq, seq};
+  auto rows = [&](const Tensor& v) { return BroadcastTo(v.reshape({seq, Expr(1)}), ms); };  // [s, t]: v[s]
+  auto cols = [&](const Tensor& v) { return BroadcastTo(v.reshape({Expr(1), seq}), ms); };  // [s, t]: v[t]
+  const Tensor inf = Full(g_, -INFINITY, ms), zero = Full(g_, 0.0, ms);
+  Tensor mask = Where(Less(rows(segments_), cols(segments_)), inf,
+                      Where(Less(cols(segments_), rows(segments_)), inf, zero));
+  if (window > 0) {  // within a text, keys window or more positions away either way are hidden too
+    const Tensor w = Full(g_, (double)window, ms, DType::I32), one = Full(g_, 1, ms, DType::I32);
+    const Tensor s{g_, g_->Iota(ms, 0, DType::I32)}, t{g_, g_->Iota(ms, 1, DType::I32)};
+    mask = Where(Less(t + w, s + one), inf, Where(Less(s + w, t + one), inf, mask));
+  }
+  return segment_masks_[window] = mask;
+}
+
 void LmBuilder::SentenceEmbedding(const Tensor& states) {
   Tensor h = states.cast(DType::F32);
-  const Expr seq = h.dim(0);
-  std::vector<Tensor> parts;
+  const Expr seq = h.dim(0), d = h.dim(1);
+  const bool packed = encoder_ && opts_.encoder_batch;
+  // Packed: which tokens are each text's, as weights [texts, seq] (1 for its own, else 0), and their counts.
+  Tensor member, count;
+  Expr texts = 1;
+  if (packed) {
+    texts = firsts_.dim(0);
+    const std::vector<Expr> ms = {texts, seq};
+    const Tensor text{g_, g_->Iota(ms, 0, DType::I32)};
+    const Tensor seg = BroadcastTo(segments_.reshape({Expr(1), seq}), ms);
+    const Tensor zero = Full(g_, 0.0, ms);
+    member = Where(Less(seg, text), zero, Where(Less(text, seg), zero, Full(g_, 1.0, ms)));
+    count = BroadcastTo(member.sum({1}), {texts, d});  // [texts, d]: each text's token count
+  }
+  std::vector<Tensor> parts;  // each [texts or 1, d]
   for (const std::string& mode : opts_.pooling.modes) {
     if (mode == "cls") {
-      parts.push_back(h.slice(0, Expr(0), Expr(1)));
+      parts.push_back(packed ? Embedding(h, firsts_) : h.slice(0, Expr(0), Expr(1)));
     } else if (mode == "lasttoken") {
-      parts.push_back(h.slice(0, seq - Expr(1), Expr(1)));
+      parts.push_back(packed ? Embedding(h, lasts_) : h.slice(0, seq - Expr(1), Expr(1)));
+    } else if (mode == "max" && packed) {  // over each text's own tokens: the others read as -inf
+      const std::vector<Expr> s3 = {texts, seq, d};
+      const Tensor own = BroadcastTo(member.reshape({texts, seq, Expr(1)}), s3);
+      parts.push_back(Where(Less(own, Full(g_, 0.5, s3)), Full(g_, -INFINITY, s3),
+                            BroadcastTo(h.reshape({Expr(1), seq, d}), s3))
+                          .max({1})
+                          .reshape({texts, d}));
     } else if (mode == "max") {
       parts.push_back(h.max({0}));
     } else if (mode == "mean") {
-      parts.push_back(h.mean({0}));
+      parts.push_back(packed ? Matmul(member, h) / count : h.mean({0}));
     } else if (mode == "mean_sqrt_len_tokens") {
-      parts.push_back(h.sum({0}) * BroadcastTo(ExprValue(g_, seq, DType::F32).rsqrt(), {Expr(1), h.dim(1)}));
+      parts.push_back(packed
+                          ? Matmul(member, h) * count.rsqrt()
+                          : h.sum({0}) * BroadcastTo(ExprValue(g_, seq, DType::F32).rsqrt(), {Expr(1), d}));
     } else {
       throw Error("encoder: unsupported pooling mode '" + mode + "'");
     }
   }
   if (parts.empty()) throw Error("encoder: no pooling mode");
-  Tensor e = (parts.size() == 1 ? parts[0] : Concat(parts, 1))
-                 .reshape({parts[0].dim(1) * Expr((int64_t)parts.size())});
+  Tensor e = parts.size() == 1 ? parts[0] : Concat(parts, 1);  // [texts or 1, dim]
   // torch.nn.functional.normalize: x / max(|x|, 1e-12).
   if (opts_.pooling.normalize)
-    e = e / BroadcastTo(Maximum(e.square().sum({0}).sqrt(), Full(g_, 1e-12, {Expr(1)})), e.shape());
-  g_->MarkOutput(e.id(), "embedding");
+    e = e / BroadcastTo(Maximum(e.square().sum({1}).sqrt(), Full(g_, 1e-12, {e.dim(0), Expr(1)})), e.shape());
+  g_->MarkOutput((packed ? e : e.reshape({e.dim(1)})).id(), "embedding");
 }
 
 void LmBuilder::Logits(const Tensor& logits) {

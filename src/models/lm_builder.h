@@ -2,13 +2,17 @@
 // step's inputs ("tokens", positions from "past"), the KV cache, attention, and the logits output.
 //
 // An encoder's graph (encoder = true) has input "tokens" [seq] at positions 0 ..< seq, no cache, attention
-// both ways, and ends in SentenceEmbedding.
+// both ways, and ends in SentenceEmbedding. Packed (LmGraphOptions::encoder_batch), the tokens are those of
+// several texts one after another, with inputs "positions" and "segments" [seq] i32 (each token's position in
+// its text, and its text's index: 0, 0, .., 1, ..), and "firsts" and "lasts" [texts] i32 (each text's first
+// and last token); a token attends only to its own text's, and the output "embedding" is [texts, dim].
 //
 // A batched step (LmGraphOptions::kv_block > 0) runs the tokens of many sequences: inputs "tokens",
 // "positions", "slots" (each token's KV pool row) [seq] i32, "block_table" [seq, blocks] i32 (each token's
 // sequence's blocks) and "logit_rows" [rows] i32 (the tokens whose logits come out, [rows, vocab]).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -64,7 +68,11 @@ class LmBuilder {
   const WeightLookup& lookup_;
   const LmGraphOptions& opts_;
   bool encoder_;
-  Tensor tokens_, pos_, slots_, table_, logit_rows_;
+  // A packed encoder's additive attention mask [seq, seq]: -inf between texts (and, windowed, beyond the
+  // window); made once, shared by the layers.
+  Tensor SegmentMask(int64_t window);
+  Tensor tokens_, pos_, slots_, table_, logit_rows_, segments_, firsts_, lasts_;
+  std::map<int64_t, Tensor> segment_masks_;
   Expr past_;
 };
 

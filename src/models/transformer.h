@@ -31,6 +31,9 @@ struct LmGraphOptions {
   int64_t kv_block = 0, kv_blocks = 0;
   // An encoder's graph (ModelFamily::encoder): how its token states become the "embedding" output.
   EmbeddingPooling pooling;
+  // An encoder's graph over several texts packed into one sequence (LmBuilder says what it takes); false:
+  // one text.
+  bool encoder_batch = false;
 };
 
 // The graph of one step: input "tokens" [seq] (i32), symbol "past" = tokens already in the

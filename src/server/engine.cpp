@@ -96,10 +96,8 @@ std::vector<std::vector<float>> Engine::Embed(const EmbeddingRequest& r, int64_t
   }
   std::vector<std::vector<float>> out;
   try {
-    for (const std::vector<int32_t>& ids : inputs) {
-      out.push_back(enc.Embed(ids));
-      *prompt_tokens += (int64_t)ids.size();
-    }
+    out = enc.EmbedMany(inputs);
+    for (const std::vector<int32_t>& ids : inputs) *prompt_tokens += (int64_t)ids.size();
   } catch (...) {
     Finished();
     throw;

@@ -103,7 +103,7 @@ def _train_bpe():
     return tok
 
 
-def _modernbert(folder, tok, seed):
+def _modernbert(folder, tok, seed, positions=64):
     """A random ModernBERT of odd sizes with every feature on: 5 layers (0 and 3 global, the others a window
     of 3 tokens either way, with their own rope base), biased attention, unbiased norms and MLP."""
     from transformers import ModernBertConfig, ModernBertModel
@@ -112,7 +112,7 @@ def _modernbert(folder, tok, seed):
            [("pad_token_id", "[PAD]"), ("cls_token_id", "[CLS]"), ("sep_token_id", "[SEP]"),
             ("bos_token_id", "[CLS]"), ("eos_token_id", "[SEP]")]}
     cfg = ModernBertConfig(vocab_size=tok.get_vocab_size(), hidden_size=36, num_hidden_layers=5,
-                           num_attention_heads=3, intermediate_size=38, max_position_embeddings=64,
+                           num_attention_heads=3, intermediate_size=38, max_position_embeddings=positions,
                            local_attention=6, global_attn_every_n_layers=3, attention_bias=True, mlp_bias=False,
                            norm_bias=False, norm_eps=1e-5, **ids)
     model = ModernBertModel(cfg).eval()
@@ -210,6 +210,14 @@ def zoo(tmp_path_factory):
     cfg["local_rope_theta"] = rope["sliding_attention"]["rope_theta"]
     cfg_path.write_text(json.dumps(cfg))
     out["modernbert_hub"] = str(root / "modernbert_hub")
+    # Inputs up to 1,100 tokens: those over the 1,024 a packed step holds run alone, the others packed.
+    src = root / "modernbert_long_src"
+    _modernbert(str(src), bpe, 7, positions=1100)
+    PreTrainedTokenizerFast(tokenizer_object=bpe, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+                            pad_token="[PAD]", mask_token="[MASK]", model_max_length=1100).save_pretrained(str(src))
+    word = models.Transformer(str(src), max_seq_length=1100)
+    SentenceTransformer(modules=[word, models.Pooling(36, "mean")], device="cpu").save(str(root / "modernbert_long"))
+    out["modernbert_long"] = str(root / "modernbert_long")
     return out
 
 
@@ -264,12 +272,24 @@ def test_wordpiece_nul_and_decode(prism_bin, zoo):
 
 
 @pytest.mark.parametrize("name", ["cls_norm", "mean", "multi", "legacy", "plain_mlm", "modernbert",
-                                  "modernbert_hub"])
+                                  "modernbert_hub", "modernbert_long"])
 def test_embeddings_match_sentence_transformers(prism_bin, zoo, name):
+    """Every text of one `prism embed` call: packed several to a step (each attending to its own tokens only,
+    pooled over its own), and with modernbert_long, texts longer than a step holds run alone in between."""
     from sentence_transformers import SentenceTransformer
     model = SentenceTransformer(zoo[name], device="cpu")
     texts = [t for t in TEXTS if t and "\x00" not in t][:24]
-    texts.append(" ".join(t for t in CORPUS if "\x00" not in t))  # longer than every model's limit: truncated
+    long = " ".join(t for t in CORPUS if "\x00" not in t)
+    texts.append(long)  # longer than every model's limit: truncated
+    if name == "modernbert_long":
+        assert len(model.tokenizer(long)["input_ids"]) > 1100
+        lo, hi = 0, len(long)  # the longest prefix of at most 1,060 tokens
+        while lo < hi:
+            cut = (lo + hi + 1) // 2
+            lo, hi = (cut, hi) if len(model.tokenizer(long[:cut])["input_ids"]) <= 1060 else (lo, cut - 1)
+        mid = long[:lo]
+        assert 1024 < len(model.tokenizer(mid)["input_ids"]) < 1100
+        texts = texts[:12] + [mid] + texts[12:]  # alone too, not truncated
     want = model.encode(texts, convert_to_numpy=True, batch_size=8)
     got = np.array(_prism_lines(prism_bin, zoo[name], texts))
     assert got.shape == want.shape

@@ -125,7 +125,8 @@ PRISM_ATTN void AttentionBlock(const float* q, const float* k, const float* v, f
   const int64_t keys = b.keys;
   float *qt = b.qt,
         *p = b.p;  // [D][16] queries, transposed, pre-scaled; [keys][16] scores, then probabilities
-  const float* kh = k + h * lay.k_head;
+  const float* kh = k + h * lay.k_head + b.first * lay.k_row;
+  v += b.first * lay.v_row;  // keys from b.first on
   int64_t t = 0;
   for (; t + 4 <= keys; t += 4) {
     __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
@@ -149,7 +150,7 @@ PRISM_ATTN void AttentionBlock(const float* q, const float* k, const float* v, f
       s0 = _mm512_fmadd_ps(_mm512_loadu_ps(qt + e * kRows), _mm512_set1_ps(k0[e]), s0);
     _mm512_storeu_ps(p + t * kRows, s0);
   }
-  AddMask<kRows>(p, keys, a, row0, rows);
+  AddMask<kRows>(p, keys, a, row0, b);
   // Softmax down the keys, 16 rows at once; keys a row does not see become probability 0.
   const __m512i nv = _mm512_load_si512(n);
   __m512 m = _mm512_set1_ps(-INFINITY);
@@ -219,10 +220,16 @@ bool AttentionTemplateSupported() { return std::strcmp(GemmIsa(), "scalar") != 0
 void CausalAttentionF32(const float* q, const float* k, const float* v, float* out, const AttentionDims& a,
                         int thread, int threads) {
   thread_local std::vector<float> scratch;
+  thread_local std::vector<AttentionDims::MaskSpan> spans;
   const BlockKernel kb = Kernel();
   const int64_t blocks = (a.seq * a.group + kb.rows - 1) / kb.rows, items = a.heads_kv * blocks;
+  AttentionDims dims = a;
+  if (a.mask) {  // once per call: every head's blocks share the mask
+    MaskSpans(a, spans);
+    dims.spans = spans.data();
+  }
   for (int64_t i = thread; i < items; i += threads)
-    kb.fn(q, k, v, out, a, i / blocks, i % blocks * kb.rows, scratch);
+    kb.fn(q, k, v, out, dims, i / blocks, i % blocks * kb.rows, scratch);
 }
 
 void PagedAttentionF32(const float* q, const float* k_pool, const float* v_pool, float* out,

@@ -17,6 +17,13 @@ struct AttentionDims {
   // An additive bias on the scores (null: none): mask[s * mask_row + t]; -inf hides key t from query s.
   const float* mask = nullptr;
   int64_t mask_row = 0;
+  // Per query, where its mask row shows keys (set by CausalAttentionF32 with the mask): blocks skip the keys
+  // before and after, and a block whose rows' masks add 0 to every key between skips adding them.
+  struct MaskSpan {
+    int32_t first = 0, end = 0;  // the first visible key, one past the last (first == end: none)
+    bool plain = true;           // every value in [first, end) is 0
+  };
+  const MaskSpan* spans = nullptr;
 };
 
 // A paged KV cache: query s's key t is pool row table[s * blocks + t / block] * block + t % block

@@ -94,7 +94,8 @@ PRISM_AVX2 void AttentionBlockAvx2(const float* q, const float* k, const float* 
   const int rows = b.rows;
   const int64_t keys = b.keys;
   float *qt = b.qt, *p = b.p;  // [D][8] queries, transposed, pre-scaled; [keys][8] scores, then probabilities
-  const float* kh = k + h * lay.k_head;
+  const float* kh = k + h * lay.k_head + b.first * lay.k_row;
+  v += b.first * lay.v_row;  // keys from b.first on
   int64_t t = 0;
   for (; t + 4 <= keys; t += 4) {
     __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
@@ -118,7 +119,7 @@ PRISM_AVX2 void AttentionBlockAvx2(const float* q, const float* k, const float* 
       s0 = _mm256_fmadd_ps(_mm256_loadu_ps(qt + e * kRows), _mm256_broadcast_ss(k0 + e), s0);
     _mm256_storeu_ps(p + t * kRows, s0);
   }
-  AddMask<kRows>(p, keys, a, row0, rows);
+  AddMask<kRows>(p, keys, a, row0, b);
   // Softmax down the keys, 8 rows at once; keys a row does not see become probability 0.
   const __m256i nv = _mm256_load_si256(reinterpret_cast<const __m256i*>(n));
   __m256 m = _mm256_set1_ps(-INFINITY);

@@ -32,7 +32,9 @@ inline AttentionLayout LayoutOf(const AttentionDims& a) {
 // scores. Returns the block's rows.
 struct BlockSetup {
   int rows;
-  int64_t keys;  // max n[r]
+  int64_t keys;   // max n[r]
+  int64_t first;  // keys before this one no row sees (their masks hide them): n[r] counts from it
+  bool plain;     // the rows' masks add 0 to every key from `first` they see: nothing to add
   float *qt, *p;
 };
 template <int R>
@@ -40,13 +42,25 @@ BlockSetup SetUpBlock(const float* q, const AttentionDims& a, int64_t h, int64_t
                       std::vector<float>& scratch) {
   const int64_t G = a.group, D = a.head_dim;
   const AttentionLayout l = LayoutOf(a);
-  BlockSetup b{(int)std::min<int64_t>(R, a.seq * G - row0), 0, nullptr, nullptr};
+  BlockSetup b{(int)std::min<int64_t>(R, a.seq * G - row0), 0, 0, true, nullptr, nullptr};
+  int64_t first = a.total;  // the earliest key some row sees
   for (int r = 0; r < R; ++r) {
     n[r] = r < b.rows ? (int32_t)std::clamp<int64_t>((row0 + r) / G + a.offset, 0, a.total) : 0;
-    if (a.mask && r < b.rows) {  // keys past the last one the mask shows add nothing (NaN shows)
-      const float* m = a.mask + (row0 + r) / G * a.mask_row;
-      while (n[r] > 0 && m[n[r] - 1] == -INFINITY) n[r]--;
+    if (a.spans && r < b.rows) {  // keys past the last one the mask shows add nothing (NaN shows)
+      const AttentionDims::MaskSpan& sp = a.spans[(row0 + r) / G];
+      n[r] = std::min<int32_t>(n[r], sp.end);
+      if (sp.first < n[r]) first = std::min<int64_t>(first, sp.first);
     }
+  }
+  if (a.spans) {
+    b.first = first < a.total ? first : 0;
+    for (int r = 0; r < b.rows; ++r) {
+      const AttentionDims::MaskSpan& sp = a.spans[(row0 + r) / G];
+      b.plain = b.plain && (n[r] <= b.first || (sp.plain && sp.first == b.first));
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    n[r] = (int32_t)std::max<int64_t>(0, n[r] - b.first);
     b.keys = std::max<int64_t>(b.keys, n[r]);
   }
   scratch.resize((size_t)(D + b.keys) * R);
@@ -60,13 +74,29 @@ BlockSetup SetUpBlock(const float* q, const AttentionDims& a, int64_t h, int64_t
   return b;
 }
 
-// Adds the mask to the block's scores p [keys][R] (rows past the block's keep theirs).
+// Adds the mask to the block's scores p [keys][R] over keys [b.first, b.first + keys) (rows past the block's
+// keep theirs).
 template <int R>
-void AddMask(float* p, int64_t keys, const AttentionDims& a, int64_t row0, int rows) {
-  if (!a.mask) return;
-  for (int r = 0; r < rows; ++r) {
-    const float* m = a.mask + (row0 + r) / a.group * a.mask_row;
+void AddMask(float* p, int64_t keys, const AttentionDims& a, int64_t row0, const BlockSetup& b) {
+  if (!a.mask || b.plain) return;
+  for (int r = 0; r < b.rows; ++r) {
+    const float* m = a.mask + (row0 + r) / a.group * a.mask_row + b.first;
     for (int64_t t = 0; t < keys; ++t) p[t * R + r] += m[t];
+  }
+}
+
+// Each query's MaskSpan (AttentionDims::spans) over the keys its causal limit leaves it.
+inline void MaskSpans(const AttentionDims& a, std::vector<AttentionDims::MaskSpan>& out) {
+  out.assign((size_t)a.seq, {});
+  for (int64_t s = 0; s < a.seq; ++s) {
+    const float* m = a.mask + s * a.mask_row;
+    const int64_t limit = std::clamp<int64_t>(s + a.offset, 0, a.total);
+    int64_t first = 0, end = limit;
+    while (first < limit && m[first] == -INFINITY) ++first;
+    while (end > first && m[end - 1] == -INFINITY) --end;
+    bool plain = true;
+    for (int64_t t = first; t < end && plain; ++t) plain = m[t] == 0.0f;
+    out[(size_t)s] = {(int32_t)first, (int32_t)end, plain};
   }
 }
 
