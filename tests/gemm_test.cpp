@@ -97,6 +97,14 @@ TEST(Gemm, ActivationRegroupedByAReshapeIsReadFromItsSourceBuffer) {
   testing::CheckGraph(g, {{{"m", 1}}, {{"m", 5}}, {{"m", 67}}}, 1e-5, 1e-5, 3, "regrouped activation");
 }
 
+// Every kernel of p in GEMM form `form` (the template on), run by the team when threads > 1.
+void ForceForm(Program* p, int form, int threads) {
+  KernelChoices choices;
+  choices["all"].assign(p->kernels().kernels.size(),
+                        KernelChoice{true, threads > 1 ? Threading::Team : Threading::OneThread, false, form});
+  p->SetChoices(choices);
+}
+
 // An NCHW image's im2col [n, C, taps, h, w] read as rows of pixels [n, h, w, C * taps]: the template reads
 // it K-major where it lies (no kernel transposes it into rows), in every form in the table (panels itself,
 // the others from rows gathered for them), the bias as its epilogue, on one and two threads, over sizes
@@ -129,13 +137,7 @@ TEST(Gemm, KMajorActivationIsReadWhereItLiesInEveryForm) {
       auto prog = Program::Compile(g, kmajor), plain = Program::Compile(g, transposed);
       for (int form = 0; form < (int)GemmForms().size(); ++form) {
         if (!GemmForms()[form].offered(wt, 32)) continue;
-        for (Program* p : {prog.get(), plain.get()}) {
-          KernelChoices choices;
-          choices["all"].assign(
-              p->kernels().kernels.size(),
-              KernelChoice{true, threads > 1 ? Threading::Team : Threading::OneThread, false, form});
-          p->SetChoices(choices);
-        }
+        for (Program* p : {prog.get(), plain.get()}) ForceForm(p, form, threads);
         const bool exact = !GemmForms()[form].rounds || !GemmForms()[form].rounds(wt);
         const std::string what = std::string(DTypeName(wt)) + " form " + GemmForms()[form].name +
                                  " threads " + std::to_string(threads);
@@ -169,8 +171,11 @@ TEST(Gemm, KMajorViewsWithoutThatLayoutAreStillTransposed) {
   Tensor rows = (x + x).permute({0, 3, 2, 1}).reshape({n * Expr(15), Expr(6)});
   g.MarkOutput(Linear(rows, weight).id(), "y");
   KernelProgram kp = BuildKernelProgram(g, CompileOptions{}.fusion);
-  for (const Kernel& k : kp.kernels)
-    if (k.gemm) EXPECT_TRUE(k.gemm->a_group.IsConst(0)) << k.gemm->a_group.str();
+  for (const Kernel& k : kp.kernels) {
+    if (k.gemm) {
+      EXPECT_TRUE(k.gemm->a_group.IsConst(0)) << k.gemm->a_group.str();
+    }
+  }
   testing::CheckGraph(g, {{{"n", 1}}, {{"n", 4}}}, 1e-5, 1e-5, 3, "strided view");
 }
 
@@ -718,13 +723,7 @@ TEST(Gemm, ResidualAndGatedProductRunAsTheTemplatesEpilogue) {
       unfused.fusion.gemm_epilogues = false;
       auto prog = Program::Compile(g, fused), plain = Program::Compile(g, unfused);
       for (int form = 0; form < (int)GemmForms().size(); ++form) {  // every form in the table
-        for (Program* p : {prog.get(), plain.get()}) {
-          KernelChoices choices;
-          choices["all"].assign(
-              p->kernels().kernels.size(),
-              KernelChoice{true, threads > 1 ? Threading::Team : Threading::OneThread, false, form});
-          p->SetChoices(choices);
-        }
+        for (Program* p : {prog.get(), plain.get()}) ForceForm(p, form, threads);
         const bool exact = !GemmForms()[form].rounds || !GemmForms()[form].rounds(wt);
         const std::string what = std::string(DTypeName(wt)) + " form " + GemmForms()[form].name +
                                  " threads " + std::to_string(threads);
