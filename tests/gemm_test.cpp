@@ -97,6 +97,88 @@ TEST(Gemm, ActivationRegroupedByAReshapeIsReadFromItsSourceBuffer) {
   testing::CheckGraph(g, {{{"m", 1}}, {{"m", 5}}, {{"m", 67}}}, 1e-5, 1e-5, 3, "regrouped activation");
 }
 
+// Every kernel of p in GEMM form `form` (the template on), run by the team when threads > 1.
+void ForceForm(Program* p, int form, int threads) {
+  KernelChoices choices;
+  choices["all"].assign(p->kernels().kernels.size(),
+                        KernelChoice{true, threads > 1 ? Threading::Team : Threading::OneThread, false, form});
+  p->SetChoices(choices);
+}
+
+// An NCHW image's im2col [n, C, taps, h, w] read as rows of pixels [n, h, w, C * taps]: the template reads
+// it K-major where it lies (no kernel transposes it into rows), in every form in the table (panels itself,
+// the others from rows gathered for them), the bias as its epilogue, on one and two threads, over sizes
+// whose groups of pixels end inside register tiles: the same results as the plan that transposes (same
+// roundings), and the interpreter's where the form is exact.
+TEST(Gemm, KMajorActivationIsReadWhereItLiesInEveryForm) {
+  for (DType wt : {DType::F32, DType::BF16, DType::Q8_0}) {
+    Graph g;
+    const Expr n = Expr::Sym("n"), h = Expr::Sym("h"), w = Expr::Sym("w");
+    Tensor x{&g, g.Input("x", DType::F32, {n, Expr(4), Expr(8), h, w})};
+    Tensor weight{&g, g.Weight("weight", wt, {Expr(37), Expr(32)})};
+    Tensor bias{&g, g.Weight("bias", DType::F32, {Expr(37)})};
+    Tensor rows = (x * x).permute({0, 3, 4, 1, 2}).reshape({n, h, w, Expr(32)});
+    g.MarkOutput(Linear(rows, weight, bias).id(), "y");
+    KernelProgram kp = BuildKernelProgram(g, CompileOptions{}.fusion);
+    int gemms = 0;
+    for (const Kernel& k : kp.kernels) {
+      const auto& shape = kp.buffers[k.out_buffer].shape;
+      EXPECT_FALSE(shape.back().IsConst(32)) << k.name << " transposes the activation";
+      if (!k.gemm) continue;
+      ++gemms;
+      EXPECT_EQ(k.gemm->a_group, h * w);
+      EXPECT_EQ(kp.buffers[k.gemm->a_buffer].shape.size(), 5u) << "the square's own [n, 4, 8, h, w] buffer";
+    }
+    EXPECT_EQ(gemms, 1);
+    for (int threads : {1, 2}) {
+      CompileOptions kmajor, transposed;
+      kmajor.threads = transposed.threads = threads;
+      transposed.fusion.kmajor_activations = false;
+      auto prog = Program::Compile(g, kmajor), plain = Program::Compile(g, transposed);
+      for (int form = 0; form < (int)GemmForms().size(); ++form) {
+        if (!GemmForms()[form].offered(wt, 32)) continue;
+        for (Program* p : {prog.get(), plain.get()}) ForceForm(p, form, threads);
+        const bool exact = !GemmForms()[form].rounds || !GemmForms()[form].rounds(wt);
+        const std::string what = std::string(DTypeName(wt)) + " form " + GemmForms()[form].name +
+                                 " threads " + std::to_string(threads);
+        for (SymbolBindings b : {SymbolBindings{{"n", 1}, {"h", 3}, {"w", 5}},
+                                 SymbolBindings{{"n", 3}, {"h", 7}, {"w", 5}},
+                                 SymbolBindings{{"n", 2}, {"h", 16}, {"w", 17}}}) {
+          Interpreter interp(g);
+          for (auto& [name, t] : testing::RandomTensors(g, Op::Weight, b, 50)) {
+            interp.BindWeight(name, t);
+            prog->BindWeight(name, t);
+            plain->BindWeight(name, t);
+          }
+          const auto in = testing::RandomTensors(g, Op::Input, b, 51);
+          const auto got = prog->Run(in, b);
+          const std::string at = what + " n=" + std::to_string(b["n"]) + " h=" + std::to_string(b["h"]);
+          testing::ExpectClose(plain->Run(in, b), got, 1e-5, 1e-5, at + " against the transposing plan");
+          if (exact) testing::ExpectClose(interp.Run(in, b), got, 1e-4, 1e-4, at + " against the interpreter");
+        }
+      }
+    }
+  }
+}
+
+// A strided view that is no such layout (rows whose pixels are not contiguous) is transposed as before.
+TEST(Gemm, KMajorViewsWithoutThatLayoutAreStillTransposed) {
+  Graph g;
+  const Expr n = Expr::Sym("n");
+  Tensor x{&g, g.Input("x", DType::F32, {n, Expr(6), Expr(5), Expr(3)})};
+  Tensor weight{&g, g.Weight("weight", DType::F32, {Expr(9), Expr(6)})};
+  // [n, 6, 5, 3] -> [n, 3, 5, 6]: K (6) has stride 15, but the rows' inner axis (5) has stride 3, not 1.
+  Tensor rows = (x + x).permute({0, 3, 2, 1}).reshape({n * Expr(15), Expr(6)});
+  g.MarkOutput(Linear(rows, weight).id(), "y");
+  KernelProgram kp = BuildKernelProgram(g, CompileOptions{}.fusion);
+  for (const Kernel& k : kp.kernels) {
+    if (k.gemm) {
+      EXPECT_TRUE(k.gemm->a_group.IsConst(0)) << k.gemm->a_group.str();
+    }
+  }
+  testing::CheckGraph(g, {{{"n", 1}}, {{"n", 4}}}, 1e-5, 1e-5, 3, "strided view");
+}
+
 // A product with few output columns over many rows (a convolution's channels over its pixels) splits its
 // rows across the team, in blocks of 48 however many there are; with its bias as the epilogue, on three
 // threads, every row matches the interpreter.
@@ -641,13 +723,7 @@ TEST(Gemm, ResidualAndGatedProductRunAsTheTemplatesEpilogue) {
       unfused.fusion.gemm_epilogues = false;
       auto prog = Program::Compile(g, fused), plain = Program::Compile(g, unfused);
       for (int form = 0; form < (int)GemmForms().size(); ++form) {  // every form in the table
-        for (Program* p : {prog.get(), plain.get()}) {
-          KernelChoices choices;
-          choices["all"].assign(
-              p->kernels().kernels.size(),
-              KernelChoice{true, threads > 1 ? Threading::Team : Threading::OneThread, false, form});
-          p->SetChoices(choices);
-        }
+        for (Program* p : {prog.get(), plain.get()}) ForceForm(p, form, threads);
         const bool exact = !GemmForms()[form].rounds || !GemmForms()[form].rounds(wt);
         const std::string what = std::string(DTypeName(wt)) + " form " + GemmForms()[form].name +
                                  " threads " + std::to_string(threads);

@@ -87,12 +87,52 @@ std::optional<LinearMatch> MatchLinear(const Graph& g, NodeId reduce) {
   return std::nullopt;
 }
 
-NodeId ActivationSource(const Graph& g, NodeId x) {
+namespace {
+
+bool Stored(const Graph& g, NodeId n) {
+  const Op op = g.node(n).op;
+  return !IsMovement(op) && op != Op::Constant && op != Op::Iota && !WritesState(op);
+}
+
+// x = Reshape(Permute(s)) with s stored [.., K, group] per group of rows: the rows' group size, else 0.
+Expr KMajorGroup(const Graph& g, const Node& x, const Node& perm) {
+  const Node& s = g.node(perm.inputs[0]);
+  const size_t r = s.shape.size();
+  std::vector<Expr> stride(r, Expr(1));  // s's row-major strides, by axis
+  for (size_t d = r - 1; d-- > 0;) stride[d] = stride[d + 1] * s.shape[d + 1];
+  std::vector<Expr> st(r);  // the permuted axes' strides
+  for (size_t d = 0; d < r; ++d) st[d] = stride[perm.axes[d]];
+  const std::vector<Expr>& dim = perm.shape;
+  // The trailing permuted axes make K, one stride apart; the rows' inner axes before them are contiguous.
+  const int64_t k = x.shape.back().value();
+  size_t j = r;
+  for (int64_t prod = 1; prod < k && j > 0 && dim[j - 1].IsConst();) prod *= dim[--j].value();
+  if (j == r || j == 0 || Product(std::vector<Expr>(dim.begin() + j, dim.end())) != Expr(k)) return 0;
+  for (size_t d = j; d + 1 < r; ++d)
+    if (st[d] != st[d + 1] * dim[d + 1]) return 0;
+  if (!st[j - 1].IsConst(1)) return 0;
+  size_t i = j - 1;
+  Expr group = dim[i];
+  while (i > 0 && st[i - 1] == st[i] * dim[i]) group = group * dim[--i];
+  if (st[r - 1] != group) return 0;
+  // The axes before the group: whole groups of K x group values, in order.
+  for (size_t d = i; d-- > 0;)
+    if (st[d] != (d + 1 == i ? group * k : st[d + 1] * dim[d + 1])) return 0;
+  return group;
+}
+
+}  // namespace
+
+ActivationView ActivationSource(const Graph& g, NodeId x, bool kmajor) {
   const Node& n = g.node(x);
-  if (n.op != Op::Reshape) return x;
-  const Op op = g.node(n.inputs[0]).op;
-  const bool stored = !IsMovement(op) && op != Op::Constant && op != Op::Iota && !WritesState(op);
-  return stored ? n.inputs[0] : x;
+  if (n.op != Op::Reshape) return {x};
+  if (Stored(g, n.inputs[0])) return {n.inputs[0]};
+  const Node& p = g.node(n.inputs[0]);
+  if (!kmajor || p.op != Op::Permute || !Stored(g, p.inputs[0]) || !n.shape.back().IsConst()) return {x};
+  const Expr group = KMajorGroup(g, n, p);
+  if (group.IsConst(0)) return {x};
+  if (group.IsConst(1)) return {p.inputs[0]};  // [rows, K, 1]: row-major after all
+  return {p.inputs[0], group};
 }
 
 NodeId EpilogueConsumer(const Graph& g, NodeId reduce) {
@@ -153,7 +193,7 @@ std::vector<bool> ChooseRealized(const Graph& g, const FusionOptions& opts, cons
       if (auto m = MatchLinear(g, i)) {
         // The product itself gets a buffer unless a single Add or Mul takes it as its epilogue (a
         // reduction read once is then fused into that reader, as any other).
-        template_side[ActivationSource(g, m->x)] = true;
+        template_side[ActivationSource(g, m->x, opts.kmajor_activations && m->index < 0).source] = true;
         template_side[i] = !opts.gemm_epilogues || forced.count(i) || EpilogueConsumer(g, i) < 0;
         if (m->index >= 0) template_side[m->index] = template_side[i] = true;  // no expert epilogues
       }

@@ -26,10 +26,18 @@ struct LinearMatch {
 };
 std::optional<LinearMatch> MatchLinear(const Graph& g, NodeId reduce);
 
-// The node whose buffer holds a template's activation x in row-major order: x, or the computed value
-// that x only regroups the axes of (a Reshape: an im2col's [.., taps, C] read as [.., taps * C]), so
-// that value is stored in its own loop order and no kernel copies it into x's.
-NodeId ActivationSource(const Graph& g, NodeId x);
+// Where a template's activation x [.., K] lies: the node whose buffer holds it, and how.
+// group == 0: row-major, in x itself or in the computed value that x only regroups the axes of (a
+// Reshape: an im2col's [.., taps, C] read as [.., taps * C]), so that value is stored in its own loop
+// order and no kernel copies it into x's.
+// group > 0 (only where `kmajor`, the device's GEMM reads such a layout): x is a permuted view of a
+// computed value that holds it K-major in groups of `group` rows, [rows / group, K, group] (an im2col of
+// an NCHW image, [N, C * taps, OH * OW], read as rows of pixels), so no kernel transposes it.
+struct ActivationView {
+  NodeId source;
+  Expr group = 0;
+};
+ActivationView ActivationSource(const Graph& g, NodeId x, bool kmajor);
 
 // The node that would run a linear match as its epilogue (FusionOptions::gemm_epilogues): the
 // match's only reader (through reshapes, each read only there), an f32 Add or Mul of the same shape;

@@ -131,6 +131,7 @@ std::string KernelStructuralHash(const KernelProgram& p, const Kernel& k) {
     h.Mix((uint64_t)k.gemm->k);
     h.Mix((uint64_t)k.gemm->epilogue);
     h.Mix((uint64_t)k.gemm->a_bf16);
+    h.Expression(k.gemm->a_group);
     if (k.gemm->index_buffer >= 0) {
       h.Buffer(k.gemm->index_buffer);
       h.Mix((uint64_t)k.gemm->experts);

@@ -68,6 +68,9 @@ struct GemmTemplate {
   // The activation's values are bf16 numbers (a cast from bf16): rounding them to bf16 loses nothing, so
   // a form that does so (bf16 dot products) computes the exact products.
   bool a_bf16 = false;
+  // 0: the activation is row-major [m, k]; > 0: it is K-major in groups of a_group rows, [m / a_group, k,
+  // a_group] (an NCHW image's im2col, its pixels the rows; FusionOptions::kmajor_activations).
+  Expr a_group = 0;
 };
 
 // Where an attention operand's elements lie in its buffer: row r, head h, element e at
@@ -194,6 +197,9 @@ struct FusionOptions {
   // cheap (a residual stream's chain of adds, up to a few terms); false: it always gets its own buffer (for
   // a device that holds each buffer where its kernels run, every extra buffer a kernel reads costs a copy).
   bool recompute = true;
+  // The device's GEMM template reads an activation stored K-major (GemmTemplate::a_group): a permuted
+  // view of a computed value is then read where it lies instead of being transposed into rows first.
+  bool kmajor_activations = false;
 };
 
 // The kernel's value with its one reduction replaced by a load of the kernel's own output element:

@@ -346,9 +346,11 @@ KernelProgram BuildKernelProgram(const Graph& g, const FusionOptions& opts) {
       p.buffers.push_back({name, kind, nd.dtype, nd.shape, i});
     }
     KernelLowerer lw(g, buffer_of, p.buffers);
-    auto activation = [&](NodeId x) {
-      return buffer_of[x] >= 0 ? buffer_of[x] : buffer_of[ActivationSource(g, x)];
+    auto view = [&](const LinearMatch& m) {  // where the activation lies
+      if (buffer_of[m.x] >= 0) return ActivationView{m.x};
+      return ActivationSource(g, m.x, opts.kmajor_activations && m.index < 0);
     };
+    auto activation = [&](const LinearMatch& m) { return buffer_of[view(m).source]; };
     for (NodeId i : p.realized) {
       Op op = g.node(i).op;
       if (op == Op::Input || op == Op::Weight || op == Op::State) continue;
@@ -360,10 +362,11 @@ KernelProgram BuildKernelProgram(const Graph& g, const FusionOptions& opts) {
         std::vector<Expr> lead(xs.begin(), xs.end() - 1);
         const auto& ws = g.node(m.weight).shape;
         const size_t e = m.index >= 0 ? 1 : 0;  // ExpertLinear: [experts, N, K]
-        k.gemm = GemmTemplate{activation(m.x), buffer_of[m.weight], Product(lead),
-                              ws[e].value(),   ws[e + 1].value(),   epilogue};
+        k.gemm = GemmTemplate{activation(m), buffer_of[m.weight], Product(lead),
+                              ws[e].value(), ws[e + 1].value(),   epilogue};
         const Node& xn = g.node(m.x);
         k.gemm->a_bf16 = xn.op == Op::Cast && g.node(xn.inputs[0]).dtype == DType::BF16;
+        k.gemm->a_group = view(m).group;
         if (m.index >= 0) {
           k.gemm->index_buffer = buffer_of[m.index];
           k.gemm->experts = ws[0].value();
@@ -372,12 +375,12 @@ KernelProgram BuildKernelProgram(const Graph& g, const FusionOptions& opts) {
       };
       if (opts.templates) {
         if (auto m = MatchLinear(g, i);
-            m && activation(m->x) >= 0 && (m->index < 0 || buffer_of[m->index] >= 0))
+            m && activation(*m) >= 0 && (m->index < 0 || buffer_of[m->index] >= 0))
           gemm(*m, false);
         for (NodeId j : k.fused) {
           if (!opts.gemm_epilogues || k.gemm || EpilogueConsumer(g, j) != i) continue;
           auto m = MatchLinear(g, j);
-          if (!m || m->index >= 0 || buffer_of[j] >= 0 || activation(m->x) < 0) continue;
+          if (!m || m->index >= 0 || buffer_of[j] >= 0 || activation(*m) < 0) continue;
           // The template stores the product where the value tree reads its one reduction.
           const KValue& v = *k.value;
           int reduces = 0;

@@ -143,6 +143,13 @@ class CpuScheduleSpace : public ScheduleSpace {
     const DType wt = p_.kp_.buffers[gm.w_buffer].dtype;
     const int64_t row = out_index / gm.n;
     const float* a_row = static_cast<const float*>(ptrs_[gm.a_buffer]) + row * gm.k;
+    std::vector<float> gathered;
+    if (const int64_t group = p_.launches_[k].a_group; group > 0) {  // a K-major activation's row, gathered
+      gathered.resize((size_t)gm.k);
+      KMajorRowsToRowMajor(static_cast<const float*>(ptrs_[gm.a_buffer]), group, gm.k, row, 1,
+                           gathered.data());
+      a_row = gathered.data();
+    }
     const void* w = gm.index_buffer < 0
                         ? ptrs_[gm.w_buffer]
                         : ExpertSlab(ptrs_[gm.w_buffer], wt, gm.n, gm.k,

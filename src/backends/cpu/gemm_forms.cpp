@@ -1,6 +1,8 @@
 // The CPU's GEMM forms as data (see gemm_forms.h): each entry adapts one kernel file to the table.
 #include "backends/cpu/gemm_forms.h"
 
+#include <algorithm>
+
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/gemm_bf16.h"
 #include "backends/cpu/gemm_blocks.h"
@@ -43,8 +45,10 @@ PackedGemmWeight PackPanelForm(const void* w, DType wt, int64_t n, int64_t k) {
   return Hold(PackPanels(w, wt, n, k));
 }
 void RunPanels(const GemmCall& c) {
-  GemmPanels(c.a, c.m, *static_cast<const PanelPackedWeight*>(c.packed), c.y, c.n, c.nb, c.ne);
+  GemmPanels(c.a, c.m, *static_cast<const PanelPackedWeight*>(c.packed), c.y, c.n, c.nb, c.ne,
+             {c.a_group, c.a_first});
 }
+bool PlainFloat(DType wt) { return !IsQuantized(wt); }
 
 // bf16 weights in panels of pairs for AVX512_BF16 dot products, the activation rounded to bf16.
 bool Bf16PanelsOffered(DType wt, int64_t) {
@@ -109,7 +113,8 @@ const std::vector<GemmForm>& GemmForms() {
        .error_bound = RoundedActivationErrorBound,
        .split_tile = kPanelCols,
        .fit_team = nullptr,
-       .on_slabs = true},
+       .on_slabs = true,
+       .reads_kmajor = PlainFloat},
       {.name = "dot-panels",
        .min_rows = 1,
        .offered = Bf16PanelsOffered,
@@ -145,6 +150,16 @@ const std::vector<GemmForm>& GemmForms() {
        .on_slabs = true},
   };
   return forms;
+}
+
+void KMajorRowsToRowMajor(const float* a, int64_t group, int64_t k, int64_t first, int64_t rows, float* out) {
+  for (int64_t r = 0; r < rows;) {  // a run of rows within one group at a time
+    const int64_t g = (first + r) / group, p = (first + r) % group, run = std::min(rows - r, group - p);
+    const float* src = a + g * k * group + p;
+    for (int64_t kk = 0; kk < k; ++kk)
+      for (int64_t i = 0; i < run; ++i) out[(r + i) * k + kk] = src[kk * group + i];
+    r += run;
+  }
 }
 
 int GemmFormIndex(const std::string& name) {

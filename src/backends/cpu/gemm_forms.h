@@ -25,6 +25,9 @@ struct PackedGemmWeight {
 // One thread's share of one GEMM: Y[:, nb..ne) over m activation rows (Y's rows n floats apart).
 struct GemmCall {
   const float* a = nullptr;
+  // a_group > 0: `a` is the whole activation, K-major in groups of a_group rows (GemmTemplate::a_group),
+  // and this call's row i is its row a_first + i. Only forms whose reads_kmajor says so get such a call.
+  int64_t a_group = 0, a_first = 0;
   int64_t m = 0, n = 0, k = 0;
   const void* w = nullptr;  // the weights as stored ...
   DType wt = DType::F32;
@@ -56,7 +59,14 @@ struct GemmForm {
   // Runs one expert's slab of a stacked weight (GemmTemplate::index_buffer), each slab packed on its own
   // where the form packs (gemm_experts.h); false: never (forms the team runs as one).
   bool on_slabs;
+  // Reads a K-major activation (GemmCall::a_group) itself for this weight type (null: never; the runtime
+  // then gathers the call's rows into row-major order first).
+  bool (*reads_kmajor)(DType wt) = nullptr;
 };
+
+// Rows [first, first + rows) of a K-major activation (groups of `group` rows, k values each) into
+// row-major `out` [rows, k].
+void KMajorRowsToRowMajor(const float* a, int64_t group, int64_t k, int64_t first, int64_t rows, float* out);
 
 const std::vector<GemmForm>& GemmForms();
 // The index of the form named so in GemmForms(); -1 when there is none.

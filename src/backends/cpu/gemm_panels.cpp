@@ -90,9 +90,30 @@ void PackActivation(const float* a, int64_t lda, int64_t m0, int64_t m1, int64_t
     }
 }
 
+// The same tiles from a K-major A (PanelActivation): a tile's kMR rows within one group are kMR consecutive
+// values of each of its K rows.
+PRISM_PANELS void PackKMajor(const float* a, PanelActivation l, int64_t k, int64_t m0, int64_t m1, int64_t k0,
+                             int64_t kb, float* ap) {
+  for (int64_t i0 = m0; i0 < m1; i0 += kMR, ap += kb * kMR) {
+    const int64_t r = l.first + i0, g = r / l.group, p = r % l.group, rows = std::min<int64_t>(kMR, m1 - i0);
+    if (p + rows <= l.group) {
+      const float* src = a + (g * k + k0) * l.group + p;
+      const __mmask16 valid = (__mmask16)((1u << rows) - 1);
+      for (int64_t kk = 0; kk < kb; ++kk)
+        _mm512_mask_storeu_ps(ap + kk * kMR, 0xFFF, _mm512_maskz_loadu_ps(valid, src + kk * l.group));
+      continue;
+    }
+    for (int i = 0; i < kMR; ++i) {  // the tile crosses into the next group
+      const int64_t ri = r + i, gi = ri / l.group, pi = ri % l.group;
+      const float* src = i < rows ? a + (gi * k + k0) * l.group + pi : nullptr;
+      for (int64_t kk = 0; kk < kb; ++kk) ap[kk * kMR + i] = src ? src[kk * l.group] : 0.0f;
+    }
+  }
+}
+
 template <DType T>
 PRISM_PANELS void Gemm(const float* a, int64_t m, const PanelPackedWeight& w, float* y, int64_t n_total,
-                       int64_t n_begin, int64_t n_end) {
+                       int64_t n_begin, int64_t n_end, PanelActivation layout) {
   const int64_t k = w.k, elem = T == DType::F32 ? 4 : 2, panel_bytes = k * kPanelCols * elem;
   alignas(64) static thread_local float apack[kMaxMBlockTiles * kMR * kKBlock], wconv[kKBlock * kPanelCols];
   alignas(64) float edge[kMR * kPanelCols];
@@ -104,7 +125,10 @@ PRISM_PANELS void Gemm(const float* a, int64_t m, const PanelPackedWeight& w, fl
     for (int64_t k0 = 0; k0 < k; k0 += kKBlock) {
       const int64_t kb = std::min(kKBlock, k - k0);
       const bool first = k0 == 0;
-      PackActivation(a, k, m0, m1, k0, kb, apack);
+      if (layout.group > 0)
+        PackKMajor(a, layout, k, m0, m1, k0, kb, apack);
+      else
+        PackActivation(a, k, m0, m1, k0, kb, apack);
       for (int64_t p = n_begin / kPanelCols; p * kPanelCols < n_end; ++p) {
         const uint8_t* slice = w.data.get() + p * panel_bytes + k0 * kPanelCols * elem;
         const float* wf = reinterpret_cast<const float*>(slice);  // f32 weights are read in place
@@ -172,13 +196,15 @@ PanelPackedWeight PackPanels(const void* w, DType wt, int64_t n, int64_t k) {
 }
 
 void GemmPanels(const float* a, int64_t m, const PanelPackedWeight& w, float* y, int64_t n_total,
-                int64_t n_begin, int64_t n_end) {
+                int64_t n_begin, int64_t n_end, PanelActivation layout) {
   if (n_begin >= n_end || m <= 0) return;
   switch (w.type) {
-    case DType::F32: return Gemm<DType::F32>(a, m, w, y, n_total, n_begin, n_end);
-    case DType::F16: return Gemm<DType::F16>(a, m, w, y, n_total, n_begin, n_end);
-    case DType::BF16: return Gemm<DType::BF16>(a, m, w, y, n_total, n_begin, n_end);
-    default: return GemmPanelsInt8(a, m, w.data.get(), w.type, w.k, y, n_total, n_begin, n_end);
+    case DType::F32: return Gemm<DType::F32>(a, m, w, y, n_total, n_begin, n_end, layout);
+    case DType::F16: return Gemm<DType::F16>(a, m, w, y, n_total, n_begin, n_end, layout);
+    case DType::BF16: return Gemm<DType::BF16>(a, m, w, y, n_total, n_begin, n_end, layout);
+    default:
+      if (layout.group > 0) throw Error("panel gemm: a K-major activation with quantized weights");
+      return GemmPanelsInt8(a, m, w.data.get(), w.type, w.k, y, n_total, n_begin, n_end);
   }
 }
 

@@ -29,10 +29,16 @@ bool PanelGemmSupported(DType wt);
 
 PanelPackedWeight PackPanels(const void* w, DType wt, int64_t n, int64_t k);
 
+// Where GemmPanels reads A: row-major [m, k] (group 0), or K-major in groups of `group` rows (a points at
+// the whole activation, [rows / group, k, group]) with A's row i at its row first + i; float weights only.
+struct PanelActivation {
+  int64_t group = 0, first = 0;
+};
+
 // Y[m, n] = sum_k A[m, k] * W[n, k] for n in [n_begin, n_end), exactly as the reference (f32
 // products and sums) for float weights; quantized ones round the activations (Int8DotErrorBound).
 // Threads should split N at multiples of kPanelCols (quantized weights require it).
 void GemmPanels(const float* a, int64_t m, const PanelPackedWeight& w, float* y, int64_t n_total,
-                int64_t n_begin, int64_t n_end);
+                int64_t n_begin, int64_t n_end, PanelActivation layout = {});
 
 }  // namespace prism

@@ -21,6 +21,13 @@ namespace prism {
 using Clock = std::chrono::steady_clock;
 
 static const int kDotPanelsForm = GemmFormIndex("dot-panels");
+static const int kPanelsForm = GemmFormIndex("panels");
+
+// A convolution's product: an activation far larger than the weight (few output channels over many
+// pixels), which each thread would read whole under a split of the columns.
+static bool ActivationDominates(int64_t m, const GemmTemplate& gm, DType wt) {
+  return 4.0 * (double)m * (double)gm.k > 32.0 * (double)StorageBytes(wt, gm.n * gm.k);
+}
 
 static double Seconds(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -234,6 +241,7 @@ void Program::PlanLaunches(const SymbolBindings& b, bool prepare) {
     int64_t work;
     if (kn.gemm) {
       st.m = kn.gemm->m.Eval(b);
+      st.a_group = kn.gemm->a_group.Eval(b);
       work = st.m * kn.gemm->n * kn.gemm->k;
     } else if (fused_attention[k]) {
       const AttentionTemplate& at = *kn.attention;
@@ -254,7 +262,14 @@ void Program::PlanLaunches(const SymbolBindings& b, bool prepare) {
     st.parallel = threads > 1 && work >= (kn.gemm ? 65536 : 32768);
     st.use_template = kn.gemm.has_value() || fused_attention[k];
     st.form = 0;
-    const KernelChoice* c = choice(k) ? choice(k) : &unsearched_[k];
+    KernelChoice unsearched = unsearched_[k];
+    if (kn.gemm && st.a_group > 0) {  // a K-major activation: the form that reads it where it lies
+      const GemmForm& panels = GemmForms()[kPanelsForm];
+      const DType wt = kp_.buffers[kn.gemm->w_buffer].dtype;
+      if (st.m >= panels.min_rows && panels.offered(wt, kn.gemm->k) && panels.reads_kmajor(wt))
+        unsearched.form = kPanelsForm;
+    }
+    const KernelChoice* c = choice(k) ? choice(k) : &unsearched;
     st.use_template = st.use_template && c->use_template;
     if (st.use_template && kn.gemm && PrepareForm(*kn.gemm, c->form, prepare)) st.form = c->form;
     st.reduce_outer = !st.use_template && c->reduce_outer && fns_ro_[k];
@@ -311,9 +326,8 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
     int64_t nb = 0, ne = gm.n, mb = 0, me = st.m;
     if (st.parallel) {  // threads split the weight rows in whole tiles: each weight byte is read once
       const int64_t tile = form.split_tile, tiles = (gm.n + tile - 1) / tile;
-      const double a_bytes = 4.0 * (double)st.m * (double)gm.k,
-                   w_bytes = (double)StorageBytes(kp_.buffers[gm.w_buffer].dtype, gm.n * gm.k);
-      if ((tiles < threads || a_bytes > 32 * w_bytes) && !form.fit_team && gm.index_buffer < 0) {
+      if ((tiles < threads || ActivationDominates(st.m, gm, kp_.buffers[gm.w_buffer].dtype)) &&
+          !form.fit_team && gm.index_buffer < 0) {
         // Fewer tiles than threads, or an activation far larger than the weight (a convolution's few
         // output channels over many pixels), which each thread would read whole: the activation's rows
         // are split instead, in blocks every form's row tile divides.
@@ -334,6 +348,18 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
     call.k = gm.k;
     call.w = bufs[gm.w_buffer];
     call.wt = kp_.buffers[gm.w_buffer].dtype;
+    if (st.a_group > 0) {  // a K-major activation: read where it lies, or its rows gathered for this form
+      call.a = static_cast<const float*>(bufs[gm.a_buffer]);
+      if (form.reads_kmajor && form.reads_kmajor(call.wt)) {
+        call.a_group = st.a_group;
+        call.a_first = mb;
+      } else {
+        static thread_local std::vector<float> rows;
+        rows.resize((size_t)(call.m * gm.k));
+        KMajorRowsToRowMajor(call.a, st.a_group, gm.k, mb, call.m, rows.data());
+        call.a = rows.data();
+      }
+    }
     call.packed = Packed(st.form, gm.w_buffer);
     call.y = static_cast<float*>(bufs[kn.out_buffer]) + mb * gm.n;
     call.nb = nb;

@@ -22,7 +22,7 @@
 namespace prism {
 
 struct CompileOptions {
-  FusionOptions fusion{.gemm_epilogues = true};
+  FusionOptions fusion{.gemm_epilogues = true, .kmajor_activations = true};
   int threads = 0;  // 0: DefaultThreadCount()
   // A compiled artifact's kernels: loaded instead of compiling. The source rendered now must equal
   // the artifact's (kernels.cpp), else the artifact is stale and loading fails.
@@ -119,6 +119,7 @@ class Program : public Executable {
   // How one kernel runs this step: its size, and whether the team splits it or thread 0 runs it.
   struct KernelLaunch {
     int64_t total = 0, inner = 1, m = 0;
+    int64_t a_group = 0;  // a GEMM's K-major activation: rows per group (GemmTemplate::a_group); 0: row-major
     bool parallel = false;
     bool use_template = false;
     bool reduce_outer = false;
