@@ -109,8 +109,8 @@ std::vector<std::vector<float>> TextEncoder::EmbedMany(
     // The next inputs that fit one step, in order.
     std::vector<int32_t> tokens, positions, segments, firsts, lasts;
     size_t j = i;
-    for (; j < inputs.size() && (int64_t)inputs[j].size() <= kPackedTokens &&
-           (int64_t)tokens.size() < kStepRows && (int64_t)(tokens.size() + inputs[j].size()) <= kPackedTokens;
+    for (; j < inputs.size() && (int64_t)tokens.size() < kStepRows &&
+           (int64_t)(tokens.size() + inputs[j].size()) <= kPackedTokens;
          ++j) {
       firsts.push_back((int32_t)tokens.size());
       for (size_t p = 0; p < inputs[j].size(); ++p) {
