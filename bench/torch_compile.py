@@ -4,7 +4,8 @@
 Workloads: the Llama-3.2-1B shape (transformers' LlamaForCausalLM, random bf16 weights) prefill forward at
 128 and 512 tokens and a decode step over a KV cache, and a small convolutional network at batch 1 and
 32. Each backend compiles once (dynamic sizes); times are medians of --reps runs after warm-up, in one
-process, one backend after another on the same weights. Prints a table and writes --json.
+process on the same weights: the 1B shape one backend after another, the ConvNet in interleaved rounds.
+Prints a table and writes --json.
 
     python3 bench/torch_compile.py --threads 2 --layers 16 --search-budget 120
     python3 bench/torch_compile.py --threads 2 --layers 2 --reps 3     # a quick look
@@ -123,17 +124,38 @@ def llama_rows(args, makers):
 
 
 def conv_rows(args, makers):
+    """Every backend compiled and warmed first, then timed in interleaved rounds (eager, inductor, prism,
+    eager, ...), medians over --reps rounds: this host's load drifts within seconds, and one backend timed
+    after another showed ratios that moved by 2x run to run. Each sample is the mean of 10 calls after
+    30 ms of untimed calls: PyTorch's OpenMP workers keep spinning for milliseconds after their last
+    parallel region, and the first batch-1 calls of the backend timed next ran 3x slower while they did."""
+    from torch._dynamo.utils import counters
+
     torch.manual_seed(0)
     net = ConvNet().eval()
+    models = {name: make(net) for name, make in makers.items()}
+    inputs = {b: torch.randn(b, 3, 64, 64) for b in (1, 32)}
     rows = {}
-    for name, make in makers.items():
-        torch._dynamo.reset()
-        m = make(net)
-        with torch.no_grad():
-            for b in (1, 32):
-                x = torch.randn(b, 3, 64, 64)
-                s = timed(lambda: m(x), args.reps)
-                rows.setdefault(f"convnet batch {b} images/s", {})[name] = b / s
+    with torch.no_grad():
+        for x in inputs.values():
+            for m in models.values():
+                m(x), m(x)  # compiles (once per backend and batch-size class) and warms up
+        graphs = counters["stats"]["unique_graphs"]
+        for b, x in inputs.items():
+            samples = {name: [] for name in models}
+            for _ in range(args.reps):
+                for name, m in models.items():
+                    t = time.perf_counter()
+                    while time.perf_counter() - t < 0.03:
+                        m(x)
+                    t = time.perf_counter()
+                    for _ in range(10):
+                        m(x)
+                    samples[name].append((time.perf_counter() - t) / 10)
+            for name, ts in samples.items():
+                rows.setdefault(f"convnet batch {b} images/s", {})[name] = b / statistics.median(ts)
+        if counters["stats"]["unique_graphs"] != graphs:
+            print("warning: a backend recompiled while being timed", file=sys.stderr)
     return rows
 
 
