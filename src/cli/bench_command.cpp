@@ -15,13 +15,22 @@ namespace prism::cli {
 
 namespace {
 
-std::vector<int> ParseList(const std::string& s) {
+// A comma-separated list of counts (what: the option, for the error).
+std::vector<int> ParseList(const std::string& s, const char* what) {
   std::vector<int> v;
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
     if (item.empty()) continue;
-    v.push_back(std::stoi(item));
+    size_t used = 0;
+    int n = -1;
+    try {
+      n = std::stoi(item, &used);
+    } catch (const std::exception&) {
+    }
+    if (used != item.size() || n < 0)
+      throw Error(std::string("bench: ") + what + " '" + item + "' is not a count (0 or more)");
+    v.push_back(n);
   }
   return v;
 }
@@ -50,7 +59,7 @@ Runner AddBenchCommand(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("model", o->model, "model path (default: the shipped stories260K)");
-  cmd->add_option("-p,--n-prompt", o->prompts, "prompt lengths, comma-separated (ppN)")
+  cmd->add_option("-p,--n-prompt", o->prompts, "prompt lengths, comma-separated (ppN); 0 skips")
       ->capture_default_str();
   cmd->add_option("-n,--n-gen", o->gen, "generated tokens (tgN); 0 skips")->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "thread counts, comma-separated")->capture_default_str();
@@ -62,14 +71,18 @@ Runner AddBenchCommand(CLI::App& app) {
   AddSplitDeviceOptions(cmd, o->device, o->prefill_device);
   return [o]() {
     std::string path = o->model.empty() ? DefaultModelPath() : o->model;
-    std::vector<int> prompts = ParseList(o->prompts), threads = ParseList(o->threads);
+    std::vector<int> prompts = ParseList(o->prompts, "--n-prompt"),
+                     threads = ParseList(o->threads, "--threads");
     const bool gpu = o->device != "cpu";
     if (gpu) threads = {0};  // host threads play no part in a GPU step: one pass
     int max_prompt = prompts.empty() ? 0 : *std::max_element(prompts.begin(), prompts.end());
     if (!o->json)
       std::printf("| model | device | test | threads | tokens/s |\n| --- | --- | --- | ---: | ---: |\n");
     for (int t : threads) {
-      LoadOptions lo{o->tokenizer, std::max<int64_t>(max_prompt, o->gen) + 8, t};
+      LoadOptions lo;
+      lo.tokenizer_path = o->tokenizer;
+      lo.max_context = std::max<int64_t>(max_prompt, o->gen) + 8;
+      lo.threads = t;
       lo.device = o->device;
       lo.program = o->program;
       lo.prefill_device = o->prefill_device;
@@ -124,6 +137,7 @@ Runner AddBenchCommand(CLI::App& app) {
         std::fflush(stdout);
       };
       for (int p : prompts) {
+        if (p <= 0) continue;  // llama-bench's `-p 0`: generation only
         std::vector<double> tps;
         for (int r = 0; r <= o->reps; ++r) {  // repetition 0 is the warm-up
           std::vector<int32_t> ids(p);
