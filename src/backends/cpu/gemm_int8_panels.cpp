@@ -28,9 +28,18 @@ constexpr int64_t kSteps = kQuantBlock / 4;  // 4-value steps per 32-value block
 // Scales per 32-value block: Q2_K, Q3_K and Q6_K scale every 16 values, the others every 32.
 int SubsOf(DType wt) { return wt == DType::Q2_K || wt == DType::Q3_K || wt == DType::Q6_K ? 2 : 1; }
 
-// A panel block (32 values of K x 32 columns): kSteps x kPanelWidth x 4 value bytes (0..255), then
-// Subs x kPanelWidth f32 scales, then as many f32 offsets; column c's weight is scale * q - offset.
-constexpr int64_t PanelBlockBytes(int subs) { return kSteps * kPanelWidth * 4 + 2 * subs * kPanelWidth * 4; }
+// Formats whose values are below 16 keep them as nibbles in the panels: half the bytes to stream, which
+// is what a product of a few rows waits for (the two nibbles of a byte are two columns 16 apart).
+bool NibblesOf(DType wt) {
+  return wt == DType::Q4_0 || wt == DType::Q4_1 || wt == DType::Q4_K || wt == DType::Q2_K ||
+         wt == DType::Q3_K;
+}
+
+// A panel block (32 values of K x 32 columns): its values, then Subs x kPanelWidth f32 scales, then as many
+// f32 offsets; column c's weight is scale * q - offset. The values are kSteps x kPanelWidth x 4 bytes
+// (0..255), or for nibbles kSteps x 64 bytes: step s's low nibbles are columns 0-15, its high ones 16-31.
+constexpr int64_t ValueBytes(bool nib) { return kSteps * kPanelWidth * 4 / (nib ? 2 : 1); }
+constexpr int64_t PanelBlockBytes(int subs, bool nib) { return ValueBytes(nib) + 2 * subs * kPanelWidth * 4; }
 
 // Activation rows per register tile (6 x 2 accumulators and 12 integer sums).
 constexpr int kRows = 6;
@@ -67,9 +76,11 @@ void PackTile(const float* a, int64_t k, int64_t m, int64_t i0, int64_t b0, int6
 
 // One packed row tile x one panel slice of nb blocks, stored into y (rows ldy apart) when first,
 // else added to it. Integer sums per half, then in f32: y += (q . a) * scale * d - offset * d * sum(a).
-template <int Subs>
+// Block by block it prefetches the slice at `next` (when given) into L2: the panels are read once, in
+// pieces a few pages long, and the hardware's prefetchers stop at each page.
+template <int Subs, bool Nib>
 PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, float* y, int64_t ldy,
-                          bool first) {
+                          bool first, const uint8_t* next) {
   constexpr int MR = kRows;
   constexpr int kHalfSteps = kSteps / Subs;
   __m512 acc[MR][2];
@@ -78,9 +89,14 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
     acc[i][0] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + i * ldy);
     acc[i][1] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + i * ldy + 16);
   }
-  for (int64_t bi = 0; bi < nb; ++bi, at += TileBlockBytes(Subs), slice += PanelBlockBytes(Subs)) {
-    const float* ws = reinterpret_cast<const float*>(slice + kSteps * kPanelWidth * 4);  // scales, offsets
-    const float* as = reinterpret_cast<const float*>(at + kSteps * MR * 4);              // d, d x sums
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  for (int64_t bi = 0; bi < nb; ++bi, at += TileBlockBytes(Subs), slice += PanelBlockBytes(Subs, Nib)) {
+    const float* ws = reinterpret_cast<const float*>(slice + ValueBytes(Nib));  // scales, offsets
+    if (next)
+      for (int64_t line = 0; line < PanelBlockBytes(Subs, Nib); line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(next + bi * PanelBlockBytes(Subs, Nib) + line),
+                     _MM_HINT_T1);
+    const float* as = reinterpret_cast<const float*>(at + kSteps * MR * 4);  // d, d x sums
     // Each half's integer sums are finished into acc before the next half starts, so one set of
     // them is live: 6 x 2 sums and 6 x 2 accumulators fit the 32 vector registers either way.
 #pragma GCC unroll 2
@@ -90,7 +106,14 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
       for (int i = 0; i < MR; ++i) p[i][0] = p[i][1] = _mm512_setzero_si512();
 #pragma GCC unroll 8
       for (int s = h * kHalfSteps; s < (h + 1) * kHalfSteps; ++s) {
-        const __m512i w0 = _mm512_load_si512(slice + s * 128), w1 = _mm512_load_si512(slice + s * 128 + 64);
+        __m512i w0, w1;
+        if constexpr (Nib) {
+          const __m512i v = _mm512_load_si512(slice + s * 64);
+          w0 = _mm512_and_si512(v, low4);
+          w1 = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        } else {
+          w0 = _mm512_load_si512(slice + s * 128), w1 = _mm512_load_si512(slice + s * 128 + 64);
+        }
         const int32_t* four = reinterpret_cast<const int32_t*>(at) + s * MR;
 #pragma GCC unroll 8
         for (int i = 0; i < MR; ++i) {
@@ -121,7 +144,7 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
 
 // For each slice of K (outermost: its packed activation tiles stay in L2), every row tile passes
 // over each of our panels' slice, which stays in L1 meanwhile.
-template <int Subs>
+template <int Subs, bool Nib>
 void GemmSlices(const float* a, int64_t m, const uint8_t* panels, int64_t k, float* y, int64_t n_total,
                 int64_t n_begin, int64_t n_end) {
   constexpr int MR = kRows;
@@ -134,21 +157,27 @@ void GemmSlices(const float* a, int64_t m, const uint8_t* panels, int64_t k, flo
     const bool first = b0 == 0;
     for (int64_t t = 0; t < tiles; ++t)
       PackTile<Subs>(a, k, m, t * MR, b0, nb, packed.data() + t * nb * TileBlockBytes(Subs));
+    auto slice_at = [&](int64_t n0, int64_t b) {
+      return panels + (n0 / kPanelWidth * blocks + b) * PanelBlockBytes(Subs, Nib);
+    };
     for (int64_t n0 = n_begin; n0 < n_end; n0 += kPanelWidth) {
       const int64_t cols = std::min(kPanelWidth, n_end - n0);
-      const uint8_t* slice = panels + (n0 / kPanelWidth * blocks + b0) * PanelBlockBytes(Subs);
+      const uint8_t* slice = slice_at(n0, b0);
+      const uint8_t* next = n0 + kPanelWidth < n_end     ? slice_at(n0 + kPanelWidth, b0)
+                            : b0 + kSliceBlocks < blocks ? slice_at(n_begin, b0 + kSliceBlocks)
+                                                         : nullptr;
       for (int64_t t = 0; t < tiles; ++t) {
         const uint8_t* at = packed.data() + t * nb * TileBlockBytes(Subs);
         const int64_t rows = std::min<int64_t>(MR, m - t * MR);
         float* yt = y + t * MR * n_total + n0;
         if (cols == kPanelWidth && rows == MR) {
-          PanelTile<Subs>(at, nb, slice, yt, n_total, first);
+          PanelTile<Subs, Nib>(at, nb, slice, yt, n_total, first, t == 0 ? next : nullptr);
           continue;
         }
         // A partial tile goes through a full-size buffer; only its valid part touches y.
         for (int64_t r = 0; r < rows && !first; ++r)
           std::memcpy(edge + r * kPanelWidth, yt + r * n_total, (size_t)cols * sizeof(float));
-        PanelTile<Subs>(at, nb, slice, edge, kPanelWidth, first);
+        PanelTile<Subs, Nib>(at, nb, slice, edge, kPanelWidth, first, t == 0 ? next : nullptr);
         for (int64_t r = 0; r < rows; ++r)
           std::memcpy(yt + r * n_total, edge + r * kPanelWidth, (size_t)cols * sizeof(float));
       }
@@ -185,7 +214,8 @@ bool Int8PanelsSupported(DType wt, int64_t k) {
 }
 
 size_t Int8PanelBytes(DType wt, int64_t n, int64_t k) {
-  return (size_t)((n + kPanelWidth - 1) / kPanelWidth * (k / kQuantBlock) * PanelBlockBytes(SubsOf(wt)));
+  return (size_t)((n + kPanelWidth - 1) / kPanelWidth * (k / kQuantBlock) *
+                  PanelBlockBytes(SubsOf(wt), NibblesOf(wt)));
 }
 
 void PackPanelsInt8(const void* w, DType wt, int64_t n, int64_t k, uint8_t* out) {
@@ -193,6 +223,8 @@ void PackPanelsInt8(const void* w, DType wt, int64_t n, int64_t k, uint8_t* out)
     throw Error("int8 panels: weights of type " + std::string(DTypeName(wt)) +
                 " with K=" + std::to_string(k) + " cannot be packed on this CPU");
   const int subs = SubsOf(wt);
+  const bool nib = NibblesOf(wt);
+  std::memset(out, 0, Int8PanelBytes(wt, n, k));  // nibbles are or-ed in
   const int64_t blocks = k / kQuantBlock, elems = StorageElems(wt);
   const int64_t row_bytes = StorageBytes(wt, k), block_bytes = StorageBytes(wt, elems);
   std::vector<uint8_t> q((size_t)elems);
@@ -203,10 +235,19 @@ void PackPanelsInt8(const void* w, DType wt, int64_t n, int64_t k, uint8_t* out)
                   scale.data(), offset.data());
       for (int64_t j0 = 0; j0 < elems; j0 += kQuantBlock) {
         const int64_t b = (sb * elems + j0) / kQuantBlock, c = r % kPanelWidth;
-        uint8_t* dst = out + (r / kPanelWidth * blocks + b) * PanelBlockBytes(subs);
-        for (int64_t kk = 0; kk < kQuantBlock; ++kk)
-          dst[(kk / 4 * kPanelWidth + c) * 4 + kk % 4] = q[j0 + kk];
-        float* fs = reinterpret_cast<float*>(dst + kSteps * kPanelWidth * 4);
+        uint8_t* dst = out + (r / kPanelWidth * blocks + b) * PanelBlockBytes(subs, nib);
+        for (int64_t kk = 0; kk < kQuantBlock; ++kk) {
+          const int64_t at = (kk / 4 * kPanelWidth + c) * 4 + kk % 4;  // in the byte layout
+          if (!nib) {
+            dst[at] = q[j0 + kk];
+          } else {
+            if (q[j0 + kk] > 15)
+              throw Error("int8 panels: a " + std::string(DTypeName(wt)) + " value above 15");
+            const int64_t step = at / 128, in = at % 128;
+            dst[step * 64 + in % 64] |= (uint8_t)(q[j0 + kk] << (in < 64 ? 0 : 4));
+          }
+        }
+        float* fs = reinterpret_cast<float*>(dst + ValueBytes(nib));
         for (int h = 0; h < subs; ++h) {
           // With one scale per 32 values, both 16-value halves carry the same one: take the first.
           fs[h * kPanelWidth + c] = scale[j0 / 16 + h];
@@ -221,10 +262,15 @@ void GemmPanelsInt8(const float* a, int64_t m, const uint8_t* panels, DType wt, 
   if (n_begin >= n_end || m <= 0) return;
   if (n_begin % kPanelWidth != 0)
     throw Error("int8 panels: a thread's columns must start at a panel, not at " + std::to_string(n_begin));
-  if (SubsOf(wt) == 1)
-    GemmSlices<1>(a, m, panels, k, y, n_total, n_begin, n_end);
+  const bool nib = NibblesOf(wt);
+  if (SubsOf(wt) == 1 && nib)
+    GemmSlices<1, true>(a, m, panels, k, y, n_total, n_begin, n_end);
+  else if (SubsOf(wt) == 1)
+    GemmSlices<1, false>(a, m, panels, k, y, n_total, n_begin, n_end);
+  else if (nib)
+    GemmSlices<2, true>(a, m, panels, k, y, n_total, n_begin, n_end);
   else
-    GemmSlices<2>(a, m, panels, k, y, n_total, n_begin, n_end);
+    GemmSlices<2, false>(a, m, panels, k, y, n_total, n_begin, n_end);
 }
 
 }  // namespace prism
