@@ -35,11 +35,18 @@ bool NibblesOf(DType wt) {
          wt == DType::Q3_K;
 }
 
+// Q4_0 and Q8_0 offset every value by a fixed count of its scale (8 and 128), and their scales are f16:
+// their panels keep the f16 scales alone. 0: scales and offsets are kept as f32.
+int FixedOffsetOf(DType wt) { return wt == DType::Q4_0 ? 8 : wt == DType::Q8_0 ? 128 : 0; }
+
 // A panel block (32 values of K x 32 columns): its values, then Subs x kPanelWidth f32 scales, then as many
 // f32 offsets; column c's weight is scale * q - offset. The values are kSteps x kPanelWidth x 4 bytes
 // (0..255), or for nibbles kSteps x 64 bytes: step s's low nibbles are columns 0-15, its high ones 16-31.
+// With a fixed offset, kPanelWidth f16 scales follow the values instead (offset = fixed x scale).
 constexpr int64_t ValueBytes(bool nib) { return kSteps * kPanelWidth * 4 / (nib ? 2 : 1); }
-constexpr int64_t PanelBlockBytes(int subs, bool nib) { return ValueBytes(nib) + 2 * subs * kPanelWidth * 4; }
+constexpr int64_t PanelBlockBytes(int subs, bool nib, int fixed) {
+  return ValueBytes(nib) + (fixed ? kPanelWidth * 2 : 2 * subs * kPanelWidth * 4);
+}
 
 // Activation rows per register tile (6 x 2 accumulators and 12 integer sums).
 constexpr int kRows = 6;
@@ -78,7 +85,7 @@ void PackTile(const float* a, int64_t k, int64_t m, int64_t i0, int64_t b0, int6
 // else added to it. Integer sums per half, then in f32: y += (q . a) * scale * d - offset * d * sum(a).
 // Block by block it prefetches the slice at `next` (when given) into L2: the panels are read once, in
 // pieces a few pages long, and the hardware's prefetchers stop at each page.
-template <int Subs, bool Nib>
+template <int Subs, bool Nib, int Fixed>
 PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, float* y, int64_t ldy,
                           bool first, const uint8_t* next) {
   constexpr int MR = kRows;
@@ -90,12 +97,12 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
     acc[i][1] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + i * ldy + 16);
   }
   const __m512i low4 = _mm512_set1_epi8(0x0f);
-  for (int64_t bi = 0; bi < nb; ++bi, at += TileBlockBytes(Subs), slice += PanelBlockBytes(Subs, Nib)) {
+  constexpr int64_t kBlock = PanelBlockBytes(Subs, Nib, Fixed);
+  for (int64_t bi = 0; bi < nb; ++bi, at += TileBlockBytes(Subs), slice += kBlock) {
     const float* ws = reinterpret_cast<const float*>(slice + ValueBytes(Nib));  // scales, offsets
     if (next)
-      for (int64_t line = 0; line < PanelBlockBytes(Subs, Nib); line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(next + bi * PanelBlockBytes(Subs, Nib) + line),
-                     _MM_HINT_T1);
+      for (int64_t line = 0; line < kBlock; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(next + bi * kBlock + line), _MM_HINT_T1);
     const float* as = reinterpret_cast<const float*>(at + kSteps * MR * 4);  // d, d x sums
     // Each half's integer sums are finished into acc before the next half starts, so one set of
     // them is live: 6 x 2 sums and 6 x 2 accumulators fit the 32 vector registers either way.
@@ -122,9 +129,17 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
           p[i][1] = _mm512_dpbusd_epi32(p[i][1], w1, av);
         }
       }
-      const __m512 s0 = _mm512_load_ps(ws + h * kPanelWidth), s1 = _mm512_load_ps(ws + h * kPanelWidth + 16);
-      const float* off = ws + (Subs + h) * kPanelWidth;
-      const __m512 o0 = _mm512_load_ps(off), o1 = _mm512_load_ps(off + 16);
+      __m512 s0, s1, o0, o1;
+      if constexpr (Fixed != 0) {  // o = fixed x s, exactly (a power of two)
+        const __m256i* half = reinterpret_cast<const __m256i*>(slice + ValueBytes(Nib));
+        s0 = _mm512_cvtph_ps(_mm256_load_si256(half)), s1 = _mm512_cvtph_ps(_mm256_load_si256(half + 1));
+        o0 = _mm512_mul_ps(s0, _mm512_set1_ps((float)Fixed)),
+        o1 = _mm512_mul_ps(s1, _mm512_set1_ps((float)Fixed));
+      } else {
+        s0 = _mm512_load_ps(ws + h * kPanelWidth), s1 = _mm512_load_ps(ws + h * kPanelWidth + 16);
+        const float* off = ws + (Subs + h) * kPanelWidth;
+        o0 = _mm512_load_ps(off), o1 = _mm512_load_ps(off + 16);
+      }
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
         const __m512 d = _mm512_set1_ps(as[i]), ds = _mm512_set1_ps(as[MR * (1 + h) + i]);
@@ -144,7 +159,7 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
 
 // For each slice of K (outermost: its packed activation tiles stay in L2), every row tile passes
 // over each of our panels' slice, which stays in L1 meanwhile.
-template <int Subs, bool Nib>
+template <int Subs, bool Nib, int Fixed>
 void GemmSlices(const float* a, int64_t m, const uint8_t* panels, int64_t k, float* y, int64_t n_total,
                 int64_t n_begin, int64_t n_end) {
   constexpr int MR = kRows;
@@ -158,7 +173,7 @@ void GemmSlices(const float* a, int64_t m, const uint8_t* panels, int64_t k, flo
     for (int64_t t = 0; t < tiles; ++t)
       PackTile<Subs>(a, k, m, t * MR, b0, nb, packed.data() + t * nb * TileBlockBytes(Subs));
     auto slice_at = [&](int64_t n0, int64_t b) {
-      return panels + (n0 / kPanelWidth * blocks + b) * PanelBlockBytes(Subs, Nib);
+      return panels + (n0 / kPanelWidth * blocks + b) * PanelBlockBytes(Subs, Nib, Fixed);
     };
     for (int64_t n0 = n_begin; n0 < n_end; n0 += kPanelWidth) {
       const int64_t cols = std::min(kPanelWidth, n_end - n0);
@@ -171,13 +186,13 @@ void GemmSlices(const float* a, int64_t m, const uint8_t* panels, int64_t k, flo
         const int64_t rows = std::min<int64_t>(MR, m - t * MR);
         float* yt = y + t * MR * n_total + n0;
         if (cols == kPanelWidth && rows == MR) {
-          PanelTile<Subs, Nib>(at, nb, slice, yt, n_total, first, t == 0 ? next : nullptr);
+          PanelTile<Subs, Nib, Fixed>(at, nb, slice, yt, n_total, first, t == 0 ? next : nullptr);
           continue;
         }
         // A partial tile goes through a full-size buffer; only its valid part touches y.
         for (int64_t r = 0; r < rows && !first; ++r)
           std::memcpy(edge + r * kPanelWidth, yt + r * n_total, (size_t)cols * sizeof(float));
-        PanelTile<Subs, Nib>(at, nb, slice, edge, kPanelWidth, first, t == 0 ? next : nullptr);
+        PanelTile<Subs, Nib, Fixed>(at, nb, slice, edge, kPanelWidth, first, t == 0 ? next : nullptr);
         for (int64_t r = 0; r < rows; ++r)
           std::memcpy(yt + r * n_total, edge + r * kPanelWidth, (size_t)cols * sizeof(float));
       }
@@ -215,7 +230,7 @@ bool Int8PanelsSupported(DType wt, int64_t k) {
 
 size_t Int8PanelBytes(DType wt, int64_t n, int64_t k) {
   return (size_t)((n + kPanelWidth - 1) / kPanelWidth * (k / kQuantBlock) *
-                  PanelBlockBytes(SubsOf(wt), NibblesOf(wt)));
+                  PanelBlockBytes(SubsOf(wt), NibblesOf(wt), FixedOffsetOf(wt)));
 }
 
 void PackPanelsInt8(const void* w, DType wt, int64_t n, int64_t k, uint8_t* out) {
@@ -224,6 +239,7 @@ void PackPanelsInt8(const void* w, DType wt, int64_t n, int64_t k, uint8_t* out)
                 " with K=" + std::to_string(k) + " cannot be packed on this CPU");
   const int subs = SubsOf(wt);
   const bool nib = NibblesOf(wt);
+  const int fixed = FixedOffsetOf(wt);
   std::memset(out, 0, Int8PanelBytes(wt, n, k));  // nibbles are or-ed in
   const int64_t blocks = k / kQuantBlock, elems = StorageElems(wt);
   const int64_t row_bytes = StorageBytes(wt, k), block_bytes = StorageBytes(wt, elems);
@@ -235,7 +251,7 @@ void PackPanelsInt8(const void* w, DType wt, int64_t n, int64_t k, uint8_t* out)
                   scale.data(), offset.data());
       for (int64_t j0 = 0; j0 < elems; j0 += kQuantBlock) {
         const int64_t b = (sb * elems + j0) / kQuantBlock, c = r % kPanelWidth;
-        uint8_t* dst = out + (r / kPanelWidth * blocks + b) * PanelBlockBytes(subs, nib);
+        uint8_t* dst = out + (r / kPanelWidth * blocks + b) * PanelBlockBytes(subs, nib, fixed);
         for (int64_t kk = 0; kk < kQuantBlock; ++kk) {
           const int64_t at = (kk / 4 * kPanelWidth + c) * 4 + kk % 4;  // in the byte layout
           if (!nib) {
@@ -246,6 +262,10 @@ void PackPanelsInt8(const void* w, DType wt, int64_t n, int64_t k, uint8_t* out)
             const int64_t step = at / 128, in = at % 128;
             dst[step * 64 + in % 64] |= (uint8_t)(q[j0 + kk] << (in < 64 ? 0 : 4));
           }
+        }
+        if (fixed) {
+          reinterpret_cast<uint16_t*>(dst + ValueBytes(nib))[c] = FloatToHalf(scale[j0 / 16]);
+          continue;
         }
         float* fs = reinterpret_cast<float*>(dst + ValueBytes(nib));
         for (int h = 0; h < subs; ++h) {
@@ -263,14 +283,19 @@ void GemmPanelsInt8(const float* a, int64_t m, const uint8_t* panels, DType wt, 
   if (n_begin % kPanelWidth != 0)
     throw Error("int8 panels: a thread's columns must start at a panel, not at " + std::to_string(n_begin));
   const bool nib = NibblesOf(wt);
-  if (SubsOf(wt) == 1 && nib)
-    GemmSlices<1, true>(a, m, panels, k, y, n_total, n_begin, n_end);
-  else if (SubsOf(wt) == 1)
-    GemmSlices<1, false>(a, m, panels, k, y, n_total, n_begin, n_end);
+  const int subs = SubsOf(wt), fixed = FixedOffsetOf(wt);
+  if (fixed == 8)
+    GemmSlices<1, true, 8>(a, m, panels, k, y, n_total, n_begin, n_end);
+  else if (fixed == 128)
+    GemmSlices<1, false, 128>(a, m, panels, k, y, n_total, n_begin, n_end);
+  else if (subs == 1 && nib)
+    GemmSlices<1, true, 0>(a, m, panels, k, y, n_total, n_begin, n_end);
+  else if (subs == 1)
+    GemmSlices<1, false, 0>(a, m, panels, k, y, n_total, n_begin, n_end);
   else if (nib)
-    GemmSlices<2, true>(a, m, panels, k, y, n_total, n_begin, n_end);
+    GemmSlices<2, true, 0>(a, m, panels, k, y, n_total, n_begin, n_end);
   else
-    GemmSlices<2, false>(a, m, panels, k, y, n_total, n_begin, n_end);
+    GemmSlices<2, false, 0>(a, m, panels, k, y, n_total, n_begin, n_end);
 }
 
 }  // namespace prism

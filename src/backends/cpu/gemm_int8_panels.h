@@ -16,8 +16,8 @@ bool Int8PanelsSupported(DType wt, int64_t k);
 // Weights (GGUF blocks, N x K) as panels of 32 columns, 32 values of K at a time: the values as bytes
 // 0..255 (4-value steps x 32 columns; nibbles, two columns to a byte, for the formats whose values are
 // below 16: Q4_0, Q4_1, Q4_K, Q2_K, Q3_K), then the 32 columns' f32 scales and offsets (value = scale *
-// q - offset, exactly; per 16 values for Q2_K, Q3_K and Q6_K, per 32 for the others),
-// Int8PanelBytes in all (zero-padded past N).
+// q - offset, exactly; per 16 values for Q2_K, Q3_K and Q6_K, per 32 for the others; Q4_0 and Q8_0 keep
+// their f16 scales alone, the offset a fixed multiple of them), Int8PanelBytes in all (zero-padded past N).
 size_t Int8PanelBytes(DType wt, int64_t n, int64_t k);
 void PackPanelsInt8(const void* w, DType wt, int64_t n, int64_t k, uint8_t* out);
 
