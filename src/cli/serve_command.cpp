@@ -98,7 +98,10 @@ Runner AddServeCommand(CLI::App& app) {
     so.max_body_bytes = o->max_body;
     PoolOptions po{o->idle_unload, (int64_t)(o->memory_budget_mb * 1024 * 1024)};
     HttpServer server(so, models, po, [o](const ModelSpec& m, Metrics* metrics) {
-      LoadOptions lo{o->tokenizer, o->ctx, o->threads};
+      LoadOptions lo;
+      lo.tokenizer_path = o->tokenizer;
+      lo.max_context = o->ctx;
+      lo.threads = o->threads;
       lo.device = o->device;
       lo.program = o->program;
       lo.prefill_device = o->prefill_device;

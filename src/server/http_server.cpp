@@ -9,6 +9,8 @@
 #include <ctime>
 #include <random>
 
+#include <sys/socket.h>
+
 #include "server/api_error.h"
 #include "server/chat_page.h"
 
@@ -196,6 +198,11 @@ bool HttpServer::Listen(std::string* why) {
     *why = "cannot listen on " + opts_.host + ":" + std::to_string(opts_.port);
     return false;
   }
+  // Debian's cpp-httplib listens with a backlog of 5, compiled into its library: 16 clients connecting at
+  // once while the engine held both cores overflowed it, and the dropped connections' SYNs were resent a
+  // second later (their first token 1.1 s late) or their requests were reset. Listening again on the
+  // bound socket only raises its backlog.
+  if (listen_socket_ >= 0) ::listen(listen_socket_, SOMAXCONN);
   loader_ = std::thread([this] {
     try {
       pool_.Get("");
@@ -220,6 +227,10 @@ void HttpServer::Drain() {
 
 void HttpServer::Routes() {
   httplib::Server& s = *http_;
+  s.set_socket_options([this](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_socket_ = sock;
+  });
   s.new_task_queue = [n = opts_.threads] { return new httplib::ThreadPool((size_t)n); };
   s.set_payload_max_length(opts_.max_body_bytes);
   s.set_default_headers({{"Access-Control-Allow-Origin", "*"}});

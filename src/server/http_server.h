@@ -60,6 +60,7 @@ class HttpServer {
   std::string load_error_;
   std::function<void(int)> on_listening_;
   int port_ = 0;
+  int listen_socket_ = -1;  // the bound socket (its backlog raised after httplib's bind)
 };
 
 }  // namespace prism
