@@ -119,7 +119,8 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
           w0 = _mm512_and_si512(v, low4);
           w1 = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
         } else {
-          w0 = _mm512_load_si512(slice + s * 128), w1 = _mm512_load_si512(slice + s * 128 + 64);
+          w0 = _mm512_load_si512(slice + s * 128);
+          w1 = _mm512_load_si512(slice + s * 128 + 64);
         }
         const int32_t* four = reinterpret_cast<const int32_t*>(at) + s * MR;
 #pragma GCC unroll 8
@@ -132,9 +133,11 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
       __m512 s0, s1, o0, o1;
       if constexpr (Fixed != 0) {  // o = fixed x s, exactly (a power of two)
         const __m256i* half = reinterpret_cast<const __m256i*>(slice + ValueBytes(Nib));
-        s0 = _mm512_cvtph_ps(_mm256_load_si256(half)), s1 = _mm512_cvtph_ps(_mm256_load_si256(half + 1));
-        o0 = _mm512_mul_ps(s0, _mm512_set1_ps((float)Fixed)),
-        o1 = _mm512_mul_ps(s1, _mm512_set1_ps((float)Fixed));
+        const __m512 fixed = _mm512_set1_ps((float)Fixed);
+        s0 = _mm512_cvtph_ps(_mm256_load_si256(half));
+        s1 = _mm512_cvtph_ps(_mm256_load_si256(half + 1));
+        o0 = _mm512_mul_ps(s0, fixed);
+        o1 = _mm512_mul_ps(s1, fixed);
       } else {
         s0 = _mm512_load_ps(ws + h * kPanelWidth), s1 = _mm512_load_ps(ws + h * kPanelWidth + 16);
         const float* off = ws + (Subs + h) * kPanelWidth;
