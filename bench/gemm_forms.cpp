@@ -1,5 +1,6 @@
 // Times every template GEMM form on one shape: Y = A · Wᵀ, A M x K f32, W N x K in each weight dtype.
-// Usage: prism_gemm_bench [M N K [repeats]]  (default 1 8192 2048 10; one thread; best of the repeats).
+// Usage: prism_gemm_bench [M N K [repeats [threads]]]  (default 1 8192 2048 10 1; best of the repeats;
+// threads split the weight rows in blocks of 64, as a decode step's team does).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include "backends/cpu/gemm_blocks.h"
 #include "backends/cpu/gemm_int8.h"
 #include "backends/cpu/gemm_panels.h"
+#include "backends/cpu/thread_pool.h"
 #include "ir/host_tensor.h"
 
 using namespace prism;
@@ -23,19 +25,26 @@ int main(int argc, char** argv) {
   const int64_t m = argc > 1 ? std::atoll(argv[1]) : 1, n = argc > 2 ? std::atoll(argv[2]) : 8192,
                 k = argc > 3 ? std::atoll(argv[3]) : 2048;
   const int reps = argc > 4 ? std::atoi(argv[4]) : 10;
+  const int threads = argc > 5 ? std::max(1, std::atoi(argv[5])) : 1;
+  ThreadPool pool(threads);
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> dist(-1, 1);
   std::vector<float> a(m * k), wf(n * k), y(m * n);
   for (float& v : a) v = dist(rng);
   for (float& v : wf) v = dist(rng);
-  std::printf("M=%lld N=%lld K=%lld, 1 thread, best of %d (micro-kernels: %s)\n", (long long)m, (long long)n,
-              (long long)k, reps, GemmIsa());
+  std::printf("M=%lld N=%lld K=%lld, %d thread(s), best of %d (micro-kernels: %s)\n", (long long)m,
+              (long long)n, (long long)k, threads, reps, GemmIsa());
   std::printf("| weights | form | ms | weight GB/s | GFLOP/s |\n| --- | --- | ---: | ---: | ---: |\n");
-  auto time = [&](DType wt, const char* form, size_t weight_bytes, const std::function<void()>& run) {
+  // run(nb, ne) computes output columns [nb, ne); each thread takes its share of 64-column blocks.
+  auto time = [&](DType wt, const char* form, size_t weight_bytes,
+                  const std::function<void(int64_t, int64_t)>& run) {
+    const int64_t blocks = (n + 63) / 64;
     double best = 1e30;
     for (int r = 0; r <= reps; ++r) {  // repeat 0 warms up
       auto t0 = std::chrono::steady_clock::now();
-      run();
+      pool.ParallelFor(threads, [&](int t) {
+        run(std::min(n, blocks * t / threads * 64), std::min(n, blocks * (t + 1) / threads * 64));
+      });
       double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (r > 0) best = std::min(best, s);
     }
@@ -45,25 +54,29 @@ int main(int argc, char** argv) {
   for (DType wt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0}) {
     if (!GemmSupports(wt, k)) continue;
     const HostTensor w = HostTensor::FromFloats({n, k}, wf, wt);
-    time(wt, "rows", (size_t)w.nbytes(), [&] { GemmRows(a.data(), m, k, w.data, wt, y.data(), n, 0, n); });
+    time(wt, "rows", (size_t)w.nbytes(),
+         [&](int64_t nb, int64_t ne) { GemmRows(a.data(), m, k, w.data, wt, y.data(), n, nb, ne); });
     if (wt == DType::BF16 && Bf16DotSupported()) {
-      time(wt, "rounded (bf16 dot)", (size_t)w.nbytes(), [&] {
-        GemmRowsBf16Dot(a.data(), m, k, reinterpret_cast<const uint16_t*>(w.data), y.data(), n, 0, n);
+      time(wt, "rounded (bf16 dot)", (size_t)w.nbytes(), [&](int64_t nb, int64_t ne) {
+        GemmRowsBf16Dot(a.data(), m, k, reinterpret_cast<const uint16_t*>(w.data), y.data(), n, nb, ne);
       });
       Bf16PanelWeight p = PackBf16Panels(reinterpret_cast<const uint16_t*>(w.data), n, k);
-      time(wt, "dot-panels (bf16 dot)", p.bytes, [&] { GemmBf16Panels(a.data(), m, p, y.data(), n, 0, n); });
+      time(wt, "dot-panels (bf16 dot)", p.bytes,
+           [&](int64_t nb, int64_t ne) { GemmBf16Panels(a.data(), m, p, y.data(), n, nb, ne); });
     }
     if (Int8DotSupported(wt, k)) {
       Int8PackedWeight p = PackForInt8Dot(w.data, wt, n, k);
-      time(wt, "rounded (int8 VNNI)", p.bytes, [&] { GemmRowsInt8(a.data(), m, p, y.data(), n, 0, n); });
+      time(wt, "rounded (int8 VNNI)", p.bytes,
+           [&](int64_t nb, int64_t ne) { GemmRowsInt8(a.data(), m, p, y.data(), n, nb, ne); });
     }
     if (PanelGemmSupported(wt)) {
       PanelPackedWeight p = PackPanels(w.data, wt, n, k);
-      time(wt, "panels", p.bytes, [&] { GemmPanels(a.data(), m, p, y.data(), n, 0, n); });
+      time(wt, "panels", p.bytes,
+           [&](int64_t nb, int64_t ne) { GemmPanels(a.data(), m, p, y.data(), n, nb, ne); });
     }
     if (AmxGemmSupported(wt, k)) {
       AmxPackedWeight p = PackForAmx(w.data, wt, n, k);
-      time(wt, "amx", p.bytes, [&] { GemmAmx(a.data(), m, p, y.data(), n, 0, n); });
+      time(wt, "amx", p.bytes, [&](int64_t nb, int64_t ne) { GemmAmx(a.data(), m, p, y.data(), n, nb, ne); });
     }
   }
   // GGUF's read-only block formats (random bytes: the time does not depend on the values).
@@ -71,13 +84,16 @@ int main(int argc, char** argv) {
     if (!GemmSupports(wt, k)) continue;
     HostTensor w = HostTensor::Zeros(wt, {n, k});
     for (int64_t i = 0; i < w.nbytes(); ++i) static_cast<uint8_t*>(w.data)[i] = (uint8_t)rng();
-    time(wt, "rows", (size_t)w.nbytes(), [&] { GemmRows(a.data(), m, k, w.data, wt, y.data(), n, 0, n); });
+    time(wt, "rows", (size_t)w.nbytes(),
+         [&](int64_t nb, int64_t ne) { GemmRows(a.data(), m, k, w.data, wt, y.data(), n, nb, ne); });
     if (BlockQ8KSupported(wt, k))
-      time(wt, "q8k (int8)", (size_t)w.nbytes(),
-           [&] { GemmRowsBlockQ8K(a.data(), m, k, w.data, wt, y.data(), n, 0, n); });
+      time(wt, "q8k (int8)", (size_t)w.nbytes(), [&](int64_t nb, int64_t ne) {
+        GemmRowsBlockQ8K(a.data(), m, k, w.data, wt, y.data(), n, nb, ne);
+      });
     if (PanelGemmSupported(wt)) {
       PanelPackedWeight p = PackPanels(w.data, wt, n, k);
-      time(wt, "panels (int8 VNNI)", p.bytes, [&] { GemmPanels(a.data(), m, p, y.data(), n, 0, n); });
+      time(wt, "panels (int8 VNNI)", p.bytes,
+           [&](int64_t nb, int64_t ne) { GemmPanels(a.data(), m, p, y.data(), n, nb, ne); });
     }
   }
   return 0;
