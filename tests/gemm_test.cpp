@@ -49,6 +49,14 @@ void ExpectExactProducts(const float* a, int64_t m, int64_t k, const uint8_t* w,
 
 }  // namespace
 
+// Every kernel of p in GEMM form `form` (the template on), run by the team when threads > 1.
+void ForceForm(Program* p, int form, int threads) {
+  KernelChoices choices;
+  choices["all"].assign(p->kernels().kernels.size(),
+                        KernelChoice{true, threads > 1 ? Threading::Team : Threading::OneThread, false, form});
+  p->SetChoices(choices);
+}
+
 TEST(Gemm, LinearWithEveryWeightDtypeMatchesInterpreter) {
   struct Case {
     DType dtype;
@@ -71,8 +79,10 @@ TEST(Gemm, LinearWithEveryWeightDtypeMatchesInterpreter) {
     for (const Kernel& k : kp.kernels) has_template = has_template || k.gemm.has_value();
     EXPECT_TRUE(has_template) << "x · Wᵀ with a " << DTypeName(c.dtype)
                               << " weight did not match the template";
-    testing::CheckGraph(g, {{{"m", 1}}, {{"m", 3}}, {{"m", 70}}}, c.tol, c.tol, 7,
-                        std::string("gemm ") + std::string(DTypeName(c.dtype)));
+    auto prog = Program::Compile(g);
+    ForceForm(prog.get(), 0, 1);  // the exact rows form (unsearched, quantized weights take int8 forms)
+    testing::CheckExecutable(*prog, {{{"m", 1}}, {{"m", 3}}, {{"m", 70}}}, c.tol, c.tol, 7, false,
+                             std::string("gemm ") + std::string(DTypeName(c.dtype)));
   }
 }
 
@@ -95,14 +105,6 @@ TEST(Gemm, ActivationRegroupedByAReshapeIsReadFromItsSourceBuffer) {
   }
   EXPECT_EQ(gemms, 1);
   testing::CheckGraph(g, {{{"m", 1}}, {{"m", 5}}, {{"m", 67}}}, 1e-5, 1e-5, 3, "regrouped activation");
-}
-
-// Every kernel of p in GEMM form `form` (the template on), run by the team when threads > 1.
-void ForceForm(Program* p, int form, int threads) {
-  KernelChoices choices;
-  choices["all"].assign(p->kernels().kernels.size(),
-                        KernelChoice{true, threads > 1 ? Threading::Team : Threading::OneThread, false, form});
-  p->SetChoices(choices);
 }
 
 // An NCHW image's im2col [n, C, taps, h, w] read as rows of pixels [n, h, w, C * taps]: the template reads
@@ -686,11 +688,64 @@ TEST(Gemm, Bf16ActivationsRunOnBf16DotProductsUnsearched) {
         ++gemms;
         EXPECT_EQ(gm->a_bf16, xt == DType::BF16);
         const bool dots = xt == DType::BF16 && GemmForms()[GemmFormIndex("dot-panels")].offered(DType::BF16, 200);
-        EXPECT_EQ(prog->DefaultChoice(k).form, dots ? GemmFormIndex("dot-panels") : 0);
+        for (int64_t m : {1, 70})
+          EXPECT_EQ(prog->DefaultChoice(k, {{"m", m}}).form, dots ? GemmFormIndex("dot-panels") : 0);
       }
     EXPECT_EQ(gemms, 1);
     testing::CheckGraph(g, {{{"m", 1}}, {{"m", 5}}, {{"m", 70}}}, 1e-5, 1e-5, 7,
                         "bf16 weights, " + std::string(DTypeName(xt)) + " activation");
+  }
+}
+
+// Quantized weights meet int8 dot products before any search, as llama.cpp's do: one row at a time for a
+// few rows, in panels over many (the rows form's f32 products ran decode at half the bandwidth and 16 rows
+// 3-4x slower). Every output stays within the chosen form's rounding bound of the exact sum, as the search
+// would check; float weights keep the exact rows form.
+TEST(Gemm, QuantizedWeightsRunOnInt8DotProductsUnsearched) {
+  const int rounded = GemmFormIndex("rounded"), panels = GemmFormIndex("panels"), q8k = GemmFormIndex("q8k");
+  const int64_t n = 37, k = 512;
+  for (DType wt : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F16}) {
+    Graph g;
+    Tensor x{&g, g.Input("x", DType::F32, {Expr::Sym("m"), Expr(k)})};
+    Tensor w{&g, g.Weight("w", wt, {Expr(n), Expr(k)})};
+    g.MarkOutput(Linear(x, w).id(), "y");
+    auto prog = Program::Compile(g);
+    const HostTensor weights = testing::RandomTensors(g, Op::Weight, {}, 3).at("w");
+    prog->BindWeight("w", weights);
+    for (int64_t m : {1, 5, 6, 70}) {
+      int want = 0;
+      if (IsQuantized(wt)) {
+        for (int f : {rounded, q8k})
+          if (want == 0 && GemmForms()[f].offered(wt, k)) want = f;
+        if (m >= GemmForms()[panels].min_rows && GemmForms()[panels].offered(wt, k)) want = panels;
+      }
+      const std::string what = std::string(DTypeName(wt)) + " m=" + std::to_string(m);
+      for (size_t kk = 0; kk < prog->kernels().kernels.size(); ++kk)
+        if (prog->kernels().kernels[kk].gemm)
+          EXPECT_EQ(prog->DefaultChoice(kk, {{"m", m}}).form, want) << what;
+      auto a = testing::RandomFloats(m * k, 7 + m);
+      HostTensor in = HostTensor::FromFloats({m, k}, a, DType::F32);
+      const HostTensor y = prog->Run({{"x", in}}, {}).at(0);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          const Exact e = ExactDot(a.data(), k, weights.data, wt, i, j);
+          const double bound = GemmForms()[want].error_bound
+                                   ? GemmForms()[want].error_bound(a.data() + i * k, weights.data, wt, k, j)
+                                   : 0;
+          ASSERT_LE(std::fabs(y.At(i * n + j) - e.sum), bound * 1.01 + 1e-5 * e.magnitude)
+              << what << " at " << i << "," << j;
+        }
+    }
+    // CompileOptions::exact: the rows form, even where a decision loaded for the kernel rounds.
+    CompileOptions exact;
+    exact.exact = true;
+    auto precise = Program::Compile(g, exact);
+    for (size_t kk = 0; kk < precise->kernels().kernels.size(); ++kk)
+      if (precise->kernels().kernels[kk].gemm)
+        EXPECT_EQ(precise->DefaultChoice(kk, {{"m", 70}}).form, 0) << DTypeName(wt);
+    ForceForm(precise.get(), IsQuantized(wt) ? panels : 0, 2);
+    testing::CheckExecutable(*precise, {{{"m", 1}}, {{"m", 70}}}, 1e-4, 1e-4, 5, false,
+                             "exact " + std::string(DTypeName(wt)));
   }
 }
 

@@ -323,11 +323,11 @@ TEST(Search, UnsearchedReductionsTakeTheOrderTheirLoadsFavour) {
     if (out == "pv") {
       ++pv;
       EXPECT_NE(prog->source().find(kn.name + "_ro("), std::string::npos) << "no reduce-outer order rendered";
-      EXPECT_TRUE(prog->DefaultChoice(k).reduce_outer) << kn.name;
+      EXPECT_TRUE(prog->DefaultChoice(k, {{"s", 7}}).reduce_outer) << kn.name;
     }
     if (out == "rows") {
       ++rows;
-      EXPECT_FALSE(prog->DefaultChoice(k).reduce_outer) << kn.name;
+      EXPECT_FALSE(prog->DefaultChoice(k, {{"s", 7}}).reduce_outer) << kn.name;
     }
   }
   EXPECT_EQ(pv, 1);

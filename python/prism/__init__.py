@@ -118,17 +118,19 @@ def load(
     ctx: int = 0,
     search_budget: Optional[float] = None,
     tokenizer: Optional[str] = None,
+    exact: bool = False,
 ) -> Model:
     """Loads anything `prism run` reads: a Hugging Face folder, a .gguf file, a llama2.c checkpoint
     (tokenizer beside it or given), or an artifact folder written by prism.compile.
 
     device: "cpu", "opencl", "cuda" or "interp"; threads: 0 for every core; ctx: the context in tokens
     (0: the model's, capped at 4096); search_budget: seconds of schedule search at load (None: the
-    tuning database's decisions only).
+    tuning database's decisions only); exact: quantized weights' products in f32 against the activation as
+    given (default: int8 dot products against it rounded per 32 values, as llama.cpp computes them).
     """
     path = os.fspath(path) if path is not None else default_model()
     budget = -1.0 if search_budget is None else float(search_budget)
-    return Model(_prism._load(path, device, threads, ctx, budget, tokenizer or ""), path)
+    return Model(_prism._load(path, device, threads, ctx, budget, tokenizer or "", exact), path)
 
 
 @dataclass

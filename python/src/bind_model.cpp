@@ -128,8 +128,9 @@ class Generation {
 };
 
 std::shared_ptr<Model> Load(const std::string& path, const std::string& device, int threads, int64_t ctx,
-                            double search_budget, const std::string& tokenizer) {
+                            double search_budget, const std::string& tokenizer, bool exact) {
   LoadOptions lo;
+  lo.exact = exact;
   lo.tokenizer_path = tokenizer;
   lo.max_context = ctx;
   lo.threads = threads;
@@ -209,7 +210,7 @@ void BindModel(nb::module_& mod) {
 
   mod.def("_tokenizer", [](std::shared_ptr<Model> m) { return Tokenizer{std::move(m)}; });
   mod.def("_load", &Load, nb::arg("path"), nb::arg("device"), nb::arg("threads"), nb::arg("ctx"),
-          nb::arg("search_budget"), nb::arg("tokenizer"));
+          nb::arg("search_budget"), nb::arg("tokenizer"), nb::arg("exact"));
   mod.def(
       "_encode_prompt",
       [](std::shared_ptr<Model> m, nb::handle prompt, nb::handle messages) {

@@ -25,6 +25,7 @@ struct CompileRequest {
   // compiling; the kernels rendered now must equal the artifact's, else loading fails (a stale artifact).
   std::string artifact_dir;
   bool graph_replay = true;  // cuda: each step's launches replay as one CUDA graph
+  bool exact = false;        // cpu: no product rounds its activation (CompileOptions::exact)
 };
 
 // Prompts at least this long run on the "prefill-long" bucket's choices when the search made them.

@@ -49,8 +49,10 @@ class ScheduleSpace {
     (void)k;
     return {};
   }
-  // A bucket's choices start as those of bucket `from` (searched before it), or as the defaults ("").
-  virtual void StartBucket(const std::string& bucket, const std::string& from) = 0;
+  // A bucket's choices start as those of bucket `from` (searched before it), or as the defaults at its
+  // sizes ("").
+  virtual void StartBucket(const std::string& bucket, const std::string& from,
+                           const SymbolBindings& sizes) = 0;
   // Buffers at a bucket's sizes: every buffer the kernels marked in `timed` touch holds random non-zero
   // values (real weights where they are bound), and with `whole_step` every buffer of a step exists. With
   // neither, only the sizes are bound.

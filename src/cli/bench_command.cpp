@@ -52,6 +52,7 @@ Stat MeanStd(const std::vector<double>& xs) {
 Runner AddBenchCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Prompt-processing and generation speed, llama-bench style");
   struct Opts {
+    bool exact = false;
     std::string model, prompts = "128,512", threads = "1,2", tokenizer, device = "cpu", prefill_device,
                        program;
     int gen = 128, reps = 3;
@@ -68,6 +69,7 @@ Runner AddBenchCommand(CLI::App& app) {
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file (llama2.c checkpoints)");
   AddDeviceOption(cmd, o->device);
   AddProgramOption(cmd, o->program);
+  AddExactOption(cmd, o->exact);
   AddSplitDeviceOptions(cmd, o->device, o->prefill_device);
   return [o]() {
     std::string path = o->model.empty() ? DefaultModelPath() : o->model;
@@ -83,6 +85,7 @@ Runner AddBenchCommand(CLI::App& app) {
       lo.tokenizer_path = o->tokenizer;
       lo.max_context = std::max<int64_t>(max_prompt, o->gen) + 8;
       lo.threads = t;
+      lo.exact = o->exact;
       lo.device = o->device;
       lo.program = o->program;
       lo.prefill_device = o->prefill_device;

@@ -12,6 +12,7 @@ Runner AddChatCommand(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("chat", "Interactive chat using the model's chat template (one message per line)");
   struct Opts {
+    bool exact = false;
     std::string model, system, tokenizer, device = "cpu";
     int n = 512, threads = 0;
     int64_t ctx = 0;
@@ -25,11 +26,16 @@ Runner AddChatCommand(CLI::App& app) {
   cmd->add_option("--temp", o->temp, "temperature (0 = greedy)")->capture_default_str();
   cmd->add_option("--seed", o->seed, "random seed")->capture_default_str();
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
+  AddExactOption(cmd, o->exact);
   cmd->add_option("--ctx", o->ctx, "context size in tokens");
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file");
   AddDeviceOption(cmd, o->device);
   return [o]() {
-    LoadOptions lo{o->tokenizer, o->ctx, o->threads};
+    LoadOptions lo;
+    lo.tokenizer_path = o->tokenizer;
+    lo.max_context = o->ctx;
+    lo.threads = o->threads;
+    lo.exact = o->exact;
     lo.device = o->device;
     auto lm = LanguageModel::Load(o->model, lo);
     if (!lm->chat_template()) throw Error(o->model + ": the model has no chat template");

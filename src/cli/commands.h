@@ -53,6 +53,13 @@ inline void AddProgramOption(CLI::App* cmd, std::string& program) {
       "choice, remembered in the tuning database)");
 }
 
+// --exact: no product rounds its activation (quantized weights' products in f32, slower).
+inline void AddExactOption(CLI::App* cmd, bool& exact) {
+  cmd->add_flag("--exact", exact,
+                "quantized weights' products in f32 against the activation as given (default: int8 dot "
+                "products against it rounded per 32 values, as llama.cpp computes them; faster)");
+}
+
 // --prefill-device NAME and --decode-device NAME: prompts on one device, generation on another (the KV
 // cache handed over after each prompt); --decode-device is --device by another name.
 inline void AddSplitDeviceOptions(CLI::App* cmd, std::string& device, std::string& prefill_device) {

@@ -16,6 +16,7 @@ Runner AddCompileCommand(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("compile", "Compile a model into an artifact folder (kernels, schedules, receipts)");
   struct Opts {
+    bool exact = false;
     std::string model, out, tokenizer, replay, device = "cpu", program;
     double budget = 60;
     int64_t ctx = 0;
@@ -36,12 +37,18 @@ Runner AddCompileCommand(CLI::App& app) {
                   "receipts");
   AddDeviceOption(cmd, o->device);
   AddProgramOption(cmd, o->program);
+  AddExactOption(cmd, o->exact);
   return [o]() {
     auto t0 = std::chrono::steady_clock::now();
     std::string path = o->model.empty() ? DefaultModelPath() : o->model;
     // With --replay, the program is the database's (nothing timed); else the program search times the
     // rewritten candidates, each tuned within the budget, and the schedules below come from the database.
-    LoadOptions lo{o->tokenizer, o->ctx, o->threads, o->replay.empty() ? o->budget : -1.0};
+    LoadOptions lo;
+    lo.tokenizer_path = o->tokenizer;
+    lo.max_context = o->ctx;
+    lo.threads = o->threads;
+    lo.exact = o->exact;
+    lo.search_budget = o->replay.empty() ? o->budget : -1.0;
     lo.device = o->device;
     lo.program = o->program;
     auto lm = LanguageModel::Load(path, lo);

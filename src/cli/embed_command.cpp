@@ -15,6 +15,7 @@ Runner AddEmbedCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "embed", "Print the embedding of each text (one JSON array per line), pooled as the model's files say");
   struct Opts {
+    bool exact = false;
     std::string model, file, device = "cpu", program;
     std::vector<std::string> texts;
     bool tokens = false, timing = false;
@@ -35,6 +36,7 @@ Runner AddEmbedCommand(CLI::App& app) {
   cmd->add_option("--search-budget", o->search_budget, "seconds of schedule search (default: none)");
   AddDeviceOption(cmd, o->device);
   AddProgramOption(cmd, o->program);
+  AddExactOption(cmd, o->exact);
   return [o]() {
     std::vector<std::string> texts = o->texts;
     if (!o->file.empty()) {
@@ -50,6 +52,7 @@ Runner AddEmbedCommand(CLI::App& app) {
     LoadOptions lo;
     lo.max_context = o->max_tokens;
     lo.threads = o->threads;
+    lo.exact = o->exact;
     lo.device = o->device;
     lo.program = o->program;
     lo.search_budget = o->search_budget;

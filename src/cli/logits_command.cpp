@@ -30,6 +30,7 @@ Runner AddLogitsCommand(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("logits", "Write logits as JSON: a prefill, then teacher-forced decode steps");
   struct Opts {
+    bool exact = false;
     std::string model, prompt_ids, decode_ids, out, tokenizer, text, device = "cpu", program;
     bool all = false;
     int64_t ctx = 0;
@@ -45,8 +46,13 @@ Runner AddLogitsCommand(CLI::App& app) {
   cmd->add_option("-o,--out", o->out, "output JSON file")->required();
   AddDeviceOption(cmd, o->device);
   AddProgramOption(cmd, o->program);
+  AddExactOption(cmd, o->exact);
   return [o]() {
-    LoadOptions lo{o->tokenizer, o->ctx, 1};
+    LoadOptions lo;
+    lo.tokenizer_path = o->tokenizer;
+    lo.max_context = o->ctx;
+    lo.threads = 1;
+    lo.exact = o->exact;
     lo.device = o->device;
     lo.program = o->program;
     auto lm = LanguageModel::Load(o->model, lo);

@@ -14,6 +14,7 @@ Runner AddPerplexityCommand(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("perplexity", "Perplexity of a text file (non-overlapping windows of --ctx tokens)");
   struct Opts {
+    bool exact = false;
     std::string model, file, tokenizer;
     int64_t ctx = 512;
     int threads = 0;
@@ -25,13 +26,19 @@ Runner AddPerplexityCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
+  AddExactOption(cmd, o->exact);
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file");
   return [o]() {
     std::ifstream f(o->file, std::ios::binary);
     if (!f) throw Error(o->file + ": cannot read the text file");
     std::stringstream ss;
     ss << f.rdbuf();
-    auto lm = LanguageModel::Load(o->model, {o->tokenizer, o->ctx, o->threads});
+    LoadOptions lo;
+    lo.tokenizer_path = o->tokenizer;
+    lo.max_context = o->ctx;
+    lo.threads = o->threads;
+    lo.exact = o->exact;
+    auto lm = LanguageModel::Load(o->model, lo);
     // As transformers' perplexity guide with stride == window: the text is tokenized once (with
     // BOS), cut into windows of ctx tokens, and every token but each window's first is scored.
     std::vector<int32_t> ids = lm->tokenizer().Encode(ss.str(), true);

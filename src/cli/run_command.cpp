@@ -26,6 +26,7 @@ Runner AddRunCommand(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("run", "Generate text from a prompt (default model: the shipped stories260K)");
   struct Opts {
+    bool exact = false;
     std::string model, prompt = "Once upon a time", tokenizer, device = "cpu", prefill_device, program;
     int n = 256, threads = 0;
     int64_t ctx = 0;
@@ -56,10 +57,15 @@ Runner AddRunCommand(CLI::App& app) {
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file (llama2.c checkpoints)");
   AddDeviceOption(cmd, o->device);
   AddProgramOption(cmd, o->program);
+  AddExactOption(cmd, o->exact);
   AddSplitDeviceOptions(cmd, o->device, o->prefill_device);
   return [o, seed]() {
     std::string path = o->model.empty() ? DefaultModelPath() : o->model;
-    LoadOptions lo{o->tokenizer, o->ctx, o->threads};
+    LoadOptions lo;
+    lo.tokenizer_path = o->tokenizer;
+    lo.max_context = o->ctx;
+    lo.threads = o->threads;
+    lo.exact = o->exact;
     lo.device = o->device;
     lo.program = o->program;
     lo.prefill_device = o->prefill_device;

@@ -20,6 +20,7 @@ Runner AddServeCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "serve", "Serve a model over OpenAI's HTTP API (/v1/completions, /v1/chat/completions)");
   struct Opts {
+    bool exact = false;
     std::string model, name, tokenizer, device = "cpu", prefill_device, host = "127.0.0.1", api_key, program;
     std::vector<std::string> models;  // NAME=PATH
     int port = 8080, threads = 0;
@@ -75,6 +76,7 @@ Runner AddServeCommand(CLI::App& app) {
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer file (llama2.c checkpoints)");
   AddDeviceOption(cmd, o->device);
   AddProgramOption(cmd, o->program);
+  AddExactOption(cmd, o->exact);
   AddSplitDeviceOptions(cmd, o->device, o->prefill_device);
   return [o]() {
     std::vector<ModelSpec> models;
@@ -102,6 +104,7 @@ Runner AddServeCommand(CLI::App& app) {
       lo.tokenizer_path = o->tokenizer;
       lo.max_context = o->ctx;
       lo.threads = o->threads;
+      lo.exact = o->exact;
       lo.device = o->device;
       lo.program = o->program;
       lo.prefill_device = o->prefill_device;

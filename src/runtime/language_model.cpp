@@ -32,6 +32,7 @@ std::unique_ptr<LanguageModel> LanguageModel::Load(const std::string& path, cons
   lm->threads_ = opts.threads;
   lm->search_busy_limit_ = opts.search_busy_limit;
   lm->graph_replay_ = opts.gpu_graphs;
+  lm->exact_ = opts.exact;
   lm->SetBatching(opts);
   lm->program_ = opts.program;
   // The program and its schedules from the tuning database (and a search within the budget, if one was
@@ -39,8 +40,9 @@ std::unique_ptr<LanguageModel> LanguageModel::Load(const std::string& path, cons
   lm->CompileProgram(opts.search_budget);
   if (!opts.prefill_device.empty() && opts.prefill_device != opts.device) {
     std::shared_ptr<Device> pd = OpenDevice(opts.prefill_device);
-    lm->prefill_ = CompileModelGraph(*pd, lm->StepGraph(false), *lm->files_.weights,
-                                     {.threads = opts.threads, .graph_replay = opts.gpu_graphs});
+    lm->prefill_ = CompileModelGraph(
+        *pd, lm->StepGraph(false), *lm->files_.weights,
+        {.threads = opts.threads, .artifact_dir = "", .graph_replay = opts.gpu_graphs, .exact = opts.exact});
     // Its schedules from the tuning database (its own device's decisions), searched like the step's.
     std::swap(lm->step_, lm->prefill_);
     lm->Tune(std::max(0.0, opts.search_budget));
@@ -118,6 +120,7 @@ void LanguageModel::CompileProgram(double search_budget) {
   CompileRequest req;
   req.threads = threads_;
   req.graph_replay = graph_replay_;
+  req.exact = exact_;
   ProgramSearchOptions po;
   po.db_path = TuningDatabasePath();
   po.measure = search_budget > 0 && TimesPrograms(device_->name());
@@ -178,6 +181,7 @@ std::unique_ptr<LanguageModel> LanguageModel::LoadArtifact(const std::string& di
   lm->threads_ = opts.threads;
   lm->search_busy_limit_ = opts.search_busy_limit;
   lm->graph_replay_ = opts.gpu_graphs;
+  lm->exact_ = opts.exact;
   lm->SetBatching(opts);
   lm->program_ = m.value("program", "as written");
   if (lm->kv_block_ > 0)  // the artifact holds the one-sequence step: compile the batched one (same program)
@@ -271,6 +275,7 @@ std::unique_ptr<Executable> LanguageModel::CompileStep(bool all_logits,
   req.threads = threads_;
   req.artifact_dir = artifact_dir;
   req.graph_replay = graph_replay_;
+  req.exact = exact_;
   if (all_logits) return CompileModelGraph(*device_, StepGraph(true), *files_.weights, req);
   return CompileModelGraph(*device_, ProgramGraph(program_), *files_.weights, req, &derived_weights_);
 }

@@ -40,6 +40,9 @@ struct LoadOptions {
   // Search decisions timed while other processes used more than this fraction of the CPU time are
   // used for this compile but not saved to the tuning database.
   double search_busy_limit = 0.2;
+  // cpu: no product rounds its activation (CompileRequest::exact): quantized weights' products in f32, as
+  // the parity tests' exact references compute them. Off: int8 dot products, as llama.cpp computes them.
+  bool exact = false;
   // > 0: the model steps many sequences at once (StepBatch) over a paged KV cache of kv_blocks blocks
   // of kv_block tokens each; Forward and ForwardAll are then unavailable. kv_blocks 0: as many as
   // kv_memory_bytes hold, but no more than kv_sequences full contexts need.
@@ -180,6 +183,7 @@ class LanguageModel {
   int threads_ = 0;
   double search_busy_limit_ = 0.2;
   bool graph_replay_ = true;
+  bool exact_ = false;  // LoadOptions::exact
   std::shared_ptr<Device> device_;
   std::unique_ptr<Executable> step_, all_;  // the step program, and the all-logits one (made on first use)
   std::string program_ = "as written";      // which candidate of the step graph's rewrites step_ runs

@@ -32,6 +32,7 @@ std::unique_ptr<Executable> TextEncoder::Compile(const LmGraphOptions& go, const
   CompileRequest req;
   req.threads = opts.threads;
   req.graph_replay = opts.gpu_graphs;
+  req.exact = opts.exact;
   // The program: the graph's rewritten candidates (q/k/v merged, ...), chosen as a language model's are.
   RewriteOptions ro;
   ro.cost.sizes = bucket;

@@ -56,7 +56,7 @@ class Search {
         throw Error("bucket " + bucket + " inherits from " + in->second.from + ", not searched before it");
       for (size_t k = 0; k < n; ++k) searched[k] = LoopsSpan(kp_.kernels[k], in->second.span_symbol);
     }
-    sp_.StartBucket(bucket, inherits ? in->second.from : "");
+    sp_.StartBucket(bucket, inherits ? in->second.from : "", sizes);
     started_.insert(bucket);
     keys_.clear();
     for (size_t k = 0; k < n; ++k) keys_.push_back(TuningDb::KernelKey(kp_, k, device_, bucket));

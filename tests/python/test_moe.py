@@ -118,7 +118,8 @@ def test_moe_q4_k_m_matches_exact_reference_and_llamacpp(prism_py, llamacpp):
     ids = llamacpp["prompt_ids"].tolist()
     model, types = load_reference(path)
     exact = logits_of(model, ids)
-    ours = np.asarray(prism_py.load(str(path), threads=2).logits(ids))
+    ours = np.asarray(prism_py.load(str(path), threads=2, exact=True).logits(ids))
+    fast = np.asarray(prism_py.load(str(path), threads=2).logits(ids))  # int8 products, as llama.cpp's
     scale = np.abs(exact).max()
     err_exact = np.abs(ours - exact).max() / scale
     assert err_exact <= 1e-4, f"Prism vs exact reference {err_exact:.2e} x max|logit|"
@@ -130,9 +131,12 @@ def test_moe_q4_k_m_matches_exact_reference_and_llamacpp(prism_py, llamacpp):
     rms = lambda a: float(np.sqrt(np.mean(np.square(a))))  # noqa: E731
     residual, departure = rms(theirs - like), rms(theirs - exact)
     report("moe Q4_K_M", "vs exact | vs llama.cpp (bound) | model residual",
-           f"{err_exact:.1e} | {gap:.4f} ({bound:.4f}) | {residual / departure:.2f} RMS")
+           f"{err_exact:.1e} | {gap:.4f} ({bound:.4f}) | {residual / departure:.2f} RMS; "
+           f"int8 vs exact {np.abs(fast - exact).max() / scale:.4f}")
     assert residual <= 0.7 * departure, f"the model of llama.cpp explains too little ({residual:.4f} of {departure:.4f})"
     assert gap <= bound, f"Prism vs llama.cpp {gap:.4f} > bound {bound:.4f} x max|logit|"
+    fast_err = np.abs(fast - exact).max() / scale  # Prism's own rounding moves the logits no more than llama.cpp's
+    assert fast_err <= bound, f"int8 Prism vs exact {fast_err:.4f} > bound {bound:.4f} x max|logit|"
 
 
 def test_moe_per_expert_gguf_layout_equals_the_stacked_one(prism_py, llamacpp, tmp_path):

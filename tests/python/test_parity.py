@@ -73,10 +73,10 @@ def _reference(zoo, name):
 DEVICE = os.environ.get("PRISM_TEST_DEVICE", "cpu")
 
 
-def _prism_logits(prism, model_path, prompt, decode, tmp_path, tag):
+def _prism_logits(prism, model_path, prompt, decode, tmp_path, tag, *extra):
     out = tmp_path / f"logits-{tag}.json"
     prism.run("logits", model_path, "--prompt-ids", ",".join(map(str, prompt)), "--decode-ids",
-              ",".join(map(str, decode)), "--all", "--ctx", 64, "--device", DEVICE, "-o", out)
+              ",".join(map(str, decode)), "--all", "--ctx", 64, "--device", DEVICE, "-o", out, *extra)
     with open(out) as f:
         j = json.load(f)
     assert j["prompt_ids"] == prompt
@@ -141,8 +141,13 @@ def test_logits_gguf_q8_0(prism, zoo, tmp_path):
     path = make_models.write_gguf(model, make_models.FAMILIES[name], folder, str(tmp_path / "model-q8_0.gguf"),
                                   quant="Q8_0")
     prompt, decode, ref = _reference(zoo, name)
-    prefill, dec = _prism_logits(prism, path, prompt, decode, tmp_path, "q8_0")
+    prefill, dec = _prism_logits(prism, path, prompt, decode, tmp_path, "q8_0", "--exact")
     got = np.concatenate([prefill, dec])
+    # (0) by default the products round the activation to 8 bits per 32 values, as llama.cpp does
+    fast = np.concatenate(_prism_logits(prism, path, prompt, decode, tmp_path, "q8_0-int8"))
+    fast_err, fast_row = _worst(fast, ref)
+    report(f"{name} [gguf Q8_0]", "int8 products vs f32 transformers (loose)", f"{fast_err:.2e}")
+    assert fast_err <= Q8_REL_TOL, f"Q8_0 int8 position {fast_row}: {fast_err:.3e} from the f32 model"
     # (1) exact-dequantization parity
     with torch.no_grad():
         ref_q8 = _q8_0_roundtrip_model(model)(torch.tensor([prompt + decode])).logits[0].numpy()
@@ -157,6 +162,7 @@ def test_logits_gguf_q8_0(prism, zoo, tmp_path):
     clear = (top2[:, 1] - top2[:, 0]) > 0.05 * np.abs(ref).max(axis=1)
     assert clear.any()
     assert (got.argmax(1) == ref.argmax(1))[clear].all(), "Q8_0 changes the greedy token at a clear-cut position"
+    assert (fast.argmax(1) == ref.argmax(1))[clear].all(), "int8 products change a clear-cut greedy token"
 
 
 def _hf_perplexity(model, tok, text, ctx):

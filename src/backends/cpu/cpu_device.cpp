@@ -39,6 +39,7 @@ std::unique_ptr<Program> Program::LoadArtifact(const Graph& g, CompileOptions co
 std::unique_ptr<Executable> CpuDevice::Compile(const Graph& g, const CompileRequest& req) {
   CompileOptions co;
   co.threads = req.threads;
+  co.exact = req.exact;
   if (req.artifact_dir.empty()) return Program::Compile(g, co);
   return Program::LoadArtifact(g, co, req.artifact_dir);
 }

@@ -22,7 +22,7 @@ class CpuScheduleSpace : public ScheduleSpace {
   // with AVX-512 forms never reaches a run that lacks them.
   std::string identity() const override {
     return "cpu|" + CpuModelName() + "|t" + std::to_string(threads_) + "|" + GemmIsa() + "|r" +
-           std::to_string(kTemplateRevision);
+           std::to_string(kTemplateRevision) + (p_.exact() ? "|exact" : "");
   }
   // A GEMM's products may run on any instruction this CPU has for its weight type (bf16 on AMX tiles,
   // int8 dot products for quantized weights); everything else on f32 FMAs.
@@ -34,11 +34,11 @@ class CpuScheduleSpace : public ScheduleSpace {
     return {peaks.GemmPeak(wt), peaks.GemmPeakBasis(wt), peaks.read_gbps};
   }
 
-  void StartBucket(const std::string& bucket, const std::string& from) override {
+  void StartBucket(const std::string& bucket, const std::string& from, const SymbolBindings& sizes) override {
     chosen_ = &p_.choices_[bucket];
     if (from.empty()) {
       chosen_->clear();
-      for (size_t k = 0; k < p_.kp_.kernels.size(); ++k) chosen_->push_back(p_.DefaultChoice(k));
+      for (size_t k = 0; k < p_.kp_.kernels.size(); ++k) chosen_->push_back(p_.DefaultChoice(k, sizes));
     } else {
       *chosen_ = p_.choices_.at(from);
     }
@@ -115,7 +115,8 @@ class CpuScheduleSpace : public ScheduleSpace {
     for (size_t f = 0; f < GemmForms().size() && kn.gemm; ++f) {
       const GemmForm& form = GemmForms()[f];
       const bool slabs = kn.gemm->index_buffer < 0 || form.on_slabs;
-      if (defaults_[k].m >= form.min_rows && form.offered(wt, kn.gemm->k) && slabs)
+      if (defaults_[k].m >= form.min_rows && form.offered(wt, kn.gemm->k) && slabs &&
+          !(p_.exact() && p_.RoundsActivation(k, (int)f)))
         add(form.label(wt), true, false, (int)f);
     }
     add("generated", false, false, 0);

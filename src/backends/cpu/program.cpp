@@ -22,6 +22,23 @@ using Clock = std::chrono::steady_clock;
 
 static const int kDotPanelsForm = GemmFormIndex("dot-panels");
 static const int kPanelsForm = GemmFormIndex("panels");
+static const int kRoundedForm = GemmFormIndex("rounded");
+static const int kQ8KForm = GemmFormIndex("q8k");
+
+// Unsearched, a product of quantized weights takes the form a search picks for it on every CPU measured:
+// int8 dot products against the activation rounded per 32 values (as llama.cpp rounds it), one row at a
+// time for a few rows, int8 panels over many. The rows form (exact products, the weights decoded to f32)
+// streamed Q4_0 at half the bandwidth at one row (bench/gemm_forms.cpp: 17 against 35 GB/s on Zen 5) and
+// ran 16 rows 3-4x slower than the panels. Each form's rounding stays within the bound the search checks
+// (Gemm.*RoundingBound tests). -1: not quantized, or no such form on this CPU.
+static int DefaultQuantizedForm(int64_t m, DType wt, int64_t k) {
+  if (!IsQuantized(wt)) return -1;
+  const GemmForm& panels = GemmForms()[kPanelsForm];
+  if (m >= panels.min_rows && panels.offered(wt, k)) return kPanelsForm;
+  for (int f : {kRoundedForm, kQ8KForm})
+    if (GemmForms()[f].offered(wt, k)) return f;
+  return -1;
+}
 
 // A convolution's product: an activation far larger than the weight (few output channels over many
 // pixels), which each thread would read whole under a split of the columns.
@@ -53,6 +70,7 @@ std::unique_ptr<Program> Program::Compile(const Graph& g, const CompileOptions& 
   if (!opts.prebuilt_so.empty()) js.compile_seconds = Seconds(t1);
   int threads = opts.threads > 0 ? opts.threads : DefaultThreadCount();
   std::unique_ptr<Program> p(new Program(g, std::move(kp), std::move(source), std::move(lib), threads));
+  p->exact_ = opts.exact;
   p->stats_.graph_nodes = g.size();
   p->stats_.kernels = (int)p->kp_.kernels.size();
   p->stats_.plan_seconds = plan;
@@ -204,6 +222,28 @@ void Program::WriteStateRows(const std::string& name, int64_t first, const HostT
   std::memcpy(static_cast<char*>(s.data) + first * row, rows.data, (size_t)rows.nbytes());
 }
 
+KernelChoice Program::DefaultChoice(size_t k, const SymbolBindings& b) const {
+  KernelChoice c = unsearched_[k];
+  const Kernel& kn = kp_.kernels[k];
+  if (!kn.gemm || c.form != 0 || exact_) return c;
+  int64_t m = 0;
+  try {
+    m = kn.gemm->m.Eval(b);
+  } catch (const Error&) {  // sizes that leave the rows unbound: the kernel's own default
+    return c;
+  }
+  if (const int f = DefaultQuantizedForm(m, kp_.buffers[kn.gemm->w_buffer].dtype, kn.gemm->k); f >= 0)
+    c.form = f;
+  return c;
+}
+
+bool Program::RoundsActivation(size_t k, int form) const {
+  const GemmTemplate& gm = *kp_.kernels[k].gemm;
+  const DType wt = kp_.buffers[gm.w_buffer].dtype;
+  const GemmForm& f = GemmForms()[form];
+  return f.rounds && f.rounds(wt) && !(gm.a_bf16 && form == kDotPanelsForm);
+}
+
 KernelChoice Program::UnsearchedChoice(size_t k) const {
   KernelChoice c;
   const Kernel& kn = kp_.kernels[k];
@@ -262,7 +302,7 @@ void Program::PlanLaunches(const SymbolBindings& b, bool prepare) {
     st.parallel = threads > 1 && work >= (kn.gemm ? 65536 : 32768);
     st.use_template = kn.gemm.has_value() || fused_attention[k];
     st.form = 0;
-    KernelChoice unsearched = unsearched_[k];
+    KernelChoice unsearched = DefaultChoice(k, b);
     if (kn.gemm && st.a_group > 0) {  // a K-major activation: the form that reads it where it lies
       const GemmForm& panels = GemmForms()[kPanelsForm];
       const DType wt = kp_.buffers[kn.gemm->w_buffer].dtype;
@@ -270,6 +310,7 @@ void Program::PlanLaunches(const SymbolBindings& b, bool prepare) {
         unsearched.form = kPanelsForm;
     }
     const KernelChoice* c = choice(k) ? choice(k) : &unsearched;
+    if (exact_ && kn.gemm && c->use_template && RoundsActivation(k, c->form)) c = &unsearched;  // loaded
     st.use_template = st.use_template && c->use_template;
     if (st.use_template && kn.gemm && PrepareForm(*kn.gemm, c->form, prepare)) st.form = c->form;
     st.reduce_outer = !st.use_template && c->reduce_outer && fns_ro_[k];

@@ -27,6 +27,9 @@ struct CompileOptions {
   // A compiled artifact's kernels: loaded instead of compiling. The source rendered now must equal
   // the artifact's (kernels.cpp), else the artifact is stale and loading fails.
   std::string prebuilt_so, prebuilt_source;
+  // No product rounds its activation: quantized weights keep the rows form (f32 products) unsearched and
+  // the search offers no rounding form. Off: int8 dot products, as llama.cpp computes them.
+  bool exact = false;
 };
 
 struct CompileStats {
@@ -96,9 +99,14 @@ class Program : public Executable {
   // (backends/cpu/cpu_schedule_space.cpp): its decisions become choices() per size bucket.
   std::unique_ptr<ScheduleSpace> OpenSearch() override;
   const KernelChoices& choices() const { return choices_; }
-  // What a kernel runs before any search decides: the first order and form, except where the kernel's
-  // loads favour the reduce-outer order or a bf16 activation makes bf16 dot products exact.
-  KernelChoice DefaultChoice(size_t k) const { return unsearched_[k]; }
+  // What kernel k runs where neither a search nor the tuning database decided: the first order and form,
+  // except where its loads favour the reduce-outer order, a bf16 activation makes bf16 dot products exact,
+  // or its weights are quantized (int8 dot products, one row at a time or in panels by the rows in b).
+  KernelChoice DefaultChoice(size_t k, const SymbolBindings& b) const;
+  // Whether kernel k's product in form `form` rounds its activation (a bf16 activation on bf16 dot
+  // products loses nothing).
+  bool RoundsActivation(size_t k, int form) const;
+  bool exact() const { return exact_; }
   void SetChoices(KernelChoices c) { choices_ = std::move(c); }
   std::string ProfileTable() const;
   // Wall seconds each kernel took over the profiled runs (per-kernel dispatch only).
@@ -164,8 +172,10 @@ class Program : public Executable {
   JitLibrary lib_;
   // Per kernel: generated code, its reduce-outer variant or null, its GEMM template's epilogue or null.
   std::vector<KernelFn> fns_, fns_ro_, fns_epi_;
-  std::vector<KernelChoice> unsearched_;  // DefaultChoice per kernel, decided once at construction
+  std::vector<KernelChoice>
+      unsearched_;  // DefaultChoice's size-free part per kernel, decided at construction
   KernelChoice UnsearchedChoice(size_t k) const;
+  bool exact_ = false;  // CompileOptions::exact
   std::unique_ptr<ThreadPool> pool_;
   std::map<std::pair<int, int>, PackedGemmWeight> packed_;  // (form, weight buffer) -> repacked weights
   AmxActivation team_act_[2];

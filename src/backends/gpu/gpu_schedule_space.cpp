@@ -16,7 +16,7 @@ class GpuScheduleSpace : public ScheduleSpace {
   const KernelProgram& kernels() const override { return kp_; }
   std::string identity() const override { return dev_.name(); }
 
-  void StartBucket(const std::string& bucket, const std::string& from) override {
+  void StartBucket(const std::string& bucket, const std::string& from, const SymbolBindings&) override {
     choices_[bucket] = from.empty() ? std::vector<GpuKernelChoice>(kp_.kernels.size()) : choices_.at(from);
   }
 

@@ -63,6 +63,7 @@ SystolicProgram::SystolicProgram(std::string name, SystolicDescription desc, con
   opts.fusion.gemm_epilogues = false;  // the device returns the product; the host finishes it
   opts.fusion.recompute = false;       // a residual stream is one buffer, not a chain of the ones before it
   opts.threads = req.threads;
+  opts.exact = req.exact;
   host_ =
       req.artifact_dir.empty() ? Program::Compile(g, opts) : Program::LoadArtifact(g, opts, req.artifact_dir);
   const KernelProgram& kp = host_->kernels();

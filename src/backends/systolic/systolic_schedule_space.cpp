@@ -25,8 +25,8 @@ class SystolicScheduleSpace : public ScheduleSpace {
     return {d_.devices * d_.PeakFlops() / 1e9,
             std::string(d_.bf16_products ? "bf16" : "f32") + " systolic arrays", d_.devices * d_.hbm_gbps};
   }
-  void StartBucket(const std::string& bucket, const std::string& from) override {
-    host_->StartBucket(bucket, from);
+  void StartBucket(const std::string& bucket, const std::string& from, const SymbolBindings& sizes) override {
+    host_->StartBucket(bucket, from, sizes);
     auto& chosen = p_.choices()[bucket];
     chosen = from.empty() ? std::vector<DeviceChoice>(kernels().kernels.size()) : p_.choices().at(from);
   }
