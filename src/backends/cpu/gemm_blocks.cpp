@@ -433,6 +433,7 @@ void GemmQ8K(const float* a, int64_t m, int64_t k, const void* w, float* y, int6
   thread_local Q8KRows act;
   QuantizeQ8K(a, m, k, &act);
   const bool vnni = Q8KVnniSupported();
+  if (vnni) PrepareQ8KVnni(T, &act);
   const uint8_t* wb = static_cast<const uint8_t*>(w);
   const int64_t rb = StorageBytes(T, k);
   constexpr int64_t kMBlock = 64;  // activation rows kept hot while the weight rows stream past

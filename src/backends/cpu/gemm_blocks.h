@@ -36,6 +36,9 @@ struct Q8KRows {
   std::vector<float> d;
   std::vector<int16_t> bsum16;  // 16 per block
   std::vector<int16_t> bsum32;  // 8 per block
+  // The values again with the middle two 32-value pieces of every 128 swapped (0-31, 64-95, 32-63,
+  // 96-127): the order the AVX-512 Q4_K kernel's 64-byte weight loads meet them (PrepareQ8KVnni).
+  std::vector<int8_t> q4k;
 };
 void QuantizeQ8K(const float* a, int64_t m, int64_t k, Q8KRows* out);
 

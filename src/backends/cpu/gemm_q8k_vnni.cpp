@@ -7,6 +7,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/gemm_int8.h"
 #include "backends/cpu/k4_scales.h"
@@ -32,11 +34,11 @@ struct ActRow {
 };
 
 template <int MR>
-PRISM_VNNI PRISM_INLINE void SetUpRows(const Q8KRows& act, int64_t i0, int64_t blocks, int64_t b, ActRow* a,
-                                       __m512i* isum) {
+PRISM_VNNI PRISM_INLINE void SetUpRows(const Q8KRows& act, const std::vector<int8_t>& values, int64_t i0,
+                                       int64_t blocks, int64_t b, ActRow* a, __m512i* isum) {
   for (int i = 0; i < MR; ++i) {
     a[i].block = (i0 + i) * blocks + b;
-    a[i].q = act.q.data() + a[i].block * kSuperBlock;
+    a[i].q = values.data() + a[i].block * kSuperBlock;
     a[i].d = act.d[a[i].block];
     isum[i] = _mm512_setzero_si512();
   }
@@ -49,9 +51,10 @@ PRISM_VNNI PRISM_INLINE __m512i Accumulate(__m512i isum, __m512i w, const int8_t
 }
 
 // One Q4_K weight row against MR activation rows. A 64-value chunk c is 32 bytes (low nibbles: sub-block
-// 2c, high: 2c + 1), widened to 64 bytes; 16-bit lanes 0-15 take sub-block 2c's 6-bit scale and 16-31
-// 2c + 1's. Per block, one f32 multiply-add by d x the row's scale; the mins through the activation's
-// per-32 sums, accumulated apart.
+// 2c, high: 2c + 1); 64 bytes (chunks 2p, 2p + 1) give sub-blocks 4p and 4p + 2 in their low nibbles and
+// 4p + 1 and 4p + 3 in their high ones, met by the activation in that order (Q8KRows::q4k); 16-bit lanes
+// 0-15 take the first sub-block's 6-bit scale and 16-31 the second's. Per block, one f32 multiply-add by
+// d x the row's scale; the mins through the activation's per-32 sums, accumulated apart.
 template <int MR>
 PRISM_VNNI void DotQ4K(const BlockQ4_K* row, int64_t blocks, const Q8KRows& act, int64_t i0, float* out,
                        int64_t ldo) {
@@ -66,15 +69,20 @@ PRISM_VNNI void DotQ4K(const BlockQ4_K* row, int64_t blocks, const Q8KRows& act,
     const __m512i sm512 = _mm512_zextsi256_si512(sm);
     ActRow a[MR];
     __m512i isum[MR];
-    SetUpRows<MR>(act, i0, blocks, b, a, isum);
+    SetUpRows<MR>(act, act.q4k, i0, blocks, b, a, isum);
+#pragma GCC unroll 2
+    for (int p = 0; p < 2; ++p) {
+      const __m512i bytes = _mm512_loadu_si512(x.qs + 64 * p);
+      const __m512i lo = _mm512_and_si512(bytes, nib),
+                    hi = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nib);
+      const __m512i scale_lo = _mm512_permutexvar_epi16(
+          Join(_mm256_set1_epi16((short)(4 * p)), _mm256_set1_epi16((short)(4 * p + 2))), sm512);
+      const __m512i scale_hi = _mm512_permutexvar_epi16(
+          Join(_mm256_set1_epi16((short)(4 * p + 1)), _mm256_set1_epi16((short)(4 * p + 3))), sm512);
 #pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {
-      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * c));
-      const __m512i w = _mm512_and_si512(Join(bytes, _mm256_srli_epi16(bytes, 4)), nib);
-      const __m512i scale = _mm512_permutexvar_epi16(
-          Join(_mm256_set1_epi16((short)(2 * c)), _mm256_set1_epi16((short)(2 * c + 1))), sm512);
+      for (int i = 0; i < MR; ++i) isum[i] = Accumulate(isum[i], lo, a[i].q + 128 * p, scale_lo);
 #pragma GCC unroll 4
-      for (int i = 0; i < MR; ++i) isum[i] = Accumulate(isum[i], w, a[i].q + 64 * c, scale);
+      for (int i = 0; i < MR; ++i) isum[i] = Accumulate(isum[i], hi, a[i].q + 128 * p + 64, scale_hi);
     }
     const float d = Half(x.d), dmin = Half(x.dmin);
     const __m128i mins = _mm256_extracti128_si256(sm, 1);
@@ -116,7 +124,7 @@ PRISM_VNNI void DotQ6K(const BlockQ6_K* row, int64_t blocks, const Q8KRows& act,
     const __m512i sc512 = _mm512_zextsi256_si512(sc16);
     ActRow a[MR];
     __m512i isum[MR];
-    SetUpRows<MR>(act, i0, blocks, b, a, isum);
+    SetUpRows<MR>(act, act.q, i0, blocks, b, a, isum);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const __m512i ql = _mm512_loadu_si512(x.ql + 64 * h);
@@ -170,6 +178,15 @@ void DotRows(const uint8_t* row, int64_t blocks, const Q8KRows& act, int64_t i0,
 }  // namespace
 
 bool Q8KVnniSupported() { return HasAvx512Vnni() && Avx512TemplatesEnabled(); }
+
+void PrepareQ8KVnni(DType wt, Q8KRows* act) {
+  if (wt != DType::Q4_K) return;
+  constexpr size_t kPlace[4] = {0, 2, 1, 3};  // where each 32-value piece of 128 goes
+  act->q4k.resize(act->q.size());
+  for (size_t s = 0; s + 128 <= act->q.size(); s += 128)
+    for (size_t piece = 0; piece < 4; ++piece)
+      std::memcpy(act->q4k.data() + s + 32 * kPlace[piece], act->q.data() + s + 32 * piece, 32);
+}
 
 void DotRowsQ8KVnni(DType wt, const uint8_t* row, int64_t k, const Q8KRows& act, int64_t i0, int rows,
                     float* out, int64_t ldo) {
