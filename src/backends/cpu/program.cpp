@@ -310,7 +310,8 @@ void Program::PlanLaunches(const SymbolBindings& b, bool prepare) {
         unsearched.form = kPanelsForm;
     }
     const KernelChoice* c = choice(k) ? choice(k) : &unsearched;
-    if (exact_ && kn.gemm && c->use_template && RoundsActivation(k, c->form)) c = &unsearched;  // loaded
+    // Exact: a decision loaded from a database or artifact made without it does not round either.
+    if (exact_ && kn.gemm && c->use_template && RoundsActivation(k, c->form)) c = &unsearched;
     st.use_template = st.use_template && c->use_template;
     if (st.use_template && kn.gemm && PrepareForm(*kn.gemm, c->form, prepare)) st.form = c->form;
     st.reduce_outer = !st.use_template && c->reduce_outer && fns_ro_[k];

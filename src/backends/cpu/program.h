@@ -172,8 +172,8 @@ class Program : public Executable {
   JitLibrary lib_;
   // Per kernel: generated code, its reduce-outer variant or null, its GEMM template's epilogue or null.
   std::vector<KernelFn> fns_, fns_ro_, fns_epi_;
-  std::vector<KernelChoice>
-      unsearched_;  // DefaultChoice's size-free part per kernel, decided at construction
+  // DefaultChoice's part that does not depend on sizes, per kernel, decided at construction.
+  std::vector<KernelChoice> unsearched_;
   KernelChoice UnsearchedChoice(size_t k) const;
   bool exact_ = false;  // CompileOptions::exact
   std::unique_ptr<ThreadPool> pool_;
