@@ -301,6 +301,27 @@ def test_an_operator_prism_lacks_runs_in_eager_with_one_warning(backend):
     assert backend.stats["fallback_nodes"] > before
 
 
+def test_sizes_equal_only_under_torchs_guards_run_in_eager(backend):
+    """CUDA's memory-efficient attention repeats grouped K/V heads itself: Hk * (Hq // Hk) heads expanded to
+    Hq, equal only because PyTorch guards Hq % Hk == 0. Prism cannot prove that: the graph runs in eager
+    with a warning and the right answer, never a failed compile (seen on a lent H200, written here so the
+    CPU runs it too)."""
+
+    def f(q, k):
+        b, hq, s, d = q.shape
+        hk = k.shape[1]
+        kr = k[:, :, None].expand(b, hk, hq // hk, s, d).reshape(b, hk * (hq // hk), s, d).expand(b, hq, s, d)
+        return q * kr
+
+    compiled, _ = _compile(f, dynamic=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for hq, hk in ((6, 3), (4, 1), (8, 2)):
+            q, k = torch.randn(2, hq, 5, 8, device=DEV), torch.randn(2, hk, 5, 8, device=DEV)
+            assert _rel(compiled(q, k), f(q, k)) < 1e-6
+    assert any("eager" in str(w.message) and "cannot prove" in str(w.message) for w in caught)
+
+
 def test_bad_input_is_a_clear_exception(backend, prism_py):
     def f(x):
         return x.softmax(-1)
