@@ -5,6 +5,7 @@
 
 #include "ir/dtype.h"
 #include "ir/error.h"
+#include "ir/host_tensor.h"
 #include "ir/quant_formats.h"
 #include "test_util.h"
 
@@ -91,6 +92,19 @@ TEST(DType, UnpackScalesK4MatchesScaleMinK4) {
 TEST(DType, UnknownNameIsAClearError) {
   EXPECT_EQ(ParseDType("bf16"), DType::BF16);
   EXPECT_THROW(ParseDType("f64"), Error);
+}
+
+// A range of a host tensor as floats (a row of logits): f32 copied as it lies, other storage converted,
+// a range past the end refused in one line.
+TEST(DType, HostTensorRangesReadAsFloats) {
+  const std::vector<float> v = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f, -0.5f};
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    const HostTensor t = HostTensor::FromFloats({2, 3}, v, dt);
+    EXPECT_EQ(t.ToFloats(3, 3), std::vector<float>(v.begin() + 3, v.end())) << DTypeName(dt);
+    EXPECT_EQ(t.ToFloats(), v) << DTypeName(dt);
+    EXPECT_TRUE(t.ToFloats(6, 0).empty());
+    EXPECT_THROW(t.ToFloats(4, 3), Error);
+  }
 }
 
 }  // namespace prism

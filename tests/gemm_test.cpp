@@ -413,7 +413,7 @@ TEST(Gemm, Int8PanelsAgreeWithTheOneRowPathOverOddShapes) {
   if (!PanelGemmSupported(DType::Q8_0)) GTEST_SKIP() << "this CPU has no AVX512-VNNI";
   for (DType wt : {DType::Q8_0, DType::Q4_0})
     for (int64_t k : {32, 1056, 1600})
-      for (int64_t m : {1, 6, 37}) {
+      for (int64_t m : {1, 6, 16, 37}) {
         const int64_t n = 75, split = 32;
         auto a = testing::RandomFloats(m * k, 13), wf = testing::RandomFloats(n * k, 14);
         a[k / 2 + 3] = -9.0f;  // an outlier
@@ -455,7 +455,7 @@ TEST(Gemm, Int8PanelsOverBlockFormatsStayWithinTheRoundingBound) {
   if (!PanelGemmSupported(DType::Q4_K)) GTEST_SKIP() << "this CPU has no AVX512-VNNI";
   for (DType wt : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS,
                    DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL})
-    for (int64_t m : {1, 5, 13})
+    for (int64_t m : {1, 5, 10, 13})
       for (int64_t blocks : {1, 5}) {
         const int64_t n = 37, split = 32, k = blocks * BlockElems(wt);
         auto a = testing::RandomFloats(m * k, 31 + m);

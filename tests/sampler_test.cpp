@@ -254,6 +254,17 @@ TEST(Sampler, RejectsBadLogits) {
     EXPECT_THROW(s.Sample(logits.data(), 0, {}), Error);
     EXPECT_THROW(s.Sample(nullptr, 4, {}), Error);
   }
+  // A whole vocabulary's row: the one pass that finds nothing wrong must still see one bad value.
+  std::vector<float> row(32000, 0.5f);
+  row[31999] = INFINITY;
+  try {
+    Sampler(NoFilters(0.0f)).Sample(row.data(), 32000, {});
+    FAIL() << "expected prism::Error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "logits contain +inf at index 31999");
+  }
+  row[31999] = -INFINITY, row[17] = NAN;
+  EXPECT_THROW(Sampler(NoFilters(0.0f)).Sample(row.data(), 32000, {}), Error);
   std::vector<float> masked(4, -INFINITY);
   EXPECT_THROW(Sampler(NoFilters(1.0f)).Sample(masked.data(), 4, {}), Error);
   std::vector<float> ok = {0.0f, 1.0f};

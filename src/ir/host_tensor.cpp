@@ -84,9 +84,18 @@ HostTensor HostTensor::Borrow(DType dtype, std::vector<int64_t> shape, const voi
 
 int64_t HostTensor::numel() const { return Numel(shape); }
 
-std::vector<float> HostTensor::ToFloats() const {
-  std::vector<float> v(numel());
-  for (int64_t i = 0; i < numel(); ++i) v[i] = (float)At(i);
+std::vector<float> HostTensor::ToFloats() const { return ToFloats(0, numel()); }
+
+std::vector<float> HostTensor::ToFloats(int64_t first, int64_t count) const {
+  if (first < 0 || count < 0 || first + count > numel())
+    throw Error("HostTensor::ToFloats: elements [" + std::to_string(first) + ", " +
+                std::to_string(first + count) + ") of a tensor " + ShapeString());
+  std::vector<float> v(count);
+  if (dtype == DType::F32 && count > 0) {
+    std::memcpy(v.data(), static_cast<const float*>(data) + first, count * sizeof(float));
+    return v;
+  }
+  for (int64_t i = 0; i < count; ++i) v[i] = (float)At(first + i);
   return v;
 }
 

@@ -30,6 +30,8 @@ struct HostTensor {
   int64_t nbytes() const { return StorageBytes(dtype, numel()); }
   double At(int64_t i) const { return LoadAsDouble(data, dtype, i); }
   std::vector<float> ToFloats() const;
+  // Elements [first, first + count) as floats (a row of logits); f32 storage is copied as it lies.
+  std::vector<float> ToFloats(int64_t first, int64_t count) const;
   std::string ShapeString() const;
 };
 

@@ -388,10 +388,10 @@ std::vector<std::vector<float>> LanguageModel::RunBatch(Executable& exe,
                                        {"slots", HostTensor::FromInts({n}, slots)},
                                        {"block_table", HostTensor::FromInts({n, width}, table)},
                                        {"logit_rows", HostTensor::FromInts({(int64_t)rows.size()}, rows)}};
-  std::vector<float> all = exe.Run(in)[0].ToFloats();
-  const size_t vocab = (size_t)files_.config.vocab_size;
+  const HostTensor all = std::move(exe.Run(in)[0]);
+  const int64_t vocab = files_.config.vocab_size;
   std::vector<std::vector<float>> out(wanted);
-  for (size_t r = 0; r < wanted; ++r) out[r].assign(all.begin() + r * vocab, all.begin() + (r + 1) * vocab);
+  for (size_t r = 0; r < wanted; ++r) out[r] = all.ToFloats((int64_t)r * vocab, vocab);
   return out;
 }
 

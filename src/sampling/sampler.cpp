@@ -52,6 +52,10 @@ double Sampler::Uniform01() {
 void Sampler::CheckLogits(const float* logits, int32_t vocab) const {
   if (logits == nullptr) throw Error("Sampler::Sample: logits pointer is null");
   if (vocab <= 0) throw Error("Sampler::Sample: vocab must be > 0, got " + std::to_string(vocab));
+  // One branch-free pass over the row (NaN and +inf both fail v < inf), the index only when one does.
+  int bad = 0;
+  for (int32_t i = 0; i < vocab; ++i) bad |= !(logits[i] < std::numeric_limits<float>::infinity());
+  if (!bad) return;
   for (int32_t i = 0; i < vocab; ++i) {
     float v = logits[i];
     if (std::isnan(v)) throw Error("logits contain NaN at index " + std::to_string(i));

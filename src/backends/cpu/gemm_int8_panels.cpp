@@ -81,18 +81,19 @@ void PackTile(const float* a, int64_t k, int64_t m, int64_t i0, int64_t b0, int6
     }
 }
 
-// One packed row tile x one panel slice of nb blocks, stored into y (rows ldy apart) when first,
-// else added to it. Integer sums per half, then in f32: y += (q . a) * scale * d - offset * d * sum(a).
-// Block by block it prefetches the slice at `next` (when given) into L2: the panels are read once, in
-// pieces a few pages long, and the hardware's prefetchers stop at each page.
-template <int Subs, bool Nib, int Fixed>
+// The first Rows rows of one packed row tile (a tile's last rows, past m, are skipped rather than
+// computed) x one panel slice of nb blocks, stored into y (rows ldy apart) when first, else added to it.
+// Integer sums per half, then in f32: y += (q . a) * scale * d - offset * d * sum(a). Block by block it
+// prefetches the slice at `next` (when given) into L2: the panels are read once, in pieces a few pages long,
+// and the hardware's prefetchers stop at each page.
+template <int Subs, bool Nib, int Fixed, int Rows>
 PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, float* y, int64_t ldy,
                           bool first, const uint8_t* next) {
   constexpr int MR = kRows;
   constexpr int kHalfSteps = kSteps / Subs;
-  __m512 acc[MR][2];
+  __m512 acc[Rows][2];
 #pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i) {
+  for (int i = 0; i < Rows; ++i) {
     acc[i][0] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + i * ldy);
     acc[i][1] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + i * ldy + 16);
   }
@@ -108,9 +109,9 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
     // them is live: 6 x 2 sums and 6 x 2 accumulators fit the 32 vector registers either way.
 #pragma GCC unroll 2
     for (int h = 0; h < Subs; ++h) {
-      __m512i p[MR][2];
+      __m512i p[Rows][2];
 #pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) p[i][0] = p[i][1] = _mm512_setzero_si512();
+      for (int i = 0; i < Rows; ++i) p[i][0] = p[i][1] = _mm512_setzero_si512();
 #pragma GCC unroll 8
       for (int s = h * kHalfSteps; s < (h + 1) * kHalfSteps; ++s) {
         __m512i w0, w1;
@@ -124,7 +125,7 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
         }
         const int32_t* four = reinterpret_cast<const int32_t*>(at) + s * MR;
 #pragma GCC unroll 8
-        for (int i = 0; i < MR; ++i) {
+        for (int i = 0; i < Rows; ++i) {
           const __m512i av = _mm512_set1_epi32(four[i]);
           p[i][0] = _mm512_dpbusd_epi32(p[i][0], w0, av);
           p[i][1] = _mm512_dpbusd_epi32(p[i][1], w1, av);
@@ -144,7 +145,7 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
         o0 = _mm512_load_ps(off), o1 = _mm512_load_ps(off + 16);
       }
 #pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) {
+      for (int i = 0; i < Rows; ++i) {
         const __m512 d = _mm512_set1_ps(as[i]), ds = _mm512_set1_ps(as[MR * (1 + h) + i]);
         acc[i][0] = _mm512_fnmadd_ps(
             o0, ds, _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[i][0]), _mm512_mul_ps(s0, d), acc[i][0]));
@@ -154,9 +155,24 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
     }
   }
 #pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i) {
+  for (int i = 0; i < Rows; ++i) {
     _mm512_storeu_ps(y + i * ldy, acc[i][0]);
     _mm512_storeu_ps(y + i * ldy + 16, acc[i][1]);
+  }
+}
+
+// PanelTile for the rows a tile holds (the last tile of m rows may hold fewer than kRows).
+template <int Subs, bool Nib, int Fixed>
+void Tile(int64_t rows, const uint8_t* at, int64_t nb, const uint8_t* slice, float* y, int64_t ldy,
+          bool first, const uint8_t* next) {
+  static_assert(kRows == 6, "one case per row count");
+  switch (rows) {
+    case 6: return PanelTile<Subs, Nib, Fixed, 6>(at, nb, slice, y, ldy, first, next);
+    case 5: return PanelTile<Subs, Nib, Fixed, 5>(at, nb, slice, y, ldy, first, next);
+    case 4: return PanelTile<Subs, Nib, Fixed, 4>(at, nb, slice, y, ldy, first, next);
+    case 3: return PanelTile<Subs, Nib, Fixed, 3>(at, nb, slice, y, ldy, first, next);
+    case 2: return PanelTile<Subs, Nib, Fixed, 2>(at, nb, slice, y, ldy, first, next);
+    default: return PanelTile<Subs, Nib, Fixed, 1>(at, nb, slice, y, ldy, first, next);
   }
 }
 
@@ -188,14 +204,15 @@ void GemmSlices(const float* a, int64_t m, const uint8_t* panels, int64_t k, flo
         const uint8_t* at = packed.data() + t * nb * TileBlockBytes(Subs);
         const int64_t rows = std::min<int64_t>(MR, m - t * MR);
         float* yt = y + t * MR * n_total + n0;
-        if (cols == kPanelWidth && rows == MR) {
-          PanelTile<Subs, Nib, Fixed>(at, nb, slice, yt, n_total, first, t == 0 ? next : nullptr);
+        const uint8_t* prefetch = t == 0 ? next : nullptr;
+        if (cols == kPanelWidth) {
+          Tile<Subs, Nib, Fixed>(rows, at, nb, slice, yt, n_total, first, prefetch);
           continue;
         }
-        // A partial tile goes through a full-size buffer; only its valid part touches y.
+        // A panel's last columns go through a full-width buffer; only its valid part touches y.
         for (int64_t r = 0; r < rows && !first; ++r)
           std::memcpy(edge + r * kPanelWidth, yt + r * n_total, (size_t)cols * sizeof(float));
-        PanelTile<Subs, Nib, Fixed>(at, nb, slice, edge, kPanelWidth, first, t == 0 ? next : nullptr);
+        Tile<Subs, Nib, Fixed>(rows, at, nb, slice, edge, kPanelWidth, first, prefetch);
         for (int64_t r = 0; r < rows; ++r)
           std::memcpy(yt + r * n_total, edge + r * kPanelWidth, (size_t)cols * sizeof(float));
       }
