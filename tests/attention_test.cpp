@@ -168,8 +168,11 @@ TEST(AttentionMatch, TensorAttentionTakesOtherLayoutsAndAMask) {
       g.MarkOutput(out.id(), "o");
       KernelProgram kp = BuildKernelProgram(g);
       ASSERT_EQ(AttentionKernels(kp), 1) << what;
-      for (const Kernel& kn : kp.kernels)
-        if (kn.attention) EXPECT_FALSE(kn.attention->Plain()) << what;
+      for (const Kernel& kn : kp.kernels) {
+        if (kn.attention) {
+          EXPECT_FALSE(kn.attention->Plain()) << what;
+        }
+      }
       for (int threads : {1, 2}) {
         CompileOptions opts;
         opts.threads = threads;

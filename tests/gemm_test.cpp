@@ -720,9 +720,11 @@ TEST(Gemm, QuantizedWeightsRunOnInt8DotProductsUnsearched) {
         if (m >= GemmForms()[panels].min_rows && GemmForms()[panels].offered(wt, k)) want = panels;
       }
       const std::string what = std::string(DTypeName(wt)) + " m=" + std::to_string(m);
-      for (size_t kk = 0; kk < prog->kernels().kernels.size(); ++kk)
-        if (prog->kernels().kernels[kk].gemm)
+      for (size_t kk = 0; kk < prog->kernels().kernels.size(); ++kk) {
+        if (prog->kernels().kernels[kk].gemm) {
           EXPECT_EQ(prog->DefaultChoice(kk, {{"m", m}}).form, want) << what;
+        }
+      }
       auto a = testing::RandomFloats(m * k, 7 + m);
       HostTensor in = HostTensor::FromFloats({m, k}, a, DType::F32);
       const HostTensor y = prog->Run({{"x", in}}, {}).at(0);
@@ -740,9 +742,11 @@ TEST(Gemm, QuantizedWeightsRunOnInt8DotProductsUnsearched) {
     CompileOptions exact;
     exact.exact = true;
     auto precise = Program::Compile(g, exact);
-    for (size_t kk = 0; kk < precise->kernels().kernels.size(); ++kk)
-      if (precise->kernels().kernels[kk].gemm)
+    for (size_t kk = 0; kk < precise->kernels().kernels.size(); ++kk) {
+      if (precise->kernels().kernels[kk].gemm) {
         EXPECT_EQ(precise->DefaultChoice(kk, {{"m", 70}}).form, 0) << DTypeName(wt);
+      }
+    }
     ForceForm(precise.get(), IsQuantized(wt) ? panels : 0, 2);
     testing::CheckExecutable(*precise, {{{"m", 1}}, {{"m", 70}}}, 1e-4, 1e-4, 5, false,
                              "exact " + std::string(DTypeName(wt)));

@@ -168,7 +168,9 @@ TEST(Search, ChosenSchedulesPassTheirChecksOnThisTier) {
       for (const auto& c : r["candidates"]) {
         const std::string name = c["candidate"];
         const std::string tier = name.substr(0, name.find('/'));
-        if (tier.rfind("template", 0) == 0) EXPECT_TRUE(offered.count(tier)) << GemmIsa() << ": " << name;
+        if (tier.rfind("template", 0) == 0) {
+          EXPECT_TRUE(offered.count(tier)) << GemmIsa() << ": " << name;
+        }
         if (c["candidate"] == r["chosen"]) {
           EXPECT_TRUE(c["passed"].get<bool>()) << r.dump();
           templates += tier.rfind("template", 0) == 0;

@@ -29,14 +29,14 @@ struct LoadOptions {
   std::string device = "cpu";
   // Another device for prompts (steps of more than one token): the same graph compiled there too, the KV
   // cache handed to `device` after each prompt (and back before the next). "": everything on `device`.
-  std::string prefill_device;
+  std::string prefill_device{};
   // On cuda: each step's launches replay as one CUDA graph (updated with the step's arguments)
   // instead of one launch per kernel. No effect elsewhere.
   bool gpu_graphs = true;
   // Which of the step graph's rewritten programs runs ("as written", "rewritten", ...: the names `prism graph
   // --rewrites` lists); "": the program search's choice (timed with a search budget, else the tuning
   // database's, else the graph as written).
-  std::string program;
+  std::string program{};
   // Search decisions timed while other processes used more than this fraction of the CPU time are
   // used for this compile but not saved to the tuning database.
   double search_busy_limit = 0.2;

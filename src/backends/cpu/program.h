@@ -26,7 +26,7 @@ struct CompileOptions {
   int threads = 0;  // 0: DefaultThreadCount()
   // A compiled artifact's kernels: loaded instead of compiling. The source rendered now must equal
   // the artifact's (kernels.cpp), else the artifact is stale and loading fails.
-  std::string prebuilt_so, prebuilt_source;
+  std::string prebuilt_so{}, prebuilt_source{};
   // No product rounds its activation: quantized weights keep the rows form (f32 products) unsearched and
   // the search offers no rounding form. Off: int8 dot products, as llama.cpp computes them.
   bool exact = false;
