@@ -276,7 +276,7 @@ TEST(Gemm, ExpertGroupsMatchEachRowsOwnSlabInEveryForm) {
     for (DType wt : {DType::F32, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
       for (int64_t m : {1, 2, 5, 17}) {
         const int64_t experts = 5, n = 37, k = BlockElems(wt) == 256 ? 256 : 64;
-        if (!form.on_slabs || !form.offered(wt, k) || m < form.min_rows) continue;
+        if (!form.on_slabs || !form.offered(wt, k) || m < MinRows(form, wt)) continue;
         auto a = testing::RandomFloats(m * k, 7 + m);
         HostTensor w = BlockElems(wt) == 256 ? testing::RandomBlocks(wt, {experts * n, k}, 8)
                                              : HostTensor::FromFloats({experts * n, k},
@@ -698,11 +698,16 @@ TEST(Gemm, Bf16ActivationsRunOnBf16DotProductsUnsearched) {
 }
 
 // Quantized weights meet int8 dot products before any search, as llama.cpp's do: one row at a time for a
-// few rows, in panels over many (the rows form's f32 products ran decode at half the bandwidth and 16 rows
+// few rows, in panels over more (the rows form's f32 products ran decode at half the bandwidth and 16 rows
 // 3-4x slower). Every output stays within the chosen form's rounding bound of the exact sum, as the search
 // would check; float weights keep the exact rows form.
 TEST(Gemm, QuantizedWeightsRunOnInt8DotProductsUnsearched) {
   const int rounded = GemmFormIndex("rounded"), panels = GemmFormIndex("panels"), q8k = GemmFormIndex("q8k");
+  // Panels from 2 rows where they hold the weights as nibbles, from 6 where as bytes or floats.
+  EXPECT_EQ(MinRows(GemmForms()[panels], DType::Q4_K), 2);
+  EXPECT_EQ(MinRows(GemmForms()[panels], DType::Q4_0), 2);
+  EXPECT_EQ(MinRows(GemmForms()[panels], DType::Q6_K), 6);
+  EXPECT_EQ(MinRows(GemmForms()[panels], DType::F16), 6);
   const int64_t n = 37, k = 512;
   for (DType wt : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F16}) {
     Graph g;
@@ -712,12 +717,12 @@ TEST(Gemm, QuantizedWeightsRunOnInt8DotProductsUnsearched) {
     auto prog = Program::Compile(g);
     const HostTensor weights = testing::RandomTensors(g, Op::Weight, {}, 3).at("w");
     prog->BindWeight("w", weights);
-    for (int64_t m : {1, 5, 6, 70}) {
+    for (int64_t m : {1, 2, 5, 6, 70}) {
       int want = 0;
       if (IsQuantized(wt)) {
         for (int f : {rounded, q8k})
           if (want == 0 && GemmForms()[f].offered(wt, k)) want = f;
-        if (m >= GemmForms()[panels].min_rows && GemmForms()[panels].offered(wt, k)) want = panels;
+        if (m >= MinRows(GemmForms()[panels], wt) && GemmForms()[panels].offered(wt, k)) want = panels;
       }
       const std::string what = std::string(DTypeName(wt)) + " m=" + std::to_string(m);
       for (size_t kk = 0; kk < prog->kernels().kernels.size(); ++kk) {

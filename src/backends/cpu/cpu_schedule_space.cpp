@@ -115,7 +115,7 @@ class CpuScheduleSpace : public ScheduleSpace {
     for (size_t f = 0; f < GemmForms().size() && kn.gemm; ++f) {
       const GemmForm& form = GemmForms()[f];
       const bool slabs = kn.gemm->index_buffer < 0 || form.on_slabs;
-      if (defaults_[k].m >= form.min_rows && form.offered(wt, kn.gemm->k) && slabs &&
+      if (defaults_[k].m >= MinRows(form, wt) && form.offered(wt, kn.gemm->k) && slabs &&
           !(p_.exact() && p_.RoundsActivation(k, (int)f)))
         add(form.label(wt), true, false, (int)f);
     }

@@ -7,6 +7,7 @@
 #include "backends/cpu/gemm_bf16.h"
 #include "backends/cpu/gemm_blocks.h"
 #include "backends/cpu/gemm_int8.h"
+#include "backends/cpu/gemm_int8_panels.h"
 #include "backends/cpu/gemm_panels.h"
 
 namespace prism {
@@ -49,6 +50,7 @@ void RunPanels(const GemmCall& c) {
              {c.a_group, c.a_first});
 }
 bool PlainFloat(DType wt) { return !IsQuantized(wt); }
+int64_t PanelsMinRows(DType wt) { return IsQuantized(wt) ? Int8PanelsMinRows(wt) : 6; }
 
 // bf16 weights in panels of pairs for AVX512_BF16 dot products, the activation rounded to bf16.
 bool Bf16PanelsOffered(DType wt, int64_t) {
@@ -114,7 +116,8 @@ const std::vector<GemmForm>& GemmForms() {
        .split_tile = kPanelCols,
        .fit_team = nullptr,
        .on_slabs = true,
-       .reads_kmajor = PlainFloat},
+       .reads_kmajor = PlainFloat,
+       .min_rows_of = PanelsMinRows},
       {.name = "dot-panels",
        .min_rows = 1,
        .offered = Bf16PanelsOffered,
@@ -160,6 +163,10 @@ void KMajorRowsToRowMajor(const float* a, int64_t group, int64_t k, int64_t firs
       for (int64_t i = 0; i < run; ++i) out[(r + i) * k + kk] = src[kk * group + i];
     r += run;
   }
+}
+
+int64_t MinRows(const GemmForm& form, DType wt) {
+  return form.min_rows_of ? form.min_rows_of(wt) : form.min_rows;
 }
 
 int GemmFormIndex(const std::string& name) {

@@ -62,7 +62,12 @@ struct GemmForm {
   // Reads a K-major activation (GemmCall::a_group) itself for this weight type (null: never; the runtime
   // then gathers the call's rows into row-major order first).
   bool (*reads_kmajor)(DType wt) = nullptr;
+  // Where the weight type decides from how many rows the form is offered (null: min_rows for every type).
+  int64_t (*min_rows_of)(DType wt) = nullptr;
 };
+
+// The activation rows from which `form` is offered (and taken unsearched) for weights of type wt.
+int64_t MinRows(const GemmForm& form, DType wt);
 
 // Rows [first, first + rows) of a K-major activation (groups of `group` rows, k values each) into
 // row-major `out` [rows, k].

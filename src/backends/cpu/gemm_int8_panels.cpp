@@ -248,6 +248,8 @@ bool Int8PanelsSupported(DType wt, int64_t k) {
   return HasAvx512Vnni() && type_ok && k > 0 && k % StorageElems(wt) == 0;
 }
 
+int64_t Int8PanelsMinRows(DType wt) { return NibblesOf(wt) ? 2 : 6; }
+
 size_t Int8PanelBytes(DType wt, int64_t n, int64_t k) {
   return (size_t)((n + kPanelWidth - 1) / kPanelWidth * (k / kQuantBlock) *
                   PanelBlockBytes(SubsOf(wt), NibblesOf(wt), FixedOffsetOf(wt)));

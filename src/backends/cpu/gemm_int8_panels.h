@@ -13,6 +13,12 @@ namespace prism {
 // ir/quant_formats.h, and K is whole storage blocks.
 bool Int8PanelsSupported(DType wt, int64_t k);
 
+// Activation rows from which the panels beat the one-row int8 forms: 2 for the formats the panels keep as
+// nibbles (a tile computes only the rows it holds, and 2 rows already share each decoded weight: Q4_K at 2
+// rows 0.23 against q8k's 0.52 ms, 16384x2048 on Zen 5, bench/gemm_forms.cpp), 6 for those kept as bytes,
+// whose panels stream more bytes than their storage (Q6_K's lost up to 3 rows).
+int64_t Int8PanelsMinRows(DType wt);
+
 // Weights (GGUF blocks, N x K) as panels of 32 columns, 32 values of K at a time: the values as bytes
 // 0..255 (4-value steps x 32 columns; nibbles, two columns to a byte, for the formats whose values are
 // below 16: Q4_0, Q4_1, Q4_K, Q2_K, Q3_K), then the 32 columns' f32 scales and offsets (value = scale *

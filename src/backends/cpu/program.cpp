@@ -27,14 +27,15 @@ static const int kQ8KForm = GemmFormIndex("q8k");
 
 // Unsearched, a product of quantized weights takes the form a search picks for it on every CPU measured:
 // int8 dot products against the activation rounded per 32 values (as llama.cpp rounds it), one row at a
-// time for a few rows, int8 panels over many. The rows form (exact products, the weights decoded to f32)
-// streamed Q4_0 at half the bandwidth at one row (bench/gemm_forms.cpp: 17 against 35 GB/s on Zen 5) and
-// ran 16 rows 3-4x slower than the panels. Each form's rounding stays within the bound the search checks
-// (Gemm.*RoundingBound tests). -1: not quantized, or no such form on this CPU.
+// time for a few rows, int8 panels over more (from 2 rows for the formats they keep as nibbles). The rows
+// form (exact products, the weights decoded to f32) streamed Q4_0 at half the bandwidth at one row
+// (bench/gemm_forms.cpp: 17 against 35 GB/s on Zen 5) and ran 16 rows 3-4x slower than the panels. Each
+// form's rounding stays within the bound the search checks (Gemm.*RoundingBound tests). -1: not quantized, or
+// no such form on this CPU.
 static int DefaultQuantizedForm(int64_t m, DType wt, int64_t k) {
   if (!IsQuantized(wt)) return -1;
   const GemmForm& panels = GemmForms()[kPanelsForm];
-  if (m >= panels.min_rows && panels.offered(wt, k)) return kPanelsForm;
+  if (m >= MinRows(panels, wt) && panels.offered(wt, k)) return kPanelsForm;
   for (int f : {kRoundedForm, kQ8KForm})
     if (GemmForms()[f].offered(wt, k)) return f;
   return -1;
@@ -306,7 +307,7 @@ void Program::PlanLaunches(const SymbolBindings& b, bool prepare) {
     if (kn.gemm && st.a_group > 0) {  // a K-major activation: the form that reads it where it lies
       const GemmForm& panels = GemmForms()[kPanelsForm];
       const DType wt = kp_.buffers[kn.gemm->w_buffer].dtype;
-      if (st.m >= panels.min_rows && panels.offered(wt, kn.gemm->k) && panels.reads_kmajor(wt))
+      if (st.m >= MinRows(panels, wt) && panels.offered(wt, kn.gemm->k) && panels.reads_kmajor(wt))
         unsearched.form = kPanelsForm;
     }
     const KernelChoice* c = choice(k) ? choice(k) : &unsearched;
