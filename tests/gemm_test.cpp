@@ -3,12 +3,16 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <set>
+
 #include "backends/cpu/gemm_amx.h"
 #include "backends/cpu/gemm_avx2.h"
 #include "backends/cpu/gemm_bf16.h"
 #include "backends/cpu/gemm_blocks.h"
 #include "backends/cpu/gemm_experts.h"
 #include "backends/cpu/gemm_int8.h"
+#include "backends/cpu/gemm_int8_panels.h"
 #include "backends/cpu/gemm_panels.h"
 #include "backends/cpu/k4_scales.h"
 #include "ir/quant_formats.h"
@@ -445,6 +449,65 @@ TEST(Gemm, Int8PanelsAgreeWithTheOneRowPathOverOddShapes) {
   PanelPackedWeight p = PackPanels(wq.data(), DType::Q8_0, 64, 32);
   std::vector<float> a(32, 1.0f), y(64);
   EXPECT_THROW(GemmPanels(a.data(), 1, p, y.data(), 64, 16, 64), Error) << "a split inside a panel";
+}
+
+// The int8 panels' K-slice is a template parameter the search times: every slice gives the same sums in
+// the same order (bitwise equal outputs, a slice past K and one that does not divide it included); the
+// search offers each as a candidate of its own, checks it, and the choice keeps its slice through the
+// tuning database's JSON.
+TEST(Gemm, Int8PanelSlicesChangeOnlyTheSpeedAndAreSearched) {
+  if (!PanelGemmSupported(DType::Q4_K)) GTEST_SKIP() << "this CPU has no AVX512-VNNI";
+  for (DType wt : {DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+    const int64_t n = 70, k = 4096, m = 13;
+    auto a = testing::RandomFloats(m * k, 41);
+    std::vector<uint8_t> q4(StorageBytes(DType::Q4_0, n * k));
+    QuantizeQ4_0(testing::RandomFloats(n * k, 42).data(), reinterpret_cast<BlockQ4_0*>(q4.data()), n * k);
+    const HostTensor w = wt == DType::Q4_0 ? HostTensor::Borrow(wt, {n, k}, q4.data())
+                                           : testing::RandomBlocks(wt, {n, k}, 42);
+    PanelPackedWeight panels = PackPanels(w.data, wt, n, k);
+    std::vector<float> want(m * n, NAN);
+    GemmPanels(a.data(), m, panels, want.data(), n, 0, n);
+    for (int64_t slice : {1, 7, 16, 32, 128, 1000}) {
+      std::vector<float> y(m * n, NAN);
+      GemmPanels(a.data(), m, panels, y.data(), n, 0, 64, {}, slice);
+      GemmPanels(a.data(), m, panels, y.data(), n, 64, n, {}, slice);
+      for (int64_t i = 0; i < m * n; ++i)
+        ASSERT_EQ(std::memcmp(&y[i], &want[i], sizeof(float)), 0)
+            << DTypeName(wt) << " slice " << slice << " at " << i << ": " << y[i] << " vs " << want[i];
+    }
+  }
+  EXPECT_EQ(Int8PanelSliceChoices(2048), (std::vector<int64_t>{16, 32}));
+  EXPECT_EQ(Int8PanelSliceChoices(8192), (std::vector<int64_t>{16, 32, 256}));
+
+  Graph g;
+  Tensor x{&g, g.Input("x", DType::F32, {Expr::Sym("seq"), Expr(4096)})};
+  Tensor w{&g, g.Weight("w", DType::Q4_0, {Expr(96), Expr(4096)})};
+  g.MarkOutput(Linear(x, w).id(), "y");
+  CompileOptions copts;
+  copts.threads = 2;
+  auto prog = Program::Compile(g, copts);
+  const SymbolBindings b{{"seq", 16}};
+  for (auto& [name, t] : testing::RandomTensors(g, Op::Weight, b, 5)) prog->BindWeight(name, t);
+  SearchOptions opts;
+  opts.buckets = {{"batch", b}};
+  const nlohmann::json receipts = SearchSchedules(*prog, opts);
+  std::set<std::string> slices;
+  for (const auto& r : receipts)
+    for (const auto& c : r.value("candidates", nlohmann::json::array())) {
+      const std::string name = c["candidate"];
+      if (name.find("/slice=") == std::string::npos) continue;
+      slices.insert(name.substr(0, name.rfind('/')));
+      EXPECT_TRUE(c["passed"].get<bool>()) << c.dump();
+    }
+  EXPECT_EQ(slices, (std::set<std::string>{"template-panels/slice=16", "template-panels/slice=32",
+                                           "template-panels/slice=128"}));
+  KernelChoice c;
+  c.form = GemmFormIndex("panels");
+  c.param = 16;
+  EXPECT_EQ(ChoiceFromJson(ChoiceToJson(c)), c);
+  nlohmann::json older = ChoiceToJson(c);
+  older.erase("param");  // a tuning database written before the parameter: the form's default
+  EXPECT_EQ(ChoiceFromJson(older).param, 0);
 }
 
 // GGUF's block formats as int8 panels (bytes 0..255 with per-16 or per-32 scales and offsets, the

@@ -96,12 +96,13 @@ class CpuScheduleSpace : public ScheduleSpace {
     const Kernel& kn = p_.kp_.kernels[k];
     const DType wt = kn.gemm ? p_.kp_.buffers[kn.gemm->w_buffer].dtype : DType::F32;
     std::vector<ScheduleCandidate> out;
-    auto add = [&](const std::string& name, bool use_template, bool reduce_outer, int form) {
+    auto add = [&](const std::string& name, bool use_template, bool reduce_outer, int form,
+                   int64_t param = 0) {
       const GemmForm& f = GemmForms()[form];
       const bool rounds = use_template && kn.gemm && f.rounds && f.rounds(wt);
       for (Threading t : {Threading::OneThread, Threading::Team}) {
         if (t == Threading::Team && threads_ < 2) continue;
-        KernelChoice c{use_template, t, reduce_outer, form};
+        KernelChoice c{use_template, t, reduce_outer, form, param};
         out.push_back(
             {name + (t == Threading::Team ? "/parallel" : "/serial"), ChoiceToJson(c), nullptr, rounds, ""});
       }
@@ -116,8 +117,12 @@ class CpuScheduleSpace : public ScheduleSpace {
       const GemmForm& form = GemmForms()[f];
       const bool slabs = kn.gemm->index_buffer < 0 || form.on_slabs;
       if (defaults_[k].m >= MinRows(form, wt) && form.offered(wt, kn.gemm->k) && slabs &&
-          !(p_.exact() && p_.RoundsActivation(k, (int)f)))
+          !(p_.exact() && p_.RoundsActivation(k, (int)f))) {
         add(form.label(wt), true, false, (int)f);
+        if (form.param_values)  // the form's template parameter: each value a candidate of its own
+          for (int64_t v : form.param_values(wt, kn.gemm->k))
+            add(form.label(wt) + "/" + form.param + "=" + std::to_string(v), true, false, (int)f, v);
+      }
     }
     add("generated", false, false, 0);
     if (p_.fns_ro_[k]) add("generated-reduce-outer", false, true, 0);

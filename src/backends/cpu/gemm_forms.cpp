@@ -47,10 +47,13 @@ PackedGemmWeight PackPanelForm(const void* w, DType wt, int64_t n, int64_t k) {
 }
 void RunPanels(const GemmCall& c) {
   GemmPanels(c.a, c.m, *static_cast<const PanelPackedWeight*>(c.packed), c.y, c.n, c.nb, c.ne,
-             {c.a_group, c.a_first});
+             {c.a_group, c.a_first}, c.param);
 }
 bool PlainFloat(DType wt) { return !IsQuantized(wt); }
 int64_t PanelsMinRows(DType wt) { return IsQuantized(wt) ? Int8PanelsMinRows(wt) : 6; }
+std::vector<int64_t> PanelsParams(DType wt, int64_t k) {
+  return IsQuantized(wt) ? Int8PanelSliceChoices(k) : std::vector<int64_t>{};
+}
 
 // bf16 weights in panels of pairs for AVX512_BF16 dot products, the activation rounded to bf16.
 bool Bf16PanelsOffered(DType wt, int64_t) {
@@ -117,7 +120,9 @@ const std::vector<GemmForm>& GemmForms() {
        .fit_team = nullptr,
        .on_slabs = true,
        .reads_kmajor = PlainFloat,
-       .min_rows_of = PanelsMinRows},
+       .min_rows_of = PanelsMinRows,
+       .param = "slice",
+       .param_values = PanelsParams},
       {.name = "dot-panels",
        .min_rows = 1,
        .offered = Bf16PanelsOffered,

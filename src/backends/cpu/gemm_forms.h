@@ -37,6 +37,7 @@ struct GemmCall {
   int thread = 0, threads = 1;        // the team taking part, for forms that work as one
   SpinBarrier* barrier = nullptr;     // the team's barrier (null: the GEMM runs on one thread)
   AmxActivation* team_act = nullptr;  // the activation buffer the team shares (fit_team sized it)
+  int64_t param = 0;                  // the form's template parameter (GemmForm::param; 0: its default)
 };
 
 struct GemmForm {
@@ -64,6 +65,11 @@ struct GemmForm {
   bool (*reads_kmajor)(DType wt) = nullptr;
   // Where the weight type decides from how many rows the form is offered (null: min_rows for every type).
   int64_t (*min_rows_of)(DType wt) = nullptr;
+  // A template parameter the search varies (null: none): its name in candidates' names, and the values
+  // offered besides the default (0) for this weight type and reduction size. The values never change what
+  // is computed, only how fast: every candidate is still checked against the reference.
+  const char* param = nullptr;
+  std::vector<int64_t> (*param_values)(DType wt, int64_t k) = nullptr;
 };
 
 // The activation rows from which `form` is offered (and taken unsearched) for weights of type wt.

@@ -22,7 +22,6 @@ namespace {
 #define PRISM_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
 
 constexpr int64_t kPanelWidth = 32;          // weight rows (output columns) per panel: two vectors
-constexpr int64_t kSliceBlocks = 32;         // blocks of K per slice: kept in L1 across the row tiles
 constexpr int64_t kSteps = kQuantBlock / 4;  // 4-value steps per 32-value block
 
 // Scales per 32-value block: Q2_K, Q3_K and Q6_K scale every 16 values, the others every 32.
@@ -180,14 +179,14 @@ void Tile(int64_t rows, const uint8_t* at, int64_t nb, const uint8_t* slice, flo
 // over each of our panels' slice, which stays in L1 meanwhile.
 template <int Subs, bool Nib, int Fixed>
 void GemmSlices(const float* a, int64_t m, const uint8_t* panels, int64_t k, float* y, int64_t n_total,
-                int64_t n_begin, int64_t n_end) {
+                int64_t n_begin, int64_t n_end, int64_t slice_blocks) {
   constexpr int MR = kRows;
   const int64_t blocks = k / kQuantBlock, tiles = (m + MR - 1) / MR;
   thread_local std::vector<uint8_t> packed;
-  packed.resize((size_t)(tiles * kSliceBlocks * TileBlockBytes(Subs)));
+  packed.resize((size_t)(tiles * std::min(slice_blocks, blocks) * TileBlockBytes(Subs)));
   alignas(64) float edge[MR * kPanelWidth];
-  for (int64_t b0 = 0; b0 < blocks; b0 += kSliceBlocks) {
-    const int64_t nb = std::min(kSliceBlocks, blocks - b0);
+  for (int64_t b0 = 0; b0 < blocks; b0 += slice_blocks) {
+    const int64_t nb = std::min(slice_blocks, blocks - b0);
     const bool first = b0 == 0;
     for (int64_t t = 0; t < tiles; ++t)
       PackTile<Subs>(a, k, m, t * MR, b0, nb, packed.data() + t * nb * TileBlockBytes(Subs));
@@ -198,7 +197,7 @@ void GemmSlices(const float* a, int64_t m, const uint8_t* panels, int64_t k, flo
       const int64_t cols = std::min(kPanelWidth, n_end - n0);
       const uint8_t* slice = slice_at(n0, b0);
       const uint8_t* next = n0 + kPanelWidth < n_end     ? slice_at(n0 + kPanelWidth, b0)
-                            : b0 + kSliceBlocks < blocks ? slice_at(n_begin, b0 + kSliceBlocks)
+                            : b0 + slice_blocks < blocks ? slice_at(n_begin, b0 + slice_blocks)
                                                          : nullptr;
       for (int64_t t = 0; t < tiles; ++t) {
         const uint8_t* at = packed.data() + t * nb * TileBlockBytes(Subs);
@@ -250,6 +249,12 @@ bool Int8PanelsSupported(DType wt, int64_t k) {
 
 int64_t Int8PanelsMinRows(DType wt) { return NibblesOf(wt) ? 2 : 6; }
 
+std::vector<int64_t> Int8PanelSliceChoices(int64_t k) {
+  std::vector<int64_t> v = {16, 32};
+  if (k / kQuantBlock > kInt8PanelSlice) v.push_back(k / kQuantBlock);  // all of K in one slice
+  return v;
+}
+
 size_t Int8PanelBytes(DType wt, int64_t n, int64_t k) {
   return (size_t)((n + kPanelWidth - 1) / kPanelWidth * (k / kQuantBlock) *
                   PanelBlockBytes(SubsOf(wt), NibblesOf(wt), FixedOffsetOf(wt)));
@@ -300,24 +305,26 @@ void PackPanelsInt8(const void* w, DType wt, int64_t n, int64_t k, uint8_t* out)
 }
 
 void GemmPanelsInt8(const float* a, int64_t m, const uint8_t* panels, DType wt, int64_t k, float* y,
-                    int64_t n_total, int64_t n_begin, int64_t n_end) {
+                    int64_t n_total, int64_t n_begin, int64_t n_end, int64_t slice_blocks) {
   if (n_begin >= n_end || m <= 0) return;
+  if (slice_blocks < 0) throw Error("int8 panels: a slice of " + std::to_string(slice_blocks) + " blocks");
+  const int64_t sb = slice_blocks > 0 ? slice_blocks : kInt8PanelSlice;
   if (n_begin % kPanelWidth != 0)
     throw Error("int8 panels: a thread's columns must start at a panel, not at " + std::to_string(n_begin));
   const bool nib = NibblesOf(wt);
   const int subs = SubsOf(wt), fixed = FixedOffsetOf(wt);
   if (fixed == 8)
-    GemmSlices<1, true, 8>(a, m, panels, k, y, n_total, n_begin, n_end);
+    GemmSlices<1, true, 8>(a, m, panels, k, y, n_total, n_begin, n_end, sb);
   else if (fixed == 128)
-    GemmSlices<1, false, 128>(a, m, panels, k, y, n_total, n_begin, n_end);
+    GemmSlices<1, false, 128>(a, m, panels, k, y, n_total, n_begin, n_end, sb);
   else if (subs == 1 && nib)
-    GemmSlices<1, true, 0>(a, m, panels, k, y, n_total, n_begin, n_end);
+    GemmSlices<1, true, 0>(a, m, panels, k, y, n_total, n_begin, n_end, sb);
   else if (subs == 1)
-    GemmSlices<1, false, 0>(a, m, panels, k, y, n_total, n_begin, n_end);
+    GemmSlices<1, false, 0>(a, m, panels, k, y, n_total, n_begin, n_end, sb);
   else if (nib)
-    GemmSlices<2, true, 0>(a, m, panels, k, y, n_total, n_begin, n_end);
+    GemmSlices<2, true, 0>(a, m, panels, k, y, n_total, n_begin, n_end, sb);
   else
-    GemmSlices<2, false, 0>(a, m, panels, k, y, n_total, n_begin, n_end);
+    GemmSlices<2, false, 0>(a, m, panels, k, y, n_total, n_begin, n_end, sb);
 }
 
 }  // namespace prism

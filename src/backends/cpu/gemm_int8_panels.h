@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "ir/dtype.h"
 
@@ -29,8 +30,17 @@ void PackPanelsInt8(const void* w, DType wt, int64_t n, int64_t k, uint8_t* out)
 
 // Y[m, n] = sum_k A[m, k] * W[n, k] for n in [n_begin, n_end), the activations rounded to 8 bits per
 // 32 values exactly as the one-row int8 form rounds them (QuantizeActivationBlock), so each output
-// is within Int8DotErrorBound of the exact sum. Threads split N at multiples of 32.
+// is within Int8DotErrorBound of the exact sum. Threads split N at multiples of 32. K is taken in slices
+// of slice_blocks 32-value blocks (0: kInt8PanelSlice), each slice's panels passed by every row tile while
+// they stay in L1; any slice gives the same sums in the same order, only the speed differs.
 void GemmPanelsInt8(const float* a, int64_t m, const uint8_t* panels, DType wt, int64_t k, float* y,
-                    int64_t n_total, int64_t n_begin, int64_t n_end);
+                    int64_t n_total, int64_t n_begin, int64_t n_end, int64_t slice_blocks = 0);
+
+// The default slice, and the others the search times for a reduction of k values: a longer slice stores
+// and reloads the outputs fewer times (the 1B shape's head, 16 rows: 6.6-6.8 ms at 64 blocks against
+// 7.3-7.6 at 32), a shorter one keeps less of each panel in flight (16384 x 8192: 3.2 ms at 16 or 64
+// against 3.7-3.8 at 32, 2 threads, Zen 5).
+constexpr int64_t kInt8PanelSlice = 64;
+std::vector<int64_t> Int8PanelSliceChoices(int64_t k);
 
 }  // namespace prism

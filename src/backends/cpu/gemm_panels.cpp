@@ -196,7 +196,7 @@ PanelPackedWeight PackPanels(const void* w, DType wt, int64_t n, int64_t k) {
 }
 
 void GemmPanels(const float* a, int64_t m, const PanelPackedWeight& w, float* y, int64_t n_total,
-                int64_t n_begin, int64_t n_end, PanelActivation layout) {
+                int64_t n_begin, int64_t n_end, PanelActivation layout, int64_t slice_blocks) {
   if (n_begin >= n_end || m <= 0) return;
   switch (w.type) {
     case DType::F32: return Gemm<DType::F32>(a, m, w, y, n_total, n_begin, n_end, layout);
@@ -204,7 +204,7 @@ void GemmPanels(const float* a, int64_t m, const PanelPackedWeight& w, float* y,
     case DType::BF16: return Gemm<DType::BF16>(a, m, w, y, n_total, n_begin, n_end, layout);
     default:
       if (layout.group > 0) throw Error("panel gemm: a K-major activation with quantized weights");
-      return GemmPanelsInt8(a, m, w.data.get(), w.type, w.k, y, n_total, n_begin, n_end);
+      return GemmPanelsInt8(a, m, w.data.get(), w.type, w.k, y, n_total, n_begin, n_end, slice_blocks);
   }
 }
 

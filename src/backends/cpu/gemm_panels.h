@@ -38,7 +38,8 @@ struct PanelActivation {
 // Y[m, n] = sum_k A[m, k] * W[n, k] for n in [n_begin, n_end), exactly as the reference (f32
 // products and sums) for float weights; quantized ones round the activations (Int8DotErrorBound).
 // Threads should split N at multiples of kPanelCols (quantized weights require it).
+// slice_blocks: for quantized weights, the K-slice of GemmPanelsInt8 (0: its default); floats ignore it.
 void GemmPanels(const float* a, int64_t m, const PanelPackedWeight& w, float* y, int64_t n_total,
-                int64_t n_begin, int64_t n_end, PanelActivation layout = {});
+                int64_t n_begin, int64_t n_end, PanelActivation layout = {}, int64_t slice_blocks = 0);
 
 }  // namespace prism

@@ -303,6 +303,7 @@ void Program::PlanLaunches(const SymbolBindings& b, bool prepare) {
     st.parallel = threads > 1 && work >= (kn.gemm ? 65536 : 32768);
     st.use_template = kn.gemm.has_value() || fused_attention[k];
     st.form = 0;
+    st.param = 0;
     KernelChoice unsearched = DefaultChoice(k, b);
     if (kn.gemm && st.a_group > 0) {  // a K-major activation: the form that reads it where it lies
       const GemmForm& panels = GemmForms()[kPanelsForm];
@@ -314,7 +315,8 @@ void Program::PlanLaunches(const SymbolBindings& b, bool prepare) {
     // Exact: a decision loaded from a database or artifact made without it does not round either.
     if (exact_ && kn.gemm && c->use_template && RoundsActivation(k, c->form)) c = &unsearched;
     st.use_template = st.use_template && c->use_template;
-    if (st.use_template && kn.gemm && PrepareForm(*kn.gemm, c->form, prepare)) st.form = c->form;
+    if (st.use_template && kn.gemm && PrepareForm(*kn.gemm, c->form, prepare))
+      st.form = c->form, st.param = c->param;
     st.reduce_outer = !st.use_template && c->reduce_outer && fns_ro_[k];
     if (c->threading != Threading::ByWorkSize) st.parallel = threads > 1 && c->threading == Threading::Team;
     const bool offloaded = k < offloaded_.size() && offloaded_[k];
@@ -404,6 +406,7 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
       }
     }
     call.packed = Packed(st.form, gm.w_buffer);
+    call.param = st.param;
     call.y = static_cast<float*>(bufs[kn.out_buffer]) + mb * gm.n;
     call.nb = nb;
     call.ne = ne;

@@ -51,6 +51,7 @@ struct KernelChoice {
   Threading threading = Threading::ByWorkSize;
   bool reduce_outer = false;  // generated code with the reduce-outer loop order (when rendered)
   int form = 0;               // a template GEMM's form: its index in GemmForms() (0: "rows")
+  int64_t param = 0;          // the form's template parameter (GemmForm::param; 0: the form's default)
   bool operator==(const KernelChoice&) const = default;
 };
 // The form a choice takes in the tuning database and in an artifact's schedule.
@@ -131,7 +132,8 @@ class Program : public Executable {
     bool parallel = false;
     bool use_template = false;
     bool reduce_outer = false;
-    int form = 0;  // GemmForms() index
+    int form = 0;       // GemmForms() index
+    int64_t param = 0;  // the form's template parameter (0: its default)
     bool barrier_before = false;
     bool skip = false;            // covered by an attention kernel that runs its template this step
     AttentionDims attn{};         // this step's sizes, for an attention template

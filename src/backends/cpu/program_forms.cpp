@@ -13,13 +13,15 @@ nlohmann::json ChoiceToJson(const KernelChoice& c) {
   return {{"template", c.use_template},
           {"parallel", (int)c.threading},
           {"reduce_outer", c.reduce_outer},
-          {"form", GemmForms()[c.form].name}};
+          {"form", GemmForms()[c.form].name},
+          {"param", c.param}};
 }
 
 KernelChoice ChoiceFromJson(const nlohmann::json& j) {
   const int parallel = std::clamp(j.value("parallel", -1), -1, 1);
   KernelChoice c{j.value("template", true), static_cast<Threading>(parallel), j.value("reduce_outer", false)};
   c.form = std::max(0, GemmFormIndex(j.value("form", "rows")));  // a form this Prism lacks: rows
+  c.param = std::max<int64_t>(0, j.value("param", (int64_t)0));  // older entries: the form's default
   return c;
 }
 
