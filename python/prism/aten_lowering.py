@@ -127,10 +127,10 @@ def _expand(L: Lowering, node: Any, x: Any, sizes: Any, **kw: Any) -> Any:
     if x.rank < len(out):
         x = x.reshape([1] * (len(out) - x.rank) + list(x.shape))
     out = [x.shape[i] if isinstance(v, int) and v == -1 else v for i, v in enumerate(out)]
-    for i, (have, want) in enumerate(zip(x.shape, out)):
-        if str(to_expr(have)) not in ("1", str(to_expr(want))):  # equal only under PyTorch's guards
-            raise Unsupported(f"expand of axis {i} from {have} to {want}, sizes Prism cannot prove equal")
-    return x.expand(out)
+    try:
+        return x.expand(out)
+    except _prism.PrismError as e:  # sizes equal only under PyTorch's guards (Hk * (Hq // Hk) to Hq)
+        raise Unsupported(f"sizes Prism cannot prove equal: {e}") from e
 
 def _slice(L: Lowering, node: Any, x: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> Any:
     dim = _norm_axis(dim, x.rank)

@@ -176,7 +176,7 @@ void Tile(int64_t rows, const uint8_t* at, int64_t nb, const uint8_t* slice, flo
 }
 
 // For each slice of K (outermost: its packed activation tiles stay in L2), every row tile passes
-// over each of our panels' slice, which stays in L1 meanwhile.
+// over each of our panels' slice, which stays in L1 or L2 meanwhile.
 template <int Subs, bool Nib, int Fixed>
 void GemmSlices(const float* a, int64_t m, const uint8_t* panels, int64_t k, float* y, int64_t n_total,
                 int64_t n_begin, int64_t n_end, int64_t slice_blocks) {

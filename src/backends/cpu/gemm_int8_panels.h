@@ -32,7 +32,7 @@ void PackPanelsInt8(const void* w, DType wt, int64_t n, int64_t k, uint8_t* out)
 // 32 values exactly as the one-row int8 form rounds them (QuantizeActivationBlock), so each output
 // is within Int8DotErrorBound of the exact sum. Threads split N at multiples of 32. K is taken in slices
 // of slice_blocks 32-value blocks (0: kInt8PanelSlice), each slice's panels passed by every row tile while
-// they stay in L1; any slice gives the same sums in the same order, only the speed differs.
+// they stay in cache; any slice gives the same sums in the same order, only the speed differs.
 void GemmPanelsInt8(const float* a, int64_t m, const uint8_t* panels, DType wt, int64_t k, float* y,
                     int64_t n_total, int64_t n_begin, int64_t n_end, int64_t slice_blocks = 0);
 
