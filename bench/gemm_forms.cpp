@@ -90,6 +90,11 @@ int main(int argc, char** argv) {
       time(wt, "q8k (int8)", (size_t)w.nbytes(), [&](int64_t nb, int64_t ne) {
         GemmRowsBlockQ8K(a.data(), m, k, w.data, wt, y.data(), n, nb, ne);
       });
+    if (Int8DotSupported(wt, k)) {
+      Int8PackedWeight p = PackForInt8Dot(w.data, wt, n, k);
+      time(wt, "rounded (int8 VNNI)", p.bytes,
+           [&](int64_t nb, int64_t ne) { GemmRowsInt8(a.data(), m, p, y.data(), n, nb, ne); });
+    }
     if (PanelGemmSupported(wt)) {
       PanelPackedWeight p = PackPanels(w.data, wt, n, k);
       time(wt, "panels (int8 VNNI)", p.bytes,

@@ -409,6 +409,57 @@ TEST(Gemm, Int8DotStaysWithinItsActivationRoundingBound) {
       }
 }
 
+// Q4_K, Q5_K and Q6_K in the one-row int8 form (32 values per lane; Q4_K's and Q5_K's 6-bit scale and
+// min, Q6_K's two signed scales and offset applied per group in f32): within the int8 forms' rounding bound of the exact
+// sum, equal to the panels (which round the activation the same way) to f32 rounding, over row tails, a
+// column split inside a 4-row tile and an odd count of 256-value blocks (half a group padded). A NaN in the
+// activation reaches its row's outputs as NaN.
+TEST(Gemm, Int8DotOverKQuantsStaysWithinTheRoundingBound) {
+  if (!Int8DotSupported(DType::Q4_K, 256) || !PanelGemmSupported(DType::Q4_K))
+    GTEST_SKIP() << "this CPU has no AVX512-VNNI (or AVX-512 templates are off)";
+  for (DType wt : {DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    for (int64_t k : {256, 768, 1024})
+      for (int64_t m : {1, 2, 4, 5}) {
+        const int64_t n = 11, split = 6;
+        auto a = testing::RandomFloats(m * k, 41 + m);
+        a[k / 2 + 3] = -9.0f;  // an outlier
+        HostTensor w = testing::RandomBlocks(wt, {n, k}, 42 + k);
+        Int8PackedWeight packed = PackForInt8Dot(w.data, wt, n, k);
+        PanelPackedWeight panels = PackPanels(w.data, wt, n, k);
+        std::vector<float> y(m * n, NAN), other(m * n, NAN);
+        GemmRowsInt8(a.data(), m, packed, y.data(), n, 0, split);
+        GemmRowsInt8(a.data(), m, packed, y.data(), n, split, n);
+        GemmPanels(a.data(), m, panels, other.data(), n, 0, n);
+        double worst = 0;
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            const std::string at = std::string(DTypeName(wt)) + " k=" + std::to_string(k) +
+                                   " m=" + std::to_string(m) + " at " + std::to_string(i) + "," +
+                                   std::to_string(j);
+            const Exact e = ExactDot(a.data(), k, w.data, wt, i, j);
+            const double got = y[i * n + j], bound = Int8DotErrorBound(a.data() + i * k, w.data, wt, k, j);
+            ASSERT_FALSE(std::isnan(got)) << at;
+            ASSERT_LE(std::fabs(got - e.sum), bound * 1.01 + 1e-6 * e.magnitude) << at;
+            EXPECT_NEAR(got, other[i * n + j], 1e-5 * e.magnitude + 1e-6) << at;
+            worst = std::max(worst, std::fabs(got - e.sum) / (1e-6 * e.magnitude));
+          }
+        EXPECT_GT(worst, 1.0) << DTypeName(wt) << " k=" << k
+                              << ": no rounding visible; did the int8 form run?";
+      }
+  const DType wt = DType::Q6_K;
+  const int64_t k = 512, n = 4;
+  auto a = testing::RandomFloats(2 * k, 5);
+  a[k + 300] = NAN;  // row 1
+  HostTensor w = testing::RandomBlocks(wt, {n, k}, 6);
+  Int8PackedWeight packed = PackForInt8Dot(w.data, wt, n, k);
+  std::vector<float> y(2 * n, 0.0f);
+  GemmRowsInt8(a.data(), 2, packed, y.data(), n, 0, n);
+  for (int64_t j = 0; j < n; ++j) {
+    EXPECT_FALSE(std::isnan(y[j])) << "row 0 column " << j;
+    EXPECT_TRUE(std::isnan(y[n + j])) << "row 1 column " << j;
+  }
+}
+
 // Quantized weights as panels (a column per lane) quantize the activations as the one-row int8
 // path does and sum the same integers per block, so the two agree to f32 rounding; both stay within
 // the rounding bound of the exact product. Tails in every dimension: rows past a 6-row tile, columns
@@ -819,6 +870,29 @@ TEST(Gemm, QuantizedWeightsRunOnInt8DotProductsUnsearched) {
     testing::CheckExecutable(*precise, {{{"m", 1}}, {{"m", 70}}}, 1e-4, 1e-4, 5, false,
                              "exact " + std::string(DTypeName(wt)));
   }
+}
+
+// An expert GEMM takes its unsearched form by the rows each slab meets (about m / experts), not by m: in
+// decode a token's two rows go to two slabs, one row each, where the panels would read a third more bytes
+// than the rows they compute need.
+TEST(Gemm, ExpertGemmsTakeTheirFormByTheRowsEachSlabMeets) {
+  const int rounded = GemmFormIndex("rounded"), panels = GemmFormIndex("panels");
+  if (!GemmForms()[rounded].offered(DType::Q4_K, 256) || !GemmForms()[panels].offered(DType::Q4_K, 256))
+    GTEST_SKIP() << "this CPU has no AVX512-VNNI";
+  Graph g;
+  const Expr m = Expr::Sym("m");
+  Tensor x{&g, g.Input("x", DType::F32, {m, Expr(256)})}, e{&g, g.Input("e", DType::I32, {m})};
+  Tensor w{&g, g.Weight("w", DType::Q4_K, {Expr(8), Expr(40), Expr(256)})};
+  g.MarkOutput(ExpertLinear(x, w, e).id(), "y");
+  auto prog = Program::Compile(g);
+  int gemms = 0;
+  for (size_t kk = 0; kk < prog->kernels().kernels.size(); ++kk) {
+    if (!prog->kernels().kernels[kk].gemm) continue;
+    ++gemms;
+    EXPECT_EQ(prog->DefaultChoice(kk, {{"m", 2}}).form, rounded) << "decode: one row per slab";
+    EXPECT_EQ(prog->DefaultChoice(kk, {{"m", 32}}).form, panels) << "4 rows per slab";
+  }
+  EXPECT_EQ(gemms, 1);
 }
 
 // A residual add and a SiLU-gated product run as the epilogues of the GEMMs that feed them, in every

@@ -1,5 +1,5 @@
 // Template-tier CPU micro-kernel for quantized weights as AVX512-VNNI integer dot products against
-// an activation quantized per 32-element block; weights are repacked once so lanes hold blocks.
+// an activation quantized per 32-element block; weights are repacked once so lanes hold 32-value blocks.
 #include "backends/cpu/gemm_int8.h"
 
 // GCC 12 warns inside its own AVX-512 reduction intrinsics (_mm512_reduce_add_ps): false positives.
@@ -11,17 +11,18 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/weight_memory.h"
 #include "ir/error.h"
+#include "ir/quant_formats.h"
 
 namespace prism {
 namespace {
 
 constexpr int64_t kGroupBlocks = 16;                          // blocks per group: one per 32-bit lane
 constexpr int64_t kGroupValues = kGroupBlocks * kQuantBlock;  // 512
-constexpr int64_t kScaleBytes = kGroupBlocks * 2;             // f16 weight scales after the values
 // A quantized activation group: 512 signed values, then 16 f32 scales, then 16 i32 block sums.
 constexpr int64_t kActGroupBytes = kGroupValues + kGroupBlocks * 4 * 2;
 
@@ -32,7 +33,24 @@ constexpr int64_t kTileRows = 4;
 constexpr int64_t kPrefetchBytes = 4096;  // ahead of the loads (1-16 KiB measured alike, within noise)
 constexpr int64_t kFarPrefetchBytes = 4 * kPrefetchBytes;
 
-constexpr int64_t ValueBytes(DType t) { return t == DType::Q8_0 ? kGroupValues : kGroupValues / 2; }
+// A group's values: bytes (Q8_0), nibbles (Q4_0, Q4_K), or low nibbles and then planes of their top bits:
+// Q5_K's one 64-byte plane (bit c of a byte for nibble chunk c's low nibble, bit 4 + c for its high one),
+// Q6_K's two (values 0-15 of each lane, then 16-31; bits 2c and 2c + 1 of a byte for nibble chunk c).
+constexpr int64_t ValueBytes(DType t) {
+  return t == DType::Q8_0   ? kGroupValues
+         : t == DType::Q6_K ? kGroupValues / 2 + 128
+         : t == DType::Q5_K ? kGroupValues / 2 + 64
+                            : kGroupValues / 2;
+}
+// The scales after them: 16 f16 block scales; for Q4_K and Q5_K, the two blocks' 16 six-bit scales and 16
+// mins as bytes, then their f16 d[2] and dmin[2]; for Q6_K, the signed scales of each lane's values 0-15,
+// then of 16-31, then the two blocks' f16 d.
+constexpr int64_t ScaleBytes(DType t) {
+  return t == DType::Q4_K || t == DType::Q5_K ? 2 * kGroupBlocks + 4 * 2
+         : t == DType::Q6_K                   ? 2 * kGroupBlocks + 2 * 2
+                                              : kGroupBlocks * 2;
+}
+constexpr int64_t GroupBytes(DType t) { return ValueBytes(t) + ScaleBytes(t); }
 
 // Position of value kk (0..31) of lane l's block inside a group's value bytes, for 8-bit values.
 constexpr int64_t LaneOffset(int64_t l, int64_t kk) { return (kk / 4) * 64 + l * 4 + kk % 4; }
@@ -100,13 +118,40 @@ inline int64_t PackedOffset(int64_t r, int64_t g, int64_t row_bytes, int64_t gro
   return r / kTileRows * kTileRows * row_bytes + g * kTileRows * group_bytes + r % kTileRows * group_bytes;
 }
 
+// Nibble chunk c's top bits moved to bit 4 (Q5_K: bit c for a low nibble, 4 + c for a high one) or bits 4-5
+// (Q6_K: bits 2c and 2c + 1 of either plane); the rest is masked later. A 16-bit shift moves bits across
+// bytes only into positions the mask drops.
+template <DType T>
+PRISM_VNNI inline __m512i TopBits(__m512i plane, int c, bool high_nibble) {
+  if constexpr (T == DType::Q5_K)
+    return high_nibble ? _mm512_srli_epi16(plane, c) : _mm512_slli_epi16(plane, 4 - c);
+  switch (c) {
+    case 0: return _mm512_slli_epi16(plane, 4);
+    case 1: return _mm512_slli_epi16(plane, 2);
+    case 2: return plane;
+    default: return _mm512_srli_epi16(plane, 2);
+  }
+}
+
+// 16 bytes as f32 lanes, signed or not.
+PRISM_VNNI inline __m512 Bytes(const uint8_t* p, bool is_signed) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm512_cvtepi32_ps(is_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b));
+}
+// `count` (2 or 4) f16 values as the first f32 lanes; the others undefined.
+PRISM_VNNI inline __m512 LoadHalves(const uint8_t* p, int count) {
+  uint64_t h = 0;
+  std::memcpy(&h, p, 2 * count);
+  return _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128((long long)h)));
+}
+
 // MR activation rows x NR weight rows (of one tile, starting at w) over all groups. Per group, integer sums
-// per lane (= block), corrected for the weights' offset (Q8_0 stored +128, Q4_0 nibbles +8), then scaled in
-// f32.
+// per lane (= block), corrected for the weights' offset (Q8_0 stored +128, Q4_0 nibbles +8, Q6_K +32; the
+// Q4_K/Q5_K min through the activation's block sums), then scaled in f32.
 template <DType T, int MR, int NR>
 PRISM_VNNI void Tile(const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t groups, float* y,
                      int64_t ldy) {
-  constexpr int64_t kValues = ValueBytes(T), kGroup = kValues + kScaleBytes, w_row = kGroup;
+  constexpr int64_t kValues = ValueBytes(T), kGroup = GroupBytes(T), w_row = kGroup;
   constexpr int kOffsetShift = T == DType::Q8_0 ? 7 : 3;
   __m512 acc[MR][NR];
 #pragma GCC unroll 8
@@ -114,11 +159,14 @@ PRISM_VNNI void Tile(const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t 
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
-    __m512i p[MR][NR];
+    // Per lane: the integer sum (Q6_K: over values 0-15; p2 over 16-31, first_sum the activation's 0-15).
+    __m512i p[MR][NR], p2[MR][NR], first_sum[MR];
 #pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i)
+    for (int i = 0; i < MR; ++i) {
+      first_sum[i] = _mm512_setzero_si512();
 #pragma GCC unroll 8
-      for (int j = 0; j < NR; ++j) p[i][j] = _mm512_setzero_si512();
+      for (int j = 0; j < NR; ++j) p[i][j] = p2[i][j] = _mm512_setzero_si512();
+    }
     const uint8_t* ag = a + g * kActGroupBytes;
     const uint8_t* wg = w + g * kTileRows * kGroup;
     // The stream ahead, a line per 64 bytes of this group's tile slice: the prefetcher alone stays
@@ -140,7 +188,44 @@ PRISM_VNNI void Tile(const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t 
           for (int j = 0; j < NR; ++j) p[i][j] = _mm512_dpbusd_epi32(p[i][j], wv[j], av);
         }
       }
-    } else {  // a byte holds value c (low nibble) and value c + 4 chunks (high nibble)
+    } else if constexpr (T == DType::Q5_K || T == DType::Q6_K) {  // Q4_0's nibbles, top bits from planes
+      constexpr bool k6 = T == DType::Q6_K;  // two planes, two scales per lane, offset 32
+      const __m512i low = _mm512_set1_epi8(0x0f), top = _mm512_set1_epi8(k6 ? 0x30 : 0x10),
+                    one = _mm512_set1_epi8(1);
+      __m512i first_top[NR], second_top[NR];
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) {
+        first_top[j] = _mm512_loadu_si512(wg + j * w_row + kGroupValues / 2);
+        second_top[j] = k6 ? _mm512_loadu_si512(wg + j * w_row + kGroupValues / 2 + 64) : first_top[j];
+      }
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {
+        __m512i lo[NR], hi[NR];
+#pragma GCC unroll 8
+        for (int j = 0; j < NR; ++j) {
+          __m512i raw = _mm512_loadu_si512(wg + j * w_row + c * 64);
+          // nibble | (top bits from bit 4): vpternlog's A | (B & C)
+          lo[j] = _mm512_ternarylogic_epi32(_mm512_and_si512(raw, low), TopBits<T>(first_top[j], c, false),
+                                            top, 0xF8);
+          hi[j] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(raw, 4), low),
+                                            TopBits<T>(second_top[j], c, true), top, 0xF8);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+          __m512i a0 = _mm512_loadu_si512(ag + i * a_row + c * 64);
+          __m512i a1 = _mm512_loadu_si512(ag + i * a_row + (c + 4) * 64);
+          if (k6) first_sum[i] = _mm512_dpbusd_epi32(first_sum[i], one, a0);
+#pragma GCC unroll 8
+          for (int j = 0; j < NR; ++j) {
+            p[i][j] = _mm512_dpbusd_epi32(p[i][j], lo[j], a0);
+            if (k6)
+              p2[i][j] = _mm512_dpbusd_epi32(p2[i][j], hi[j], a1);
+            else
+              p[i][j] = _mm512_dpbusd_epi32(p[i][j], hi[j], a1);
+          }
+        }
+      }
+    } else {  // Q4_0, Q4_K: a byte holds value c (low nibble) and value c + 4 chunks (high nibble)
       const __m512i low = _mm512_set1_epi8(0x0f);
       for (int c = 0; c < 4; ++c) {
         __m512i lo[NR], hi[NR];
@@ -160,19 +245,71 @@ PRISM_VNNI void Tile(const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t 
         }
       }
     }
-    __m512 dw[NR];
+    // Lanes 0-7 hold the group's first block of 256 values, 8-15 its second.
+    const __m512i first_or_second = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    if constexpr (T == DType::Q4_K ||
+                  T == DType::Q5_K) {  // lane l: (d scale_l sum(q a) - dmin min_l sum(a)) a's d
+      __m512 scale[NR], min[NR];
 #pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j)
-      dw[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg + j * w_row + kValues)));
+      for (int j = 0; j < NR; ++j) {
+        const uint8_t* s = wg + j * w_row + kValues;
+        const __m512 d = LoadHalves(s + 32, 4);  // d0, d1, dmin0, dmin1
+        scale[j] = _mm512_mul_ps(Bytes(s, false), _mm512_permutexvar_ps(first_or_second, d));
+        min[j] =
+            _mm512_mul_ps(Bytes(s + 16, false),
+                          _mm512_permutexvar_ps(_mm512_add_epi32(first_or_second, _mm512_set1_epi32(2)), d));
+      }
 #pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) {
-      const uint8_t* scales = ag + i * a_row + kGroupValues;
-      __m512 da = _mm512_loadu_ps(reinterpret_cast<const float*>(scales));
-      __m512i offset = _mm512_slli_epi32(_mm512_loadu_si512(scales + 64), kOffsetShift);
+      for (int i = 0; i < MR; ++i) {
+        const uint8_t* scales = ag + i * a_row + kGroupValues;
+        const __m512 da = _mm512_loadu_ps(reinterpret_cast<const float*>(scales));
+        const __m512 sum = _mm512_cvtepi32_ps(_mm512_loadu_si512(scales + 64));
+#pragma GCC unroll 8
+        for (int j = 0; j < NR; ++j)
+          acc[i][j] = _mm512_fmadd_ps(
+              _mm512_fmsub_ps(_mm512_cvtepi32_ps(p[i][j]), scale[j], _mm512_mul_ps(sum, min[j])), da,
+              acc[i][j]);
+      }
+    } else if constexpr (T == DType::Q6_K) {  // lane l: d x (scale x sum((q - 32) a)) over each 16 values
+      __m512 first_scale[NR], second_scale[NR];
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) {
+        const uint8_t* s = wg + j * w_row + kValues;
+        const __m512 d = _mm512_permutexvar_ps(first_or_second, LoadHalves(s + 32, 2));
+        first_scale[j] = _mm512_mul_ps(Bytes(s, true), d);
+        second_scale[j] = _mm512_mul_ps(Bytes(s + 16, true), d);
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        const uint8_t* scales = ag + i * a_row + kGroupValues;
+        const __m512 da = _mm512_loadu_ps(reinterpret_cast<const float*>(scales));
+        const __m512i first_offset = _mm512_slli_epi32(first_sum[i], 5),
+                      second_offset = _mm512_slli_epi32(
+                          _mm512_sub_epi32(_mm512_loadu_si512(scales + 64), first_sum[i]), 5);
+#pragma GCC unroll 8
+        for (int j = 0; j < NR; ++j)
+          acc[i][j] = _mm512_fmadd_ps(
+              _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(p[i][j], first_offset)), first_scale[j],
+                              _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(p2[i][j], second_offset)),
+                                            second_scale[j])),
+              da, acc[i][j]);
+      }
+    } else {
+      __m512 dw[NR];
 #pragma GCC unroll 8
       for (int j = 0; j < NR; ++j)
-        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(p[i][j], offset)),
-                                    _mm512_mul_ps(dw[j], da), acc[i][j]);
+        dw[j] =
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg + j * w_row + kValues)));
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        const uint8_t* scales = ag + i * a_row + kGroupValues;
+        __m512 da = _mm512_loadu_ps(reinterpret_cast<const float*>(scales));
+        __m512i offset = _mm512_slli_epi32(_mm512_loadu_si512(scales + 64), kOffsetShift);
+#pragma GCC unroll 8
+        for (int j = 0; j < NR; ++j)
+          acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(p[i][j], offset)),
+                                      _mm512_mul_ps(dw[j], da), acc[i][j]);
+      }
     }
   }
 #pragma GCC unroll 8
@@ -200,7 +337,7 @@ PRISM_VNNI void GemmVnni(const uint8_t* a, int64_t m, const Int8PackedWeight& w,
     int64_t m1 = std::min(m, m0 + kMBlock);
     for (int64_t n = n_begin, nr; n < n_end; n += nr) {
       nr = std::min<int64_t>(kTileRows - n % kTileRows, n_end - n);  // never across a tile
-      const uint8_t* wn = w.data.get() + PackedOffset(n, 0, w.row_bytes, ValueBytes(T) + kScaleBytes);
+      const uint8_t* wn = w.data.get() + PackedOffset(n, 0, w.row_bytes, GroupBytes(T));
       for (int64_t i = m0; i < m1; i += 3) {
         int mr = (int)std::min<int64_t>(3, m1 - i);
         const uint8_t* ai = a + i * a_row;
@@ -216,6 +353,82 @@ PRISM_VNNI void GemmVnni(const uint8_t* a, int64_t m, const Int8PackedWeight& w,
   }
 }
 
+// Q4_K and Q5_K rows into groups of two blocks: lane l holds block l / 8's sub-block l % 8 as Q4_0 holds a
+// block (byte j: values j and j + 16; Q5_K's fifth bits in the plane), then the 16 scales, the 16 mins,
+// d[2] and dmin[2].
+template <class Block>
+void PackK45(const Block* src, DType t, int64_t n, int64_t k, Int8PackedWeight* p) {
+  const int64_t blocks = k / kSuperBlock;
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const Block& x = src[r * blocks + b];
+      const int64_t g = b / 2, half = b % 2;
+      uint8_t* values = p->data.get() + PackedOffset(r, g, p->row_bytes, GroupBytes(t));
+      uint8_t* scales = values + ValueBytes(t);
+      uint8_t unpacked[16];  // 8 scales, 8 mins
+      UnpackScalesK4(x.scales, unpacked);
+      for (int s = 0; s < 8; ++s) {
+        const int64_t lane = half * 8 + s;
+        scales[lane] = unpacked[s];
+        scales[kGroupBlocks + lane] = unpacked[8 + s];
+        // Sub-block s: chunk s / 2's 32 bytes, low nibbles for even s, high for odd.
+        const uint8_t* qs = x.qs + 32 * (s / 2);
+        const int shift = 4 * (s % 2);
+        for (int64_t j = 0; j < kQuantBlock / 2; ++j) {
+          values[LaneOffset(lane, j)] =
+              (uint8_t)(((qs[j] >> shift) & 0x0F) | (((qs[j + 16] >> shift) & 0x0F) << 4));
+          if constexpr (std::is_same_v<Block, BlockQ5_K>) {  // value l's fifth bit: bit s of qh[l]
+            uint8_t& plane = values[kGroupValues / 2 + lane * 4 + j % 4];
+            plane |= (uint8_t)(((x.qh[j] >> s) & 1) << (j / 4));
+            plane |= (uint8_t)(((x.qh[j + 16] >> s) & 1) << (4 + j / 4));
+          }
+        }
+      }
+      uint16_t* d = reinterpret_cast<uint16_t*>(scales + 2 * kGroupBlocks);
+      d[half] = x.d;
+      d[2 + half] = x.dmin;
+    }
+}
+
+// Q6_K rows into groups of two blocks: lane l holds block l / 8's values 32 (l % 8) to 32 (l % 8) + 31
+// (0..63, stored with offset 32), their low nibbles as Q4_0's, their top bits in the planes, with the signed
+// scales of their two 16-value halves; then d[2].
+void PackQ6K(const BlockQ6_K* src, int64_t n, int64_t k, Int8PackedWeight* p) {
+  const int64_t blocks = k / kSuperBlock;
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const BlockQ6_K& x = src[r * blocks + b];
+      // The values 0..63 in ggml's order: per 128, 32 at a time from ql's nibbles and qh's bit pairs.
+      uint8_t q[kSuperBlock];
+      for (int h = 0; h < 2; ++h)
+        for (int l = 0; l < 32; ++l) {
+          const uint8_t* ql = x.ql + 64 * h;
+          const uint8_t qh = x.qh[32 * h + l];
+          q[128 * h + l] = (uint8_t)((ql[l] & 0xF) | ((qh & 3) << 4));
+          q[128 * h + l + 32] = (uint8_t)((ql[l + 32] & 0xF) | (((qh >> 2) & 3) << 4));
+          q[128 * h + l + 64] = (uint8_t)((ql[l] >> 4) | (((qh >> 4) & 3) << 4));
+          q[128 * h + l + 96] = (uint8_t)((ql[l + 32] >> 4) | (((qh >> 6) & 3) << 4));
+        }
+      const int64_t g = b / 2, half = b % 2;
+      uint8_t* values = p->data.get() + PackedOffset(r, g, p->row_bytes, GroupBytes(DType::Q6_K));
+      uint8_t* planes = values + kGroupValues / 2;
+      uint8_t* scales = values + ValueBytes(DType::Q6_K);
+      for (int s = 0; s < 8; ++s) {
+        const int64_t lane = half * 8 + s;
+        const uint8_t* v = q + 32 * s;
+        for (int64_t j = 0; j < kQuantBlock / 2; ++j) {
+          values[LaneOffset(lane, j)] = (uint8_t)((v[j] & 0xF) | ((v[j + 16] & 0xF) << 4));
+          const int64_t at = lane * 4 + j % 4, shift = 2 * (j / 4);  // nibble chunk j / 4
+          planes[at] |= (uint8_t)((v[j] >> 4) << shift);
+          planes[64 + at] |= (uint8_t)((v[j + 16] >> 4) << shift);
+        }
+        scales[lane] = (uint8_t)x.scales[2 * s];
+        scales[kGroupBlocks + lane] = (uint8_t)x.scales[2 * s + 1];
+      }
+      reinterpret_cast<uint16_t*>(scales + 2 * kGroupBlocks)[half] = x.d;
+    }
+}
+
 }  // namespace
 
 bool HasAvx512Vnni() {
@@ -225,6 +438,8 @@ bool HasAvx512Vnni() {
 }
 
 bool Int8DotSupported(DType wt, int64_t k) {
+  if (wt == DType::Q4_K || wt == DType::Q5_K || wt == DType::Q6_K)
+    return HasAvx512Vnni() && k > 0 && k % kSuperBlock == 0;
   return HasAvx512Vnni() && (wt == DType::Q8_0 || wt == DType::Q4_0) && k > 0 && k % kQuantBlock == 0;
 }
 
@@ -237,15 +452,27 @@ Int8PackedWeight PackForInt8Dot(const void* w, DType wt, int64_t n, int64_t k) {
   p.n = n;
   p.k = k;
   p.groups = GroupsOf(k);
-  p.row_bytes = p.groups * (ValueBytes(wt) + kScaleBytes);
+  p.row_bytes = p.groups * GroupBytes(wt);
   const size_t bytes = p.bytes = (size_t)((n + kTileRows - 1) / kTileRows * kTileRows * p.row_bytes);
   p.data = AllocateWeightMemory(bytes, "int8 dot: packed weights");  // zeroed: padding blocks stay 0
-  const int64_t blocks = k / kQuantBlock;
   const uint8_t* src = static_cast<const uint8_t*>(w);
+  if (wt == DType::Q4_K) {
+    PackK45(static_cast<const BlockQ4_K*>(w), wt, n, k, &p);
+    return p;
+  }
+  if (wt == DType::Q5_K) {
+    PackK45(static_cast<const BlockQ5_K*>(w), wt, n, k, &p);
+    return p;
+  }
+  if (wt == DType::Q6_K) {
+    PackQ6K(static_cast<const BlockQ6_K*>(w), n, k, &p);
+    return p;
+  }
+  const int64_t blocks = k / kQuantBlock;
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t b = 0; b < blocks; ++b) {
       int64_t g = b / kGroupBlocks, l = b % kGroupBlocks;
-      uint8_t* values = p.data.get() + PackedOffset(r, g, p.row_bytes, ValueBytes(wt) + kScaleBytes);
+      uint8_t* values = p.data.get() + PackedOffset(r, g, p.row_bytes, GroupBytes(wt));
       uint16_t* scales = reinterpret_cast<uint16_t*>(values + ValueBytes(wt));
       if (wt == DType::Q8_0) {
         const auto* blk = reinterpret_cast<const BlockQ8_0*>(src) + r * blocks + b;
@@ -265,10 +492,13 @@ void GemmRowsInt8(const float* a, int64_t m, const Int8PackedWeight& w, float* y
                   int64_t n_begin, int64_t n_end) {
   if (n_begin >= n_end || m <= 0) return;
   const uint8_t* act = QuantizeRows(a, m, w.k);
-  if (w.type == DType::Q8_0)
-    GemmVnni<DType::Q8_0>(act, m, w, y, n_total, n_begin, n_end);
-  else
-    GemmVnni<DType::Q4_0>(act, m, w, y, n_total, n_begin, n_end);
+  switch (w.type) {
+    case DType::Q8_0: return GemmVnni<DType::Q8_0>(act, m, w, y, n_total, n_begin, n_end);
+    case DType::Q4_K: return GemmVnni<DType::Q4_K>(act, m, w, y, n_total, n_begin, n_end);
+    case DType::Q5_K: return GemmVnni<DType::Q5_K>(act, m, w, y, n_total, n_begin, n_end);
+    case DType::Q6_K: return GemmVnni<DType::Q6_K>(act, m, w, y, n_total, n_begin, n_end);
+    default: return GemmVnni<DType::Q4_0>(act, m, w, y, n_total, n_begin, n_end);
+  }
 }
 
 double Int8DotErrorBound(const float* a, const void* w, DType wt, int64_t k, int64_t n, int64_t block) {

@@ -1,6 +1,7 @@
-// Template-tier CPU micro-kernel for quantized weights (Q8_0, Q4_0) as integer dot products: the
-// activation is quantized to 8 bits per 32-element block (as llama.cpp does) and multiplied with
-// AVX512-VNNI, against weights repacked once at load so that each vector lane holds one block.
+// Template-tier CPU micro-kernel for quantized weights (Q8_0, Q4_0, and the K-quants Q4_K, Q5_K and Q6_K)
+// as integer dot products: the activation is quantized to 8 bits per 32-element block (as llama.cpp does)
+// and multiplied with AVX512-VNNI, against weights repacked once at load so that each vector lane holds
+// one block of 32 values.
 #pragma once
 
 #include <cstdint>
@@ -11,11 +12,14 @@
 
 namespace prism {
 
-// Q8_0 or Q4_0 weights (N x K, GGUF block layout) repacked for GemmRowsInt8. Blocks are taken 16 at
-// a time (one group, zero-padded at the end of a row): lane l of every 64-byte chunk holds 4 values
-// of block l, so a VNNI instruction advances 16 block sums at once, followed by the 16 block scales
-// (f16); rows are interleaved group by group in tiles of 4. The packed rows are exactly as many
-// bytes as the GGUF rows when K is a multiple of 512.
+// Q8_0, Q4_0, Q4_K, Q5_K or Q6_K weights (N x K, GGUF block layout) repacked for GemmRowsInt8. Blocks of
+// 32 values (a K-quant's: an eighth of its 256-value block) are taken 16 at a time (one group, zero-padded
+// at the end of a row): lane l of every 64-byte chunk holds 4 values of block l, so a VNNI instruction
+// advances 16 block sums at once, followed by the 16 block scales (f16; K-quants: their scales and mins
+// as bytes, then the two blocks' f16 d and dmin; Q5_K's and Q6_K's top bits in planes after the low
+// nibbles); rows are interleaved group by group in tiles of 4. The packed rows are exactly as many bytes
+// as the GGUF rows when K is a multiple of 512 (Q6_K's too); Q4_K's take 296 bytes per 512 values against
+// 288, Q5_K's 360 against 352.
 struct Int8PackedWeight {
   DType type = DType::Q8_0;
   int64_t n = 0, k = 0, groups = 0, row_bytes = 0;
@@ -45,6 +49,7 @@ float QuantizeActivationBlock(const float* x, int8_t* q, int32_t* sum = nullptr)
 
 // That bound for one output: activation row a (K values) against weight row n of w (GGUF layout),
 // for activations rounded per `block` values (32 here; 256 for the q8k form of gemm_blocks.h).
-double Int8DotErrorBound(const float* a, const void* w, DType wt, int64_t k, int64_t n, int64_t block = kQuantBlock);
+double Int8DotErrorBound(const float* a, const void* w, DType wt, int64_t k, int64_t n,
+                         int64_t block = kQuantBlock);
 
 }  // namespace prism

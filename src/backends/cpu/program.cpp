@@ -233,6 +233,8 @@ KernelChoice Program::DefaultChoice(size_t k, const SymbolBindings& b) const {
   } catch (const Error&) {  // sizes that leave the rows unbound: the kernel's own default
     return c;
   }
+  // An expert GEMM runs each slab over its own rows: about m / experts of them (one each in decode).
+  if (kn.gemm->index_buffer >= 0) m = std::max<int64_t>(1, m / kn.gemm->experts);
   if (const int f = DefaultQuantizedForm(m, kp_.buffers[kn.gemm->w_buffer].dtype, kn.gemm->k); f >= 0)
     c.form = f;
   return c;
