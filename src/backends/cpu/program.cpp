@@ -47,6 +47,30 @@ static bool ActivationDominates(int64_t m, const GemmTemplate& gm, DType wt) {
   return 4.0 * (double)m * (double)gm.k > 32.0 * (double)StorageBytes(wt, gm.n * gm.k);
 }
 
+// Every size PlanLaunches may evaluate for a kernel (a superset: its extents, reduction, GEMM rows and
+// attention sizes), for the symbols they read.
+static std::vector<const Expr*> LaunchSizeExprs(const Kernel& kn) {
+  std::vector<const Expr*> out{&kn.reduce_size};
+  for (const Expr& e : kn.extents) out.push_back(&e);
+  if (kn.gemm) out.insert(out.end(), {&kn.gemm->m, &kn.gemm->a_group});
+  if (kn.attention) {
+    const AttentionTemplate& at = *kn.attention;
+    out.insert(out.end(), {&at.seq, &at.total, &at.offset});
+    for (const OperandLayout* l : {&at.q_layout, &at.k_layout, &at.v_layout, &at.mask_layout})
+      out.insert(out.end(), {&l->row, &l->head, &l->offset});
+  }
+  return out;
+}
+
+// The values b gives the symbols, in the order of `symbols` (bound[i] false where b has none).
+static void ResolveSymbols(const std::vector<std::string>& symbols, const SymbolBindings& b,
+                           std::vector<int64_t>* values, std::vector<bool>* bound) {
+  values->assign(symbols.size(), 0);
+  bound->assign(symbols.size(), false);
+  for (size_t i = 0; i < symbols.size(); ++i)
+    if (auto it = b.find(symbols[i]); it != b.end()) (*values)[i] = it->second, (*bound)[i] = true;
+}
+
 static double Seconds(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -97,6 +121,27 @@ Program::Program(const Graph& g, KernelProgram kp, std::string source, JitLibrar
   storage_.resize(kp_.buffers.size());
   capacity_.assign(kp_.buffers.size(), 0);
   shapes_.resize(kp_.buffers.size());
+  auto symbols_of = [&](const std::vector<const Expr*>& exprs) -> std::optional<std::vector<int>> {
+    std::vector<std::string> names;
+    for (const Expr* e : exprs) e->CollectSymbols(&names);
+    std::vector<int> out;
+    for (const std::string& name : names) {
+      auto it = std::find(kp_.symbols.begin(), kp_.symbols.end(), name);
+      if (it == kp_.symbols.end()) return std::nullopt;  // evaluated every time
+      out.push_back((int)(it - kp_.symbols.begin()));
+    }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+  };
+  for (const Kernel& kn : kp_.kernels) size_symbols_.push_back(symbols_of(LaunchSizeExprs(kn)));
+  for (const KBuffer& kb : kp_.buffers) {
+    std::vector<const Expr*> dims;
+    for (const Expr& d : kb.shape) dims.push_back(&d);
+    size_symbols_.push_back(symbols_of(dims));
+  }
+  size_seen_.assign(size_symbols_.size(), {});
+  size_branch_.assign(kp_.kernels.size(), -1);
   input_nodes_ = InputNodes(graph_);
   barrier_ = std::make_unique<SpinBarrier>(pool_->size());
   if (const char* mk = std::getenv("PRISM_MEGAKERNEL"); mk && std::string(mk) == "0") megakernel_ = false;
@@ -224,15 +269,19 @@ void Program::WriteStateRows(const std::string& name, int64_t first, const HostT
 }
 
 KernelChoice Program::DefaultChoice(size_t k, const SymbolBindings& b) const {
+  const Kernel& kn = kp_.kernels[k];
+  if (!kn.gemm || unsearched_[k].form != 0 || exact_) return unsearched_[k];
+  try {
+    return DefaultChoiceForRows(k, kn.gemm->m.Eval(b));
+  } catch (const Error&) {  // sizes that leave the rows unbound: the kernel's own default
+    return unsearched_[k];
+  }
+}
+
+KernelChoice Program::DefaultChoiceForRows(size_t k, int64_t m) const {
   KernelChoice c = unsearched_[k];
   const Kernel& kn = kp_.kernels[k];
   if (!kn.gemm || c.form != 0 || exact_) return c;
-  int64_t m = 0;
-  try {
-    m = kn.gemm->m.Eval(b);
-  } catch (const Error&) {  // sizes that leave the rows unbound: the kernel's own default
-    return c;
-  }
   // An expert GEMM runs each slab over its own rows: about m / experts of them (one each in decode).
   if (kn.gemm->index_buffer >= 0) m = std::max<int64_t>(1, m / kn.gemm->experts);
   if (const int f = DefaultQuantizedForm(m, kp_.buffers[kn.gemm->w_buffer].dtype, kn.gemm->k); f >= 0)
@@ -260,8 +309,30 @@ KernelChoice Program::UnsearchedChoice(size_t k) const {
   return c;
 }
 
+bool Program::SizesKept(size_t item, int branch, const std::vector<int64_t>& values,
+                        const std::vector<bool>& bound) const {
+  const std::optional<std::vector<int>>& syms = size_symbols_[item];
+  const std::vector<int64_t>& seen = size_seen_[item];
+  if (!syms || seen.empty() || (item < size_branch_.size() && size_branch_[item] != branch)) return false;
+  for (size_t i = 0; i < syms->size(); ++i)
+    if (!bound[(*syms)[i]] || seen[i] != values[(*syms)[i]]) return false;
+  return true;
+}
+
+void Program::SizesEvaluated(size_t item, int branch, const std::vector<int64_t>& values) {
+  std::vector<int64_t>& seen = size_seen_[item];
+  seen.clear();
+  if (!size_symbols_[item]) return;
+  for (int s : *size_symbols_[item]) seen.push_back(values[s]);
+  if (seen.empty()) seen.push_back(0);  // constant sizes: evaluated once
+  if (item < size_branch_.size()) size_branch_[item] = branch;
+}
+
 void Program::PlanLaunches(const SymbolBindings& b, bool prepare) {
   launches_.resize(kp_.kernels.size());
+  std::vector<int64_t> values;
+  std::vector<bool> bound;
+  ResolveSymbols(kp_.symbols, b, &values, &bound);
   const int threads = pool_->size();
   std::vector<int> epoch(kp_.kernels.size(), -1);  // barrier interval in which a kernel ran
   int current = 0;
@@ -277,36 +348,44 @@ void Program::PlanLaunches(const SymbolBindings& b, bool prepare) {
   for (size_t k = 0; k < kp_.kernels.size(); ++k) {
     const Kernel& kn = kp_.kernels[k];
     KernelLaunch& st = launches_[k];
-    st.total = 1;
-    for (const Expr& e : kn.extents) st.total *= e.Eval(b);
-    st.inner = kn.extents.empty() ? 1 : std::max<int64_t>(kn.extents.back().Eval(b), 1);
     st.skip = kn.covered_by >= 0 && fused_attention[kn.covered_by];
-    int64_t work;
-    if (kn.gemm) {
-      st.m = kn.gemm->m.Eval(b);
-      st.a_group = kn.gemm->a_group.Eval(b);
-      work = st.m * kn.gemm->n * kn.gemm->k;
-    } else if (fused_attention[k]) {
-      const AttentionTemplate& at = *kn.attention;
-      st.attn = {at.heads_kv,      at.group,          at.head_dim,     at.seq.Eval(b),
-                 at.total.Eval(b), at.offset.Eval(b), (float)at.scale, (float)at.exp_scale};
-      std::tie(st.attn.q_row, st.attn.q_head) = std::pair(at.q_layout.row.Eval(b), at.q_layout.head.Eval(b));
-      std::tie(st.attn.k_row, st.attn.k_head) = std::pair(at.k_layout.row.Eval(b), at.k_layout.head.Eval(b));
-      std::tie(st.attn.v_row, st.attn.v_head) = std::pair(at.v_layout.row.Eval(b), at.v_layout.head.Eval(b));
-      st.attn.mask_row = at.mask_layout.row.Eval(b);
-      int i = 0;  // where each operand starts in its buffer
-      for (const OperandLayout* l : {&at.q_layout, &at.k_layout, &at.v_layout, &at.mask_layout})
-        st.attn_offset[i++] = l->offset.Eval(b);
-      work = 2 * st.attn.heads_kv * st.attn.group * st.attn.seq * st.attn.total * st.attn.head_dim;
-    } else {
-      work = st.total * std::max<int64_t>(kn.reduce_size.Eval(b), 1);
+    const int branch = kn.gemm ? 0 : fused_attention[k] ? 1 : 2;
+    if (!SizesKept(k, branch, values, bound)) {
+      size_seen_[k].clear();  // until every size below has been evaluated
+      st.total = 1;
+      for (const Expr& e : kn.extents) st.total *= e.Eval(b);
+      st.inner = kn.extents.empty() ? 1 : std::max<int64_t>(kn.extents.back().Eval(b), 1);
+      int64_t& work = st.work;
+      if (kn.gemm) {
+        st.m = kn.gemm->m.Eval(b);
+        st.a_group = kn.gemm->a_group.Eval(b);
+        work = st.m * kn.gemm->n * kn.gemm->k;
+      } else if (fused_attention[k]) {
+        const AttentionTemplate& at = *kn.attention;
+        st.attn = {at.heads_kv,      at.group,          at.head_dim,     at.seq.Eval(b),
+                   at.total.Eval(b), at.offset.Eval(b), (float)at.scale, (float)at.exp_scale};
+        std::tie(st.attn.q_row, st.attn.q_head) =
+            std::pair(at.q_layout.row.Eval(b), at.q_layout.head.Eval(b));
+        std::tie(st.attn.k_row, st.attn.k_head) =
+            std::pair(at.k_layout.row.Eval(b), at.k_layout.head.Eval(b));
+        std::tie(st.attn.v_row, st.attn.v_head) =
+            std::pair(at.v_layout.row.Eval(b), at.v_layout.head.Eval(b));
+        st.attn.mask_row = at.mask_layout.row.Eval(b);
+        int i = 0;  // where each operand starts in its buffer
+        for (const OperandLayout* l : {&at.q_layout, &at.k_layout, &at.v_layout, &at.mask_layout})
+          st.attn_offset[i++] = l->offset.Eval(b);
+        work = 2 * st.attn.heads_kv * st.attn.group * st.attn.seq * st.attn.total * st.attn.head_dim;
+      } else {
+        work = st.total * std::max<int64_t>(kn.reduce_size.Eval(b), 1);
+      }
+      SizesEvaluated(k, branch, values);
     }
     // Small kernels run on one thread: splitting them costs more in cache traffic than it saves.
-    st.parallel = threads > 1 && work >= (kn.gemm ? 65536 : 32768);
+    st.parallel = threads > 1 && st.work >= (kn.gemm ? 65536 : 32768);
     st.use_template = kn.gemm.has_value() || fused_attention[k];
     st.form = 0;
     st.param = 0;
-    KernelChoice unsearched = DefaultChoice(k, b);
+    KernelChoice unsearched = kn.gemm ? DefaultChoiceForRows(k, st.m) : unsearched_[k];
     if (kn.gemm && st.a_group > 0) {  // a K-major activation: the form that reads it where it lies
       const GemmForm& panels = GemmForms()[kPanelsForm];
       const DType wt = kp_.buffers[kn.gemm->w_buffer].dtype;
@@ -474,10 +553,17 @@ std::vector<void*> Program::PrepareBuffers(const std::map<std::string, HostTenso
                                            const SymbolBindings& b) {
   std::vector<void*> ptrs(kp_.buffers.size(), nullptr);
   std::vector<int64_t> scratch(kp_.buffers.size(), 0);
+  std::vector<int64_t> values;
+  std::vector<bool> bound;
+  ResolveSymbols(kp_.symbols, b, &values, &bound);
   for (size_t i = 0; i < kp_.buffers.size(); ++i) {
     const KBuffer& kb = kp_.buffers[i];
     std::vector<int64_t>& shape = shapes_[i];
-    shape = EvalShape(kb.shape, b);
+    if (!SizesKept(kp_.kernels.size() + i, 0, values, bound)) {
+      size_seen_[kp_.kernels.size() + i].clear();
+      shape = EvalShape(kb.shape, b);
+      SizesEvaluated(kp_.kernels.size() + i, 0, values);
+    }
     switch (kb.kind) {
       case BufferKind::Input: ptrs[i] = inputs.at(kb.name).data; break;
       case BufferKind::Weight:

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -139,6 +140,7 @@ class Program : public Executable {
     AttentionDims attn{};         // this step's sizes, for an attention template
     int64_t attn_offset[4] = {};  // where its q, K, V and mask start in their buffers (elements)
     int team_slot = 0;            // a GEMM the team rounds the activation of: which shared buffer (team_act_)
+    int64_t work = 0;             // its multiply-adds (or elements), for whether it splits across threads
   };
   // Shared buffers for the rounded activations of GEMMs split across the team in a form with fit_team
   // (AMX), sized for this step's (PlanLaunches, or the search for one candidate). Successive such GEMMs
@@ -184,6 +186,18 @@ class Program : public Executable {
   std::vector<HostTensor> storage_;  // per buffer: weights, state and scratch; inputs are borrowed per run
   std::vector<int64_t> capacity_;    // bytes allocated per output buffer (reused while big enough)
   std::vector<std::vector<int64_t>> shapes_;  // per buffer, this step's shape
+  // Sizes kept from step to step while the symbols they read keep their values (a decode step changes
+  // `past`, which most kernels' and buffers' sizes do not read): per kernel, then per buffer after them,
+  // the indices (into kp_.symbols) of the symbols its sizes read, or null where one is not among them.
+  std::vector<std::optional<std::vector<int>>> size_symbols_;
+  std::vector<std::vector<int64_t>> size_seen_;  // their values when last evaluated; empty: never
+  std::vector<int> size_branch_;                 // per kernel: which of its sizes were evaluated then
+  // Whether item i's sizes, last evaluated for `branch` (which of a kernel's sizes), may be kept at bindings
+  // whose symbols are `values` (unbound: `bound` false); SizesEvaluated records them once evaluated.
+  bool SizesKept(size_t item, int branch, const std::vector<int64_t>& values,
+                 const std::vector<bool>& bound) const;
+  void SizesEvaluated(size_t item, int branch, const std::vector<int64_t>& values);
+  KernelChoice DefaultChoiceForRows(size_t k, int64_t m) const;
   std::vector<const Node*> input_nodes_;
   std::vector<std::set<int>> touched_;             // per kernel: buffers it reads or writes
   std::vector<std::vector<int>> in_place_inputs_;  // per kernel: inputs it may write its output over
