@@ -334,7 +334,8 @@ void Program::PlanLaunches(const SymbolBindings& b, bool prepare) {
   std::vector<bool> bound;
   ResolveSymbols(kp_.symbols, b, &values, &bound);
   const int threads = pool_->size();
-  std::vector<int> epoch(kp_.kernels.size(), -1);  // barrier interval in which a kernel ran
+  std::vector<int> epoch(kp_.kernels.size(), -1);            // barrier interval in which a kernel ran
+  std::vector<std::pair<const GemmTemplate*, int>> to_pack;  // the forms this step reads, packed below
   int current = 0;
   auto chosen = choices_.find(BucketOf(b, choices_));
   auto choice = [&](size_t k) -> const KernelChoice* {
@@ -396,8 +397,10 @@ void Program::PlanLaunches(const SymbolBindings& b, bool prepare) {
     // Exact: a decision loaded from a database or artifact made without it does not round either.
     if (exact_ && kn.gemm && c->use_template && RoundsActivation(k, c->form)) c = &unsearched;
     st.use_template = st.use_template && c->use_template;
-    if (st.use_template && kn.gemm && PrepareForm(*kn.gemm, c->form, prepare))
+    if (st.use_template && kn.gemm && PrepareForm(*kn.gemm, c->form, false)) {
       st.form = c->form, st.param = c->param;
+      if (prepare) to_pack.emplace_back(&*kn.gemm, c->form);
+    }
     st.reduce_outer = !st.use_template && c->reduce_outer && fns_ro_[k];
     if (c->threading != Threading::ByWorkSize) st.parallel = threads > 1 && c->threading == Threading::Team;
     const bool offloaded = k < offloaded_.size() && offloaded_[k];
@@ -409,6 +412,7 @@ void Program::PlanLaunches(const SymbolBindings& b, bool prepare) {
     if (st.barrier_before) current++;
     epoch[k] = current;
   }
+  PackForms(to_pack);
   int team = 0;
   for (size_t k = 0; k < launches_.size(); ++k) {
     KernelLaunch& st = launches_[k];

@@ -150,6 +150,8 @@ class Program : public Executable {
   // Weights repacked for a GEMM form (int8 blocks, panels, AMX tiles), made on first use and kept (by
   // form and weight buffer) when `pack`. Returns false where this CPU or weight type has no such form.
   bool PrepareForm(const GemmTemplate& gm, int form, bool pack = true);
+  // Packs each (GEMM, form) pair's weights not packed yet, several weights at once on the team.
+  void PackForms(const std::vector<std::pair<const GemmTemplate*, int>>& wanted);
   const void* Packed(int form, int w_buffer) const;  // the form's packed weights, or null
   // The search times a GEMM as a step runs it: its weights (and their repacked forms) not in cache.
   void EvictWeights(const GemmTemplate& gm) const;

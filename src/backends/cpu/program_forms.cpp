@@ -1,6 +1,8 @@
 // The CPU executable's GEMM forms at run time: weights repacked for a form, kept out of cache for timing,
 // the team's shared rounded activations, and the form a choice takes in JSON.
 #include <algorithm>
+#include <exception>
+#include <set>
 
 #include "backends/cpu/gemm_experts.h"
 #include "backends/cpu/machine_probe.h"
@@ -54,13 +56,46 @@ bool Program::PrepareForm(const GemmTemplate& gm, int form_index, bool pack) {
   const GemmForm& form = GemmForms()[form_index];
   if (!form.offered(kb.dtype, gm.k)) return false;
   if (gm.index_buffer >= 0 && !form.on_slabs) return false;
-  if (!pack || !form.pack || packed_.count({form_index, gm.w_buffer})) return true;
-  if (!storage_[gm.w_buffer].data) throw Error("weight '" + kb.name + "' was not bound");
-  PackedGemmWeight p = gm.index_buffer >= 0
-                           ? PackExperts(form, storage_[gm.w_buffer].data, kb.dtype, gm.experts, gm.n, gm.k)
-                           : form.pack(storage_[gm.w_buffer].data, kb.dtype, gm.n, gm.k);
-  if (p.form_data) packed_.emplace(std::make_pair(form_index, gm.w_buffer), std::move(p));
+  if (pack) PackForms({{&gm, form_index}});
   return true;
+}
+
+void Program::PackForms(const std::vector<std::pair<const GemmTemplate*, int>>& wanted) {
+  std::vector<std::pair<const GemmTemplate*, int>> todo;  // each (form, weight) not packed yet, once
+  std::set<std::pair<int, int>> seen;
+  for (const auto& [gm, form] : wanted) {
+    if (!GemmForms()[form].pack || packed_.count({form, gm->w_buffer}) ||
+        !seen.insert({form, gm->w_buffer}).second)
+      continue;
+    if (!storage_[gm->w_buffer].data)
+      throw Error("weight '" + kp_.buffers[gm->w_buffer].name + "' was not bound");
+    todo.emplace_back(gm, form);
+  }
+  // Weights are packed side by side, one per thread at a time: the packing and the first touch of the
+  // packed copy's pages (the kernel zeroing them) are most of a quantized model's load.
+  std::vector<PackedGemmWeight> packed(todo.size());
+  std::vector<std::exception_ptr> errors(todo.size());
+  auto pack = [&](int i) {
+    const GemmTemplate& gm = *todo[i].first;
+    const GemmForm& form = GemmForms()[todo[i].second];
+    const void* w = storage_[gm.w_buffer].data;
+    const DType wt = kp_.buffers[gm.w_buffer].dtype;
+    try {
+      packed[i] = gm.index_buffer >= 0 ? PackExperts(form, w, wt, gm.experts, gm.n, gm.k)
+                                       : form.pack(w, wt, gm.n, gm.k);
+    } catch (...) {
+      errors[i] = std::current_exception();
+    }
+  };
+  if (todo.size() > 1)
+    pool_->ParallelFor((int)todo.size(), pack);
+  else if (todo.size() == 1)
+    pack(0);
+  for (size_t i = 0; i < todo.size(); ++i) {
+    if (errors[i]) std::rethrow_exception(errors[i]);
+    if (packed[i].form_data)
+      packed_.emplace(std::make_pair(todo[i].second, todo[i].first->w_buffer), std::move(packed[i]));
+  }
 }
 
 }  // namespace prism
