@@ -1,6 +1,7 @@
 // Times every template GEMM form on one shape: Y = A · Wᵀ, A M x K f32, W N x K in each weight dtype.
-// Usage: prism_gemm_bench [M N K [repeats [threads]]]  (default 1 8192 2048 10 1; best of the repeats;
-// threads split the weight rows in blocks of 64, as a decode step's team does).
+// Usage: prism_gemm_bench [M N K [repeats [threads [cold]]]]  (default 1 8192 2048 10 1; best of the
+// repeats; threads split the weight rows in blocks of 64, as a decode step's team does; `cold`: the int8
+// rows' weights are evicted from the caches before each repeat, as the schedule search times a GEMM).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "backends/cpu/gemm_blocks.h"
 #include "backends/cpu/gemm_int8.h"
 #include "backends/cpu/gemm_panels.h"
+#include "backends/cpu/machine_probe.h"
 #include "backends/cpu/thread_pool.h"
 #include "ir/host_tensor.h"
 
@@ -26,6 +28,7 @@ int main(int argc, char** argv) {
                 k = argc > 3 ? std::atoll(argv[3]) : 2048;
   const int reps = argc > 4 ? std::atoi(argv[4]) : 10;
   const int threads = argc > 5 ? std::max(1, std::atoi(argv[5])) : 1;
+  const bool cold = argc > 6 && std::string(argv[6]) == "cold";
   ThreadPool pool(threads);
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> dist(-1, 1);
@@ -37,10 +40,11 @@ int main(int argc, char** argv) {
   std::printf("| weights | form | ms | weight GB/s | GFLOP/s |\n| --- | --- | ---: | ---: | ---: |\n");
   // run(nb, ne) computes output columns [nb, ne); each thread takes its share of 64-column blocks.
   auto time = [&](DType wt, const char* form, size_t weight_bytes,
-                  const std::function<void(int64_t, int64_t)>& run) {
+                  const std::function<void(int64_t, int64_t)>& run, const void* evict = nullptr) {
     const int64_t blocks = (n + 63) / 64;
     double best = 1e30;
     for (int r = 0; r <= reps; ++r) {  // repeat 0 warms up
+      if (evict) EvictFromCache(evict, weight_bytes);
       auto t0 = std::chrono::steady_clock::now();
       pool.ParallelFor(threads, [&](int t) {
         run(std::min(n, blocks * t / threads * 64), std::min(n, blocks * (t + 1) / threads * 64));
@@ -50,6 +54,18 @@ int main(int argc, char** argv) {
     }
     std::printf("| %s | %s | %.3f | %.1f | %.1f |\n", std::string(DTypeName(wt)).c_str(), form, best * 1e3,
                 weight_bytes / best / 1e9, 2.0 * m * n * k / best / 1e9);
+  };
+  // The int8 rows at the default prefetch distance, then at each the search times.
+  auto int8_rows = [&](DType wt, const void* w) {
+    Int8PackedWeight p = PackForInt8Dot(w, wt, n, k);
+    const void* evict = cold ? p.data.get() : nullptr;
+    time(
+        wt, "rounded (int8 VNNI)", p.bytes,
+        [&](int64_t nb, int64_t ne) { GemmRowsInt8(a.data(), m, p, y.data(), n, nb, ne); }, evict);
+    for (int64_t ahead : Int8PrefetchChoices(wt, k))
+      time(
+          wt, ("rounded, prefetch=" + std::to_string(ahead)).c_str(), p.bytes,
+          [&](int64_t nb, int64_t ne) { GemmRowsInt8(a.data(), m, p, y.data(), n, nb, ne, ahead); }, evict);
   };
   for (DType wt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0}) {
     if (!GemmSupports(wt, k)) continue;
@@ -64,11 +80,7 @@ int main(int argc, char** argv) {
       time(wt, "dot-panels (bf16 dot)", p.bytes,
            [&](int64_t nb, int64_t ne) { GemmBf16Panels(a.data(), m, p, y.data(), n, nb, ne); });
     }
-    if (Int8DotSupported(wt, k)) {
-      Int8PackedWeight p = PackForInt8Dot(w.data, wt, n, k);
-      time(wt, "rounded (int8 VNNI)", p.bytes,
-           [&](int64_t nb, int64_t ne) { GemmRowsInt8(a.data(), m, p, y.data(), n, nb, ne); });
-    }
+    if (Int8DotSupported(wt, k)) int8_rows(wt, w.data);
     if (PanelGemmSupported(wt)) {
       PanelPackedWeight p = PackPanels(w.data, wt, n, k);
       time(wt, "panels", p.bytes,
@@ -90,11 +102,7 @@ int main(int argc, char** argv) {
       time(wt, "q8k (int8)", (size_t)w.nbytes(), [&](int64_t nb, int64_t ne) {
         GemmRowsBlockQ8K(a.data(), m, k, w.data, wt, y.data(), n, nb, ne);
       });
-    if (Int8DotSupported(wt, k)) {
-      Int8PackedWeight p = PackForInt8Dot(w.data, wt, n, k);
-      time(wt, "rounded (int8 VNNI)", p.bytes,
-           [&](int64_t nb, int64_t ne) { GemmRowsInt8(a.data(), m, p, y.data(), n, nb, ne); });
-    }
+    if (Int8DotSupported(wt, k)) int8_rows(wt, w.data);
     if (PanelGemmSupported(wt)) {
       PanelPackedWeight p = PackPanels(w.data, wt, n, k);
       time(wt, "panels (int8 VNNI)", p.bytes,

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "backends/cpu/gemm_amx.h"
@@ -559,6 +561,85 @@ TEST(Gemm, Int8PanelSlicesChangeOnlyTheSpeedAndAreSearched) {
   nlohmann::json older = ChoiceToJson(c);
   older.erase("param");  // a tuning database written before the parameter: the form's default
   EXPECT_EQ(ChoiceFromJson(older).param, 0);
+}
+
+// The int8 rows' prefetch distance is a template parameter the search times over the whole step: every
+// distance (none, short, past the end of the weights) gives bitwise the same sums; a negative one is an
+// error; a decode step's search times the step at each distance, and a distance chosen (here written into
+// the tuning database) reaches the step's int8 rows GEMMs and no other kernel.
+TEST(Gemm, Int8PrefetchDistancesChangeOnlyTheSpeedAndAreSearchedPerStep) {
+  if (!HasAvx512Vnni()) GTEST_SKIP() << "this CPU has no AVX512-VNNI";
+  for (DType wt : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const int64_t n = 23, k = 1536, m = 3;
+    auto a = testing::RandomFloats(m * k, 43);
+    const HostTensor w = wt == DType::Q8_0 || wt == DType::Q4_0
+                             ? HostTensor::FromFloats({n, k}, testing::RandomFloats(n * k, 44), wt)
+                             : testing::RandomBlocks(wt, {n, k}, 44);
+    const Int8PackedWeight packed = PackForInt8Dot(w.data, wt, n, k);
+    std::vector<float> want(m * n, NAN);
+    GemmRowsInt8(a.data(), m, packed, want.data(), n, 0, n);
+    for (int64_t ahead : {kInt8NoPrefetch, (int64_t)64, (int64_t)1024, (int64_t)16384, (int64_t)1 << 24}) {
+      std::vector<float> y(m * n, NAN);
+      GemmRowsInt8(a.data(), m, packed, y.data(), n, 0, 8, ahead);
+      GemmRowsInt8(a.data(), m, packed, y.data(), n, 8, n, ahead);
+      for (int64_t i = 0; i < m * n; ++i)
+        ASSERT_EQ(std::memcmp(&y[i], &want[i], sizeof(float)), 0)
+            << DTypeName(wt) << " prefetch " << ahead << " at " << i << ": " << y[i] << " vs " << want[i];
+    }
+    EXPECT_THROW(GemmRowsInt8(a.data(), m, packed, want.data(), n, 0, n, -64), Error);
+  }
+  EXPECT_TRUE(Int8PrefetchChoices(DType::BF16, 4096).empty()) << "bf16's rounded rows take no prefetch";
+
+  // Two products: one over Q4_K weights (int8 rows in decode), one over f32 weights.
+  Graph g;
+  Tensor x{&g, g.Input("x", DType::F32, {Expr::Sym("seq"), Expr(2048)})};
+  Tensor wq{&g, g.Weight("wq", DType::Q4_K, {Expr(96), Expr(2048)})};
+  Tensor wf{&g, g.Weight("wf", DType::F32, {Expr(40), Expr(96)})};
+  g.MarkOutput(Linear(Linear(x, wq), wf).id(), "y");
+  CompileOptions copts;
+  copts.threads = 2;
+  const SymbolBindings b{{"seq", 1}};
+  const auto weights = testing::RandomTensors(g, Op::Weight, b, 5);
+  const std::filesystem::path db = testing::MakeTempDir("prefetch") / "tuning.json";
+  SearchOptions opts;
+  opts.buckets = {{"decode", b}};
+  opts.db_path = db.string();
+  opts.busy_limit = 1;
+  auto search = [&](double budget) {
+    auto prog = Program::Compile(g, copts);
+    for (auto& [name, t] : weights) prog->BindWeight(name, t);
+    opts.budget_seconds = budget;
+    return std::make_pair(SearchSchedules(*prog, opts), std::move(prog));
+  };
+  auto [receipts, prog] = search(20);
+  std::set<std::string> variants;
+  std::string step_key;
+  for (const auto& r : receipts)
+    if (r.value("scope", "") == "step")
+      for (const auto& c : r["candidates"]) variants.insert(c["candidate"]), step_key = r["key"];
+  for (const char* v : {"team, int8 rows prefetch=1", "team, int8 rows prefetch=1024",
+                        "team, int8 rows prefetch=16384"})
+    EXPECT_TRUE(variants.count(v)) << v;
+  ASSERT_FALSE(step_key.empty());
+
+  nlohmann::json entries = nlohmann::json::parse(std::ifstream(db));
+  ASSERT_TRUE(entries.contains(step_key)) << entries.dump();
+  entries[step_key]["candidate"] = "team, int8 rows prefetch=16384";
+  std::ofstream(db) << entries.dump();
+  auto [again, applied] = search(0);
+  const std::vector<KernelChoice>& chosen = applied->choices().at("decode");
+  int int8_rows = 0;
+  for (size_t k = 0; k < chosen.size(); ++k) {
+    const auto& gm = applied->kernels().kernels[k].gemm;
+    const bool q4k = gm && applied->kernels().buffers[gm->w_buffer].dtype == DType::Q4_K;
+    if (q4k && chosen[k].use_template && chosen[k].form == GemmFormIndex("rounded")) {
+      EXPECT_EQ(chosen[k].param, 16384) << applied->kernels().kernels[k].name;
+      ++int8_rows;
+    } else {
+      EXPECT_EQ(chosen[k].param, 0) << applied->kernels().kernels[k].name;
+    }
+  }
+  EXPECT_EQ(int8_rows, 1) << "the Q4_K product in decode runs the int8 rows";
 }
 
 // GGUF's block formats as int8 panels (bytes 0..255 with per-16 or per-32 scales and offsets, the

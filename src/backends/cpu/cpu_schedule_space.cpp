@@ -1,10 +1,14 @@
 // The CPU's schedule space for the one search: per kernel, tier (a GEMM form's template, the fused
 // attention template, generated code) x loop order x threading, and the team's split of the whole step.
 #include <algorithm>
+#include <charconv>
 #include <set>
+#include <string_view>
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/gemm_experts.h"
+#include "backends/cpu/gemm_forms.h"
+#include "backends/cpu/gemm_int8.h"
 #include "backends/cpu/machine_probe.h"
 #include "backends/cpu/program.h"
 #include "backends/timing.h"
@@ -186,13 +190,19 @@ class CpuScheduleSpace : public ScheduleSpace {
   // The whole step on the team (with its barriers) against thread 0 alone: for a small model the barriers
   // can cost more than splitting gains. Splitting every GEMM is tried too: a GEMM timed alone wakes the
   // team for each run, which favours keeping small ones on one thread.
+  // The int8 rows' prefetch distance is a step's choice too: timed alone, each GEMM's distances came out
+  // within a few percent of one another (and the search chose by that noise), while in the step, its
+  // kernels back to back, no prefetching decoded the 1B Q4_K_M shape 8% slower than the default.
   std::vector<std::string> StepVariants(const std::string& bucket) override {
-    if (threads_ < 2) return {};
     std::vector<std::string> names = {"team"};
-    if (Variant("team, every GEMM split", p_.choices_[bucket]) != p_.choices_[bucket])
-      names.push_back("team, every GEMM split");
-    names.push_back("one thread");
-    return names;
+    if (threads_ >= 2) {
+      if (Variant("team, every GEMM split", p_.choices_[bucket]) != p_.choices_[bucket])
+        names.push_back("team, every GEMM split");
+      names.push_back("one thread");
+    }
+    for (int64_t ahead : PrefetchChoices(bucket))
+      names.push_back(std::string(kPrefetchVariant) + std::to_string(ahead));
+    return names.size() > 1 ? names : std::vector<std::string>{};
   }
   double TimeStepUs(const std::string& bucket, const std::string& variant) override {
     std::vector<KernelChoice>& chosen = p_.choices_[bucket];
@@ -230,14 +240,40 @@ class CpuScheduleSpace : public ScheduleSpace {
   }
 
   // The step's choices under a whole-step variant: the kernels' own on the team; the same with every
-  // template GEMM split across the team; or every kernel on thread 0 alone.
+  // template GEMM split across the team; every kernel on thread 0 alone; or the kernels' own with every
+  // int8 rows GEMM prefetching its weights that many bytes ahead (gemm_int8.h).
   std::vector<KernelChoice> Variant(const std::string& name, std::vector<KernelChoice> cs) const {
+    int64_t ahead = 0;  // a name the database holds that does not parse leaves the kernels' own
+    const std::string_view tail =
+        std::string_view(name).substr(std::min(name.size(), kPrefetchVariant.size()));
+    const bool prefetch = name.starts_with(kPrefetchVariant) &&
+                          std::from_chars(tail.data(), tail.data() + tail.size(), ahead).ec == std::errc() &&
+                          ahead >= 0;
     for (size_t k = 0; k < cs.size() && k < p_.kp_.kernels.size(); ++k) {
       if (name == "one thread") cs[k].threading = Threading::OneThread;
       if (name == "team, every GEMM split" && p_.kp_.kernels[k].gemm && cs[k].use_template)
         cs[k].threading = Threading::Team;
+      if (prefetch && Int8Rows(k, cs[k])) cs[k].param = ahead;
     }
     return cs;
+  }
+
+  static constexpr std::string_view kPrefetchVariant = "team, int8 rows prefetch=";
+  // Whether kernel k runs the int8 rows under choice c.
+  bool Int8Rows(size_t k, const KernelChoice& c) const {
+    const auto& gm = p_.kp_.kernels[k].gemm;
+    return gm && c.use_template && c.form == GemmFormIndex("rounded") &&
+           Int8DotSupported(p_.kp_.buffers[gm->w_buffer].dtype, gm->k);
+  }
+  // The distances worth timing: those the int8 rows offer for the first such kernel of the step (none
+  // when it has none).
+  std::vector<int64_t> PrefetchChoices(const std::string& bucket) const {
+    const std::vector<KernelChoice>& cs = p_.choices_.at(bucket);
+    for (size_t k = 0; k < cs.size() && k < p_.kp_.kernels.size(); ++k)
+      if (Int8Rows(k, cs[k]))
+        return Int8PrefetchChoices(p_.kp_.buffers[p_.kp_.kernels[k].gemm->w_buffer].dtype,
+                                   p_.kp_.kernels[k].gemm->k);
+    return {};
   }
 
   KernelChoice Select(size_t k, const ScheduleCandidate& c) {

@@ -34,7 +34,7 @@ void RunRounded(const GemmCall& c) {
   if (c.wt == DType::BF16)
     GemmRowsBf16Dot(c.a, c.m, c.k, static_cast<const uint16_t*>(c.w), c.y, c.n, c.nb, c.ne);
   else
-    GemmRowsInt8(c.a, c.m, *static_cast<const Int8PackedWeight*>(c.packed), c.y, c.n, c.nb, c.ne);
+    GemmRowsInt8(c.a, c.m, *static_cast<const Int8PackedWeight*>(c.packed), c.y, c.n, c.nb, c.ne, c.param);
 }
 
 // Q4_K/Q6_K weights as stored, the activation rounded as llama.cpp's Q8_K: integer dot products (AVX2).
@@ -107,7 +107,7 @@ const std::vector<GemmForm>& GemmForms() {
        .error_bound = RoundedActivationErrorBound,
        .split_tile = 4,
        .fit_team = nullptr,
-       .on_slabs = true},
+       .on_slabs = true},  // the int8 rows' prefetch distance is a step's choice (cpu_schedule_space.cpp)
       {.name = "panels",
        .min_rows = 6,
        .offered = PanelsOffered,

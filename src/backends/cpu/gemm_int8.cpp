@@ -30,8 +30,17 @@ constexpr int64_t kActGroupBytes = kGroupValues + kGroupBlocks * 4 * 2;
 // and the whole matrix, are then read as one sequential stream, which the hardware prefetcher follows
 // (four short row streams per tile left it behind: 5-7 GB/s from DRAM instead of 14).
 constexpr int64_t kTileRows = 4;
-constexpr int64_t kPrefetchBytes = 4096;  // ahead of the loads (1-16 KiB measured alike, within noise)
-constexpr int64_t kFarPrefetchBytes = 4 * kPrefetchBytes;
+
+// How far ahead of the loads the kernel prefetches (a template parameter the search varies, see
+// Int8PrefetchChoices): into L1 `near` bytes ahead, into L2 `far` bytes ahead; none at all where near is 0.
+struct Prefetch {
+  int64_t near, far;
+};
+Prefetch PrefetchOf(int64_t param) {
+  if (param == 0) return {4096, 4 * 4096};  // the default (on Zen 5 1-16 KiB measured alike, within noise)
+  if (param == kInt8NoPrefetch) return {0, 0};
+  return {param, 4 * param};
+}
 
 // A group's values: bytes (Q8_0), nibbles (Q4_0, Q4_K), or low nibbles and then planes of their top bits:
 // Q5_K's one 64-byte plane (bit c of a byte for nibble chunk c's low nibble, bit 4 + c for its high one),
@@ -149,8 +158,8 @@ PRISM_VNNI inline __m512 LoadHalves(const uint8_t* p, int count) {
 // per lane (= block), corrected for the weights' offset (Q8_0 stored +128, Q4_0 nibbles +8, Q6_K +32; the
 // Q4_K/Q5_K min through the activation's block sums), then scaled in f32.
 template <DType T, int MR, int NR>
-PRISM_VNNI void Tile(const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t groups, float* y,
-                     int64_t ldy) {
+PRISM_VNNI void Tile(const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t groups, float* y, int64_t ldy,
+                     Prefetch ahead) {
   constexpr int64_t kValues = ValueBytes(T), kGroup = GroupBytes(T), w_row = kGroup;
   constexpr int kOffsetShift = T == DType::Q8_0 ? 7 : 3;
   __m512 acc[MR][NR];
@@ -172,10 +181,12 @@ PRISM_VNNI void Tile(const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t 
     // The stream ahead, a line per 64 bytes of this group's tile slice: the prefetcher alone stays
     // too close behind the loads. Into L1 just ahead, and into L2 further ahead: L1 can wait on only
     // so many misses at once, too few to cover the memory latency at this core's share of bandwidth.
-    for (int64_t l = 0; l < kTileRows * kGroup; l += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(wg + kPrefetchBytes + l), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(wg + kFarPrefetchBytes + l), _MM_HINT_T1);
-    }
+    // (Prefetching never faults, so lines past the end of the weights are harmless.)
+    if (ahead.near > 0)
+      for (int64_t l = 0; l < kTileRows * kGroup; l += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(wg + ahead.near + l), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(wg + ahead.far + l), _MM_HINT_T1);
+      }
     if constexpr (T == DType::Q8_0) {
       for (int c = 0; c < 8; ++c) {
         __m512i wv[NR];
@@ -320,17 +331,17 @@ PRISM_VNNI void Tile(const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t 
 
 template <DType T, int NR>
 PRISM_VNNI void TileRows(int mr, const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t groups, float* y,
-                         int64_t ldy) {
+                         int64_t ldy, Prefetch ahead) {
   switch (mr) {
-    case 3: return Tile<T, 3, NR>(a, a_row, w, groups, y, ldy);
-    case 2: return Tile<T, 2, NR>(a, a_row, w, groups, y, ldy);
-    default: return Tile<T, 1, NR>(a, a_row, w, groups, y, ldy);
+    case 3: return Tile<T, 3, NR>(a, a_row, w, groups, y, ldy, ahead);
+    case 2: return Tile<T, 2, NR>(a, a_row, w, groups, y, ldy, ahead);
+    default: return Tile<T, 1, NR>(a, a_row, w, groups, y, ldy, ahead);
   }
 }
 
 template <DType T>
 PRISM_VNNI void GemmVnni(const uint8_t* a, int64_t m, const Int8PackedWeight& w, float* y, int64_t n_total,
-                         int64_t n_begin, int64_t n_end) {
+                         int64_t n_begin, int64_t n_end, Prefetch ahead) {
   const int64_t a_row = w.groups * kActGroupBytes;
   constexpr int64_t kMBlock = 48;  // quantized activation rows kept hot in cache while weight tiles stream
   for (int64_t m0 = 0; m0 < m; m0 += kMBlock) {
@@ -343,10 +354,10 @@ PRISM_VNNI void GemmVnni(const uint8_t* a, int64_t m, const Int8PackedWeight& w,
         const uint8_t* ai = a + i * a_row;
         float* yi = y + i * n_total + n;
         switch (nr) {
-          case 4: TileRows<T, 4>(mr, ai, a_row, wn, w.groups, yi, n_total); break;
-          case 3: TileRows<T, 3>(mr, ai, a_row, wn, w.groups, yi, n_total); break;
-          case 2: TileRows<T, 2>(mr, ai, a_row, wn, w.groups, yi, n_total); break;
-          default: TileRows<T, 1>(mr, ai, a_row, wn, w.groups, yi, n_total); break;
+          case 4: TileRows<T, 4>(mr, ai, a_row, wn, w.groups, yi, n_total, ahead); break;
+          case 3: TileRows<T, 3>(mr, ai, a_row, wn, w.groups, yi, n_total, ahead); break;
+          case 2: TileRows<T, 2>(mr, ai, a_row, wn, w.groups, yi, n_total, ahead); break;
+          default: TileRows<T, 1>(mr, ai, a_row, wn, w.groups, yi, n_total, ahead); break;
         }
       }
     }
@@ -489,16 +500,23 @@ Int8PackedWeight PackForInt8Dot(const void* w, DType wt, int64_t n, int64_t k) {
 }
 
 void GemmRowsInt8(const float* a, int64_t m, const Int8PackedWeight& w, float* y, int64_t n_total,
-                  int64_t n_begin, int64_t n_end) {
+                  int64_t n_begin, int64_t n_end, int64_t prefetch) {
   if (n_begin >= n_end || m <= 0) return;
+  if (prefetch < 0) throw Error("int8 rows: a prefetch distance of " + std::to_string(prefetch) + " bytes");
+  const Prefetch ahead = PrefetchOf(prefetch);
   const uint8_t* act = QuantizeRows(a, m, w.k);
   switch (w.type) {
-    case DType::Q8_0: return GemmVnni<DType::Q8_0>(act, m, w, y, n_total, n_begin, n_end);
-    case DType::Q4_K: return GemmVnni<DType::Q4_K>(act, m, w, y, n_total, n_begin, n_end);
-    case DType::Q5_K: return GemmVnni<DType::Q5_K>(act, m, w, y, n_total, n_begin, n_end);
-    case DType::Q6_K: return GemmVnni<DType::Q6_K>(act, m, w, y, n_total, n_begin, n_end);
-    default: return GemmVnni<DType::Q4_0>(act, m, w, y, n_total, n_begin, n_end);
+    case DType::Q8_0: return GemmVnni<DType::Q8_0>(act, m, w, y, n_total, n_begin, n_end, ahead);
+    case DType::Q4_K: return GemmVnni<DType::Q4_K>(act, m, w, y, n_total, n_begin, n_end, ahead);
+    case DType::Q5_K: return GemmVnni<DType::Q5_K>(act, m, w, y, n_total, n_begin, n_end, ahead);
+    case DType::Q6_K: return GemmVnni<DType::Q6_K>(act, m, w, y, n_total, n_begin, n_end, ahead);
+    default: return GemmVnni<DType::Q4_0>(act, m, w, y, n_total, n_begin, n_end, ahead);
   }
+}
+
+std::vector<int64_t> Int8PrefetchChoices(DType wt, int64_t k) {
+  if (!Int8DotSupported(wt, k)) return {};
+  return {kInt8NoPrefetch, 1024, 16384};
 }
 
 double Int8DotErrorBound(const float* a, const void* w, DType wt, int64_t k, int64_t n, int64_t block) {
