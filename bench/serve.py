@@ -6,6 +6,7 @@
 #
 #   python3 bench/serve.py                                    # stories260K, Prism only
 #   python3 bench/serve.py --models bench/models/llama1b-shape-q4_0.gguf --llama-server PATH
+#   python3 bench/serve.py --unloaded 5      # time to first token after --idle-unload freed the model
 import argparse
 import asyncio
 import json
@@ -117,6 +118,38 @@ async def load(base, model, concurrency, per_client, max_tokens):
             "itl_p50_ms": pct(itl, 0.5), "itl_p99_ms": pct(itl, 0.99)}
 
 
+def metric(base, name):
+    with urllib.request.urlopen(base + "/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise RuntimeError(f"/metrics has no {name}")
+
+
+async def unloaded(base, model, rounds, max_tokens):
+    """Time to first token of a request that finds the model unloaded (prism serve --idle-unload 1 freed its
+    weights and programs), against one that finds it loaded, alternated; each request's load counted."""
+    import openai
+    client = openai.AsyncOpenAI(base_url=base + "/v1", api_key="none", max_retries=0, timeout=600)
+    await one(client, model, PROMPTS[3], 8)  # the first load: compiles, searches, fills the caches
+    cold, warm = [], []
+    for _ in range(rounds):
+        deadline = time.time() + 60
+        while metric(base, "prism_models_loaded") > 0:
+            if time.time() > deadline:
+                raise RuntimeError("the model was not unloaded within 60 s")
+            await asyncio.sleep(0.2)
+        loads = metric(base, "prism_model_loads_total")
+        cold.append((await one(client, model, PROMPTS[0], max_tokens))[0])
+        if metric(base, "prism_model_loads_total") != loads + 1:
+            raise RuntimeError("the timed request did not load the model")
+        warm.append((await one(client, model, PROMPTS[0], max_tokens))[0])
+    await client.close()
+    ms = lambda xs: round(statistics.median(xs) * 1000, 1)  # noqa: E731
+    return {"rounds": rounds, "ttft_unloaded_ms": [round(x * 1000, 1) for x in cold],
+            "ttft_unloaded_p50_ms": ms(cold), "ttft_loaded_p50_ms": ms(warm)}
+
+
 def engines(args, model_path, ctx):
     name = os.path.basename(model_path)
     yield "prism", lambda: Engine("prism", [args.prism, "serve", model_path, "--port", "0", "--name", name,
@@ -150,9 +183,13 @@ def main():
                     help="prism serve's search for its batched step (decisions persist in the tuning database)")
     ap.add_argument("--llama-server", default=None, help="llama.cpp's llama-server binary")
     ap.add_argument("--llama-cpp-python", action="store_true", help="also llama-cpp-python's server")
+    ap.add_argument("--unloaded", type=int, default=0, metavar="ROUNDS",
+                    help="instead: Prism's time to first token from the unloaded state (--idle-unload 1), ROUNDS times")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/serve.json"))
     args = ap.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
+    if args.unloaded:
+        return from_unloaded(args)
     rows = []
     for path in args.models.split(","):
         for engine, start, name in engines(args, path, args.ctx):
@@ -174,6 +211,27 @@ def main():
     lost = sum(r["requests"] - r["complete"] for r in rows)
     print(f"wrote {args.out}; requests without a complete answer: {lost}")
     return 1 if lost else 0
+
+
+def from_unloaded(args):
+    rows = []
+    for path in args.models.split(","):
+        name = os.path.basename(path)
+        e = Engine("prism", [args.prism, "serve", path, "--port", "0", "--name", name, "--threads",
+                             str(args.threads), "--ctx", str(args.ctx), "--idle-unload", "1",
+                             "--search-budget", str(args.search_budget)])
+        try:
+            r = asyncio.run(unloaded(e.base, name, args.unloaded, args.max_tokens))
+        finally:
+            e.stop()
+        r.update(engine="prism", model=name, threads=args.threads)
+        rows.append(r)
+        print(f"{name:32s} time to first token: unloaded p50 {r['ttft_unloaded_p50_ms']:8.1f} ms "
+              f"{r['ttft_unloaded_ms']}, loaded p50 {r['ttft_loaded_p50_ms']:7.1f} ms", flush=True)
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(rows, f, indent=1)
+    return 0
 
 
 if __name__ == "__main__":

@@ -252,6 +252,28 @@ TEST(Search, LongPromptsSearchOnlyTheKernelsSpanningTheContext) {
   for (size_t i = 0; i < before.size(); ++i) ASSERT_NEAR(before[i], after[i], 1e-4) << i;
 }
 
+// A batched step (a server's) searches every kernel once: its scatters into the KV pool pass their checks
+// (the search gives them distinct rows, as a step's slots are), so every decision is saved and loading the
+// model again times nothing. Random rows made two rows write one, every candidate failed, and each load of a
+// served model searched those kernels again.
+TEST(Search, BatchedStepsSaveEveryDecisionSoALoadAgainTimesNothing) {
+  testing::FreshCache cache("batched");
+  LoadOptions lo{"", 64, 2};
+  lo.search_busy_limit = 1;
+  lo.kv_block = 4;
+  lo.kv_blocks = 40;
+  lo.program = "as written";
+  auto lm = LanguageModel::Load(kStories, lo);
+  int scatters = 0;
+  for (const auto& r : lm->Tune(30)) {
+    EXPECT_NE(r.value("reason", "").rfind("no candidate passed", 0), 0u) << r.dump();
+    scatters += r.value("kernel", "").find("StateScatter") != std::string::npos && r.contains("candidates");
+  }
+  EXPECT_GT(scatters, 0);
+  for (const auto& r : LanguageModel::Load(kStories, lo)->Tune(30))
+    EXPECT_FALSE(r.contains("candidates")) << "timed again: " << r.dump();
+}
+
 TEST(Search, DecisionsTimedOnABusyMachineAreUsedButNotSaved) {
   testing::FreshCache cache("busy");
   LoadOptions lo{"", 64, 2};

@@ -232,6 +232,9 @@ void HttpServer::Routes() {
     listen_socket_ = sock;
   });
   s.new_task_queue = [n = opts_.threads] { return new httplib::ThreadPool((size_t)n); };
+  // A streamed answer is many small writes: under Nagle's algorithm the first token's event waited for
+  // the client's delayed ACK of the headers (about 40 ms on Linux) before it left.
+  s.set_tcp_nodelay(true);
   s.set_payload_max_length(opts_.max_body_bytes);
   s.set_default_headers({{"Access-Control-Allow-Origin", "*"}});
   s.Options(R"(/.*)", [](const httplib::Request&, httplib::Response& res) {
