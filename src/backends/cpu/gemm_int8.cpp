@@ -45,10 +45,12 @@ Prefetch PrefetchOf(int64_t param) {
 // A group's values: bytes (Q8_0), nibbles (Q4_0, Q4_K), or low nibbles and then planes of their top bits:
 // Q5_K's one 64-byte plane (bit c of a byte for nibble chunk c's low nibble, bit 4 + c for its high one),
 // Q6_K's two (values 0-15 of each lane, then 16-31; bits 2c and 2c + 1 of a byte for nibble chunk c).
-// Q3_K's values are 2-bit crumbs, four to a byte (bits 2s and 2s + 1 of the byte at chunk c's place in vector
-// c % 2 hold 8-bit chunk c = c % 2 + 2s), then one plane of their third bits (bit c for chunk c).
+// Q2_K's and Q3_K's values are 2-bit crumbs, four to a byte (bits 2s and 2s + 1 of the byte at chunk c's
+// place in vector c % 2 hold 8-bit chunk c = c % 2 + 2s); Q3_K's then one plane of their third bits (bit c
+// for chunk c).
 constexpr int64_t ValueBytes(DType t) {
   return t == DType::Q8_0   ? kGroupValues
+         : t == DType::Q2_K ? kGroupValues / 4
          : t == DType::Q3_K ? kGroupValues / 4 + 64
          : t == DType::Q6_K ? kGroupValues / 2 + 128
          : t == DType::Q5_K ? kGroupValues / 2 + 64
@@ -56,11 +58,12 @@ constexpr int64_t ValueBytes(DType t) {
 }
 // The scales after them: 16 f16 block scales; for Q4_K and Q5_K, the two blocks' 16 six-bit scales and 16
 // mins as bytes, then their f16 d[2] and dmin[2]; for Q6_K and Q3_K, the signed scales of each lane's values
-// 0-15, then of 16-31, then the two blocks' f16 d.
+// 0-15, then of 16-31, then the two blocks' f16 d; for Q2_K, GGUF's scale bytes (the scale in the low
+// nibble, the min in the high one) of each lane's values 0-15, then of 16-31, then d[2] and dmin[2].
 constexpr int64_t ScaleBytes(DType t) {
-  return t == DType::Q4_K || t == DType::Q5_K   ? 2 * kGroupBlocks + 4 * 2
-         : t == DType::Q6_K || t == DType::Q3_K ? 2 * kGroupBlocks + 2 * 2
-                                                : kGroupBlocks * 2;
+  return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q2_K ? 2 * kGroupBlocks + 4 * 2
+         : t == DType::Q6_K || t == DType::Q3_K                   ? 2 * kGroupBlocks + 2 * 2
+                                                                  : kGroupBlocks * 2;
 }
 constexpr int64_t GroupBytes(DType t) { return ValueBytes(t) + ScaleBytes(t); }
 
@@ -202,11 +205,12 @@ PRISM_VNNI void Tile(const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t 
           for (int j = 0; j < NR; ++j) p[i][j] = _mm512_dpbusd_epi32(p[i][j], wv[j], av);
         }
       }
-    } else if constexpr (T == DType::Q3_K) {  // crumbs, their third bits from the plane, offset 4
+    } else if constexpr (T == DType::Q2_K || T == DType::Q3_K) {  // crumbs (Q3_K: third bits from the plane)
       const __m512i three = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4), one = _mm512_set1_epi8(1);
       __m512i plane[NR];
 #pragma GCC unroll 8
-      for (int j = 0; j < NR; ++j) plane[j] = _mm512_loadu_si512(wg + j * w_row + kGroupValues / 4);
+      for (int j = 0; j < NR; ++j)
+        plane[j] = T == DType::Q3_K ? _mm512_loadu_si512(wg + j * w_row + kGroupValues / 4) : three;
 #pragma GCC unroll 2
       for (int v = 0; v < 2; ++v) {
         __m512i raw[NR];
@@ -217,10 +221,13 @@ PRISM_VNNI void Tile(const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t 
           const int c = v + 2 * s;  // the 8-bit chunk: values 4c..4c+3 of each lane
           __m512i q[NR];
 #pragma GCC unroll 8
-          for (int j = 0; j < NR; ++j)  // crumb | (third bit moved from bit c to bit 2): A | (B & C)
-            q[j] = _mm512_ternarylogic_epi32(
-                _mm512_and_si512(_mm512_srli_epi16(raw[j], 2 * s), three),
-                c <= 2 ? _mm512_slli_epi16(plane[j], 2 - c) : _mm512_srli_epi16(plane[j], c - 2), four, 0xF8);
+          for (int j = 0; j < NR; ++j) {  // crumb | (third bit moved from bit c to bit 2): A | (B & C)
+            q[j] = _mm512_and_si512(_mm512_srli_epi16(raw[j], 2 * s), three);
+            if constexpr (T == DType::Q3_K)
+              q[j] = _mm512_ternarylogic_epi32(
+                  q[j], c <= 2 ? _mm512_slli_epi16(plane[j], 2 - c) : _mm512_srli_epi16(plane[j], c - 2),
+                  four, 0xF8);
+          }
 #pragma GCC unroll 8
           for (int i = 0; i < MR; ++i) {
             const __m512i av = _mm512_loadu_si512(ag + i * a_row + c * 64);
@@ -316,6 +323,38 @@ PRISM_VNNI void Tile(const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t 
           acc[i][j] = _mm512_fmadd_ps(
               _mm512_fmsub_ps(_mm512_cvtepi32_ps(p[i][j]), scale[j], _mm512_mul_ps(sum, min[j])), da,
               acc[i][j]);
+      }
+    } else if constexpr (T == DType::Q2_K) {  // lane l: d scale sum(q a) - dmin min sum(a), per 16 values
+      __m512 first_scale[NR], second_scale[NR], first_min[NR], second_min[NR];
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) {
+        const uint8_t* s = wg + j * w_row + kValues;
+        const __m512 dd = LoadHalves(s + 32, 4);  // d0, d1, dmin0, dmin1
+        const __m512 d = _mm512_permutexvar_ps(first_or_second, dd),
+                     dmin =
+                         _mm512_permutexvar_ps(_mm512_add_epi32(first_or_second, _mm512_set1_epi32(2)), dd);
+        const __m512i b0 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s))),
+                      b1 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16))),
+                      nib = _mm512_set1_epi32(0xF);
+        first_scale[j] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b0, nib)), d);
+        second_scale[j] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b1, nib)), d);
+        first_min[j] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b0, 4)), dmin);
+        second_min[j] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b1, 4)), dmin);
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        const uint8_t* scales = ag + i * a_row + kGroupValues;
+        const __m512 da = _mm512_loadu_ps(reinterpret_cast<const float*>(scales));
+        const __m512 sum0 = _mm512_cvtepi32_ps(first_sum[i]),
+                     sum1 =
+                         _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_loadu_si512(scales + 64), first_sum[i]));
+#pragma GCC unroll 8
+        for (int j = 0; j < NR; ++j) {
+          const __m512 mins = _mm512_fmadd_ps(sum0, first_min[j], _mm512_mul_ps(sum1, second_min[j]));
+          const __m512 dots = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[i][j]), first_scale[j],
+                                              _mm512_mul_ps(_mm512_cvtepi32_ps(p2[i][j]), second_scale[j]));
+          acc[i][j] = _mm512_fmadd_ps(_mm512_sub_ps(dots, mins), da, acc[i][j]);
+        }
       }
     } else if constexpr (T == DType::Q6_K || T == DType::Q3_K) {
       // lane l: d x (scale x sum((q - offset) a)) over each 16 values; the offset 32 (Q6_K) or 4 (Q3_K)
@@ -478,33 +517,42 @@ void PackQ6K(const BlockQ6_K* src, int64_t n, int64_t k, Int8PackedWeight* p) {
     }
 }
 
-// Q3_K rows into groups of two blocks: lane l holds block l / 8's values 32 (l % 8) to 32 (l % 8) + 31 (0..7,
-// stored with offset 4) as crumbs and a plane of third bits, with the signed scales of their two 16-value
-// halves; then d[2].
-void PackQ3K(const BlockQ3_K* src, int64_t n, int64_t k, Int8PackedWeight* p) {
+// Q3_K (and Q2_K) rows into groups of two blocks: lane l holds block l / 8's values 32 (l % 8) to 32 (l % 8)
+// + 31 (0..7, stored with offset 4) as crumbs and a plane of third bits, with the signed scales of their two
+// 16-value halves; then d[2]. Q2_K likewise, without the plane: its scale bytes as GGUF's, then d[2] and
+// dmin[2].
+template <DType T, class Block>
+void PackCrumbs(const Block* src, int64_t n, int64_t k, Int8PackedWeight* p) {
   const int64_t blocks = k / kSuperBlock;
   for (int64_t r = 0; r < n; ++r)
     for (int64_t b = 0; b < blocks; ++b) {
-      const BlockQ3_K& x = src[r * blocks + b];
+      const Block& x = src[r * blocks + b];
       uint8_t q[kSuperBlock];
       float scale[kSuperBlock / 16], offset[kSuperBlock / 16];
-      BlockFormatInts(DType::Q3_K, &x, q, scale, offset);  // q = value + 4, in ggml's order
+      BlockFormatInts(T, &x, q, scale, offset);  // Q3_K: q = value + 4; in ggml's order
       const int64_t g = b / 2, half = b % 2;
-      uint8_t* values = p->data.get() + PackedOffset(r, g, p->row_bytes, GroupBytes(DType::Q3_K));
+      uint8_t* values = p->data.get() + PackedOffset(r, g, p->row_bytes, GroupBytes(T));
       uint8_t* plane = values + kGroupValues / 4;
-      uint8_t* scales = values + ValueBytes(DType::Q3_K);
+      uint8_t* scales = values + ValueBytes(T);
       for (int s = 0; s < 8; ++s) {
         const int64_t lane = half * 8 + s;
         const uint8_t* v = q + 32 * s;
         for (int64_t j = 0; j < kQuantBlock; ++j) {
           const int64_t c = j / 4, at = lane * 4 + j % 4;
           values[(c % 2) * 64 + at] |= (uint8_t)((v[j] & 3) << (2 * (c / 2)));
-          plane[at] |= (uint8_t)(((v[j] >> 2) & 1) << c);
+          if constexpr (T == DType::Q3_K) plane[at] |= (uint8_t)(((v[j] >> 2) & 1) << c);
         }
-        scales[lane] = (uint8_t)(int8_t)ScaleQ3K(x.scales, 2 * s);
-        scales[kGroupBlocks + lane] = (uint8_t)(int8_t)ScaleQ3K(x.scales, 2 * s + 1);
+        if constexpr (T == DType::Q3_K) {
+          scales[lane] = (uint8_t)(int8_t)ScaleQ3K(x.scales, 2 * s);
+          scales[kGroupBlocks + lane] = (uint8_t)(int8_t)ScaleQ3K(x.scales, 2 * s + 1);
+        } else {
+          scales[lane] = x.scales[2 * s];
+          scales[kGroupBlocks + lane] = x.scales[2 * s + 1];
+        }
       }
-      reinterpret_cast<uint16_t*>(scales + 2 * kGroupBlocks)[half] = x.d;
+      uint16_t* d = reinterpret_cast<uint16_t*>(scales + 2 * kGroupBlocks);
+      d[half] = x.d;
+      if constexpr (T == DType::Q2_K) d[2 + half] = x.dmin;
     }
 }
 
@@ -517,7 +565,7 @@ bool HasAvx512Vnni() {
 }
 
 bool Int8DotSupported(DType wt, int64_t k) {
-  if (wt == DType::Q3_K || wt == DType::Q4_K || wt == DType::Q5_K || wt == DType::Q6_K)
+  if (wt == DType::Q2_K || wt == DType::Q3_K || wt == DType::Q4_K || wt == DType::Q5_K || wt == DType::Q6_K)
     return HasAvx512Vnni() && k > 0 && k % kSuperBlock == 0;
   return HasAvx512Vnni() && (wt == DType::Q8_0 || wt == DType::Q4_0) && k > 0 && k % kQuantBlock == 0;
 }
@@ -543,8 +591,12 @@ Int8PackedWeight PackForInt8Dot(const void* w, DType wt, int64_t n, int64_t k) {
     PackK45(static_cast<const BlockQ5_K*>(w), wt, n, k, &p);
     return p;
   }
+  if (wt == DType::Q2_K) {
+    PackCrumbs<DType::Q2_K>(static_cast<const BlockQ2_K*>(w), n, k, &p);
+    return p;
+  }
   if (wt == DType::Q3_K) {
-    PackQ3K(static_cast<const BlockQ3_K*>(w), n, k, &p);
+    PackCrumbs<DType::Q3_K>(static_cast<const BlockQ3_K*>(w), n, k, &p);
     return p;
   }
   if (wt == DType::Q6_K) {
@@ -583,6 +635,7 @@ void GemmRowsInt8(const float* a, int64_t m, const Int8PackedWeight& w, float* y
     case DType::Q5_K: return GemmVnni<DType::Q5_K>(act, m, w, y, n_total, n_begin, n_end, ahead);
     case DType::Q6_K: return GemmVnni<DType::Q6_K>(act, m, w, y, n_total, n_begin, n_end, ahead);
     case DType::Q3_K: return GemmVnni<DType::Q3_K>(act, m, w, y, n_total, n_begin, n_end, ahead);
+    case DType::Q2_K: return GemmVnni<DType::Q2_K>(act, m, w, y, n_total, n_begin, n_end, ahead);
     default: return GemmVnni<DType::Q4_0>(act, m, w, y, n_total, n_begin, n_end, ahead);
   }
 }
