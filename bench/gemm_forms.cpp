@@ -92,7 +92,8 @@ int main(int argc, char** argv) {
     }
   }
   // GGUF's read-only block formats (random bytes: the time does not depend on the values).
-  for (DType wt : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q3_K, DType::Q2_K, DType::IQ4_XS}) {
+  for (DType wt :
+       {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q3_K, DType::Q2_K, DType::IQ4_NL, DType::IQ4_XS}) {
     if (!GemmSupports(wt, k)) continue;
     HostTensor w = HostTensor::Zeros(wt, {n, k});
     for (int64_t i = 0; i < w.nbytes(); ++i) static_cast<uint8_t*>(w.data)[i] = (uint8_t)rng();

@@ -411,15 +411,16 @@ TEST(Gemm, Int8DotStaysWithinItsActivationRoundingBound) {
       }
 }
 
-// Q2_K to Q6_K in the one-row int8 form (32 values per lane; Q4_K's and Q5_K's 6-bit scale and min, Q3_K's and
-// Q6_K's two signed scales and offset, Q2_K's two scales and mins applied per group in f32): within the int8 forms' rounding bound of the exact
+// Q2_K to Q6_K, IQ4_NL and IQ4_XS in the one-row int8 form (32 values per lane; Q4_K's and Q5_K's 6-bit scale
+// and min, Q3_K's and Q6_K's two signed scales and offset, Q2_K's two scales and mins, IQ4_XS's signed scale
+// applied per group in f32; the IQ4 tables looked up per vector): within the int8 forms' rounding bound of the exact
 // sum, equal to the panels (which round the activation the same way) to f32 rounding, over row tails, a
 // column split inside a 4-row tile and an odd count of 256-value blocks (half a group padded). A NaN in the
 // activation reaches its row's outputs as NaN.
 TEST(Gemm, Int8DotOverKQuantsStaysWithinTheRoundingBound) {
   if (!Int8DotSupported(DType::Q4_K, 256) || !PanelGemmSupported(DType::Q4_K))
     GTEST_SKIP() << "this CPU has no AVX512-VNNI (or AVX-512 templates are off)";
-  for (DType wt : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+  for (DType wt : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS})
     for (int64_t k : {256, 768, 1024})
       for (int64_t m : {1, 2, 4, 5}) {
         const int64_t n = 11, split = 6;
@@ -569,7 +570,8 @@ TEST(Gemm, Int8PanelSlicesChangeOnlyTheSpeedAndAreSearched) {
 // the tuning database) reaches the step's int8 rows GEMMs and no other kernel.
 TEST(Gemm, Int8PrefetchDistancesChangeOnlyTheSpeedAndAreSearchedPerStep) {
   if (!HasAvx512Vnni()) GTEST_SKIP() << "this CPU has no AVX512-VNNI";
-  for (DType wt : {DType::Q8_0, DType::Q4_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType wt : {DType::Q8_0, DType::Q4_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                  DType::IQ4_NL, DType::IQ4_XS}) {
     const int64_t n = 23, k = 1536, m = 3;
     auto a = testing::RandomFloats(m * k, 43);
     const HostTensor w = wt == DType::Q8_0 || wt == DType::Q4_0

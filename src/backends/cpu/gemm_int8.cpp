@@ -42,12 +42,12 @@ Prefetch PrefetchOf(int64_t param) {
   return {param, 4 * param};
 }
 
-// A group's values: bytes (Q8_0), nibbles (Q4_0, Q4_K), or low nibbles and then planes of their top bits:
-// Q5_K's one 64-byte plane (bit c of a byte for nibble chunk c's low nibble, bit 4 + c for its high one),
-// Q6_K's two (values 0-15 of each lane, then 16-31; bits 2c and 2c + 1 of a byte for nibble chunk c).
-// Q2_K's and Q3_K's values are 2-bit crumbs, four to a byte (bits 2s and 2s + 1 of the byte at chunk c's
-// place in vector c % 2 hold 8-bit chunk c = c % 2 + 2s); Q3_K's then one plane of their third bits (bit c
-// for chunk c).
+// A group's values: bytes (Q8_0), nibbles (Q4_0, Q4_K; IQ4_NL's and IQ4_XS's indices into their table), or
+// low nibbles and then planes of their top bits: Q5_K's one 64-byte plane (bit c of a byte for nibble chunk
+// c's low nibble, bit 4 + c for its high one), Q6_K's two (values 0-15 of each lane, then 16-31; bits 2c and
+// 2c + 1 of a byte for nibble chunk c). Q2_K's and Q3_K's values are 2-bit crumbs, four to a byte (bits 2s
+// and 2s + 1 of the byte at chunk c's place in vector c % 2 hold 8-bit chunk c = c % 2 + 2s); Q3_K's then one
+// plane of their third bits (bit c for chunk c).
 constexpr int64_t ValueBytes(DType t) {
   return t == DType::Q8_0   ? kGroupValues
          : t == DType::Q2_K ? kGroupValues / 4
@@ -56,13 +56,15 @@ constexpr int64_t ValueBytes(DType t) {
          : t == DType::Q5_K ? kGroupValues / 2 + 64
                             : kGroupValues / 2;
 }
-// The scales after them: 16 f16 block scales; for Q4_K and Q5_K, the two blocks' 16 six-bit scales and 16
+// The scales after them: 16 f16 block scales; for IQ4_XS, its 16 six-bit scales less 32 as signed bytes, then
+// the two blocks' f16 d; for Q4_K and Q5_K, the two blocks' 16 six-bit scales and 16
 // mins as bytes, then their f16 d[2] and dmin[2]; for Q6_K and Q3_K, the signed scales of each lane's values
 // 0-15, then of 16-31, then the two blocks' f16 d; for Q2_K, GGUF's scale bytes (the scale in the low
 // nibble, the min in the high one) of each lane's values 0-15, then of 16-31, then d[2] and dmin[2].
 constexpr int64_t ScaleBytes(DType t) {
   return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q2_K ? 2 * kGroupBlocks + 4 * 2
          : t == DType::Q6_K || t == DType::Q3_K                   ? 2 * kGroupBlocks + 2 * 2
+         : t == DType::IQ4_XS                                     ? kGroupBlocks + 2 * 2
                                                                   : kGroupBlocks * 2;
 }
 constexpr int64_t GroupBytes(DType t) { return ValueBytes(t) + ScaleBytes(t); }
@@ -167,12 +169,21 @@ template <DType T, int MR, int NR>
 PRISM_VNNI void Tile(const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t groups, float* y, int64_t ldy,
                      Prefetch ahead) {
   constexpr int64_t kValues = ValueBytes(T), kGroup = GroupBytes(T), w_row = kGroup;
-  constexpr int kOffsetShift = T == DType::Q8_0 ? 7 : 3;
+  // Q8_0's bytes and the IQ4 tables' values are stored + 128, Q4_0's nibbles + 8.
+  constexpr bool kTable = T == DType::IQ4_NL || T == DType::IQ4_XS;
+  constexpr int kOffsetShift = T == DType::Q8_0 || kTable ? 7 : 3;
   __m512 acc[MR][NR];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+  // IQ4_NL/IQ4_XS: a nibble indexes the non-linear table (its values + 128), looked up by vpshufb.
+  [[maybe_unused]] __m512i table = _mm512_setzero_si512();
+  if constexpr (kTable) {
+    alignas(16) uint8_t t[16];
+    for (int i = 0; i < 16; ++i) t[i] = (uint8_t)(kIq4NlValues[i] + 128);
+    table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
+  }
   for (int64_t g = 0; g < groups; ++g) {
     // Per lane: the integer sum (Q6_K: over values 0-15; p2 over 16-31, first_sum the activation's 0-15).
     __m512i p[MR][NR], p2[MR][NR], first_sum[MR];
@@ -279,7 +290,7 @@ PRISM_VNNI void Tile(const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t 
           }
         }
       }
-    } else {  // Q4_0, Q4_K: a byte holds value c (low nibble) and value c + 4 chunks (high nibble)
+    } else {  // Q4_0, Q4_K, IQ4: a byte holds value c (low nibble) and value c + 4 chunks (high nibble)
       const __m512i low = _mm512_set1_epi8(0x0f);
       for (int c = 0; c < 4; ++c) {
         __m512i lo[NR], hi[NR];
@@ -288,6 +299,10 @@ PRISM_VNNI void Tile(const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t 
           __m512i raw = _mm512_loadu_si512(wg + j * w_row + c * 64);
           lo[j] = _mm512_and_si512(raw, low);
           hi[j] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
+          if constexpr (kTable) {
+            lo[j] = _mm512_shuffle_epi8(table, lo[j]);
+            hi[j] = _mm512_shuffle_epi8(table, hi[j]);
+          }
         }
 #pragma GCC unroll 8
         for (int i = 0; i < MR; ++i) {
@@ -382,12 +397,17 @@ PRISM_VNNI void Tile(const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t 
                                             second_scale[j])),
               da, acc[i][j]);
       }
-    } else {
+    } else {  // lane l: its scale (IQ4_XS: d x (its six-bit scale - 32)) x sum((q - offset) a)
       __m512 dw[NR];
 #pragma GCC unroll 8
       for (int j = 0; j < NR; ++j)
-        dw[j] =
-            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg + j * w_row + kValues)));
+        if constexpr (T == DType::IQ4_XS)
+          dw[j] = _mm512_mul_ps(
+              Bytes(wg + j * w_row + kValues, true),
+              _mm512_permutexvar_ps(first_or_second, LoadHalves(wg + j * w_row + kValues + kGroupBlocks, 2)));
+        else
+          dw[j] =
+              _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg + j * w_row + kValues)));
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
         const uint8_t* scales = ag + i * a_row + kGroupValues;
@@ -556,6 +576,26 @@ void PackCrumbs(const Block* src, int64_t n, int64_t k, Int8PackedWeight* p) {
     }
 }
 
+// IQ4_XS rows into groups of two blocks: lane l holds block l / 8's sub-block l % 8 as Q4_0 holds a block
+// (its 16 index bytes as stored), then the 16 scales less 32 as signed bytes, then d[2].
+void PackIq4Xs(const BlockIQ4_XS* src, int64_t n, int64_t k, Int8PackedWeight* p) {
+  const int64_t blocks = k / kSuperBlock;
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const BlockIQ4_XS& x = src[r * blocks + b];
+      const int64_t g = b / 2, half = b % 2;
+      uint8_t* values = p->data.get() + PackedOffset(r, g, p->row_bytes, GroupBytes(DType::IQ4_XS));
+      uint8_t* scales = values + ValueBytes(DType::IQ4_XS);
+      for (int s = 0; s < 8; ++s) {
+        const int64_t lane = half * 8 + s;
+        for (int64_t j = 0; j < kQuantBlock / 2; ++j) values[LaneOffset(lane, j)] = x.qs[16 * s + j];
+        const int ls = ((x.scales_l[s / 2] >> (4 * (s % 2))) & 0xF) | (((x.scales_h >> (2 * s)) & 3) << 4);
+        scales[lane] = (uint8_t)(int8_t)(ls - 32);
+      }
+      reinterpret_cast<uint16_t*>(scales + kGroupBlocks)[half] = x.d;
+    }
+}
+
 }  // namespace
 
 bool HasAvx512Vnni() {
@@ -565,9 +605,11 @@ bool HasAvx512Vnni() {
 }
 
 bool Int8DotSupported(DType wt, int64_t k) {
-  if (wt == DType::Q2_K || wt == DType::Q3_K || wt == DType::Q4_K || wt == DType::Q5_K || wt == DType::Q6_K)
+  if (wt == DType::Q2_K || wt == DType::Q3_K || wt == DType::Q4_K || wt == DType::Q5_K || wt == DType::Q6_K ||
+      wt == DType::IQ4_XS)
     return HasAvx512Vnni() && k > 0 && k % kSuperBlock == 0;
-  return HasAvx512Vnni() && (wt == DType::Q8_0 || wt == DType::Q4_0) && k > 0 && k % kQuantBlock == 0;
+  return HasAvx512Vnni() && (wt == DType::Q8_0 || wt == DType::Q4_0 || wt == DType::IQ4_NL) && k > 0 &&
+         k % kQuantBlock == 0;
 }
 
 Int8PackedWeight PackForInt8Dot(const void* w, DType wt, int64_t n, int64_t k) {
@@ -603,6 +645,10 @@ Int8PackedWeight PackForInt8Dot(const void* w, DType wt, int64_t n, int64_t k) {
     PackQ6K(static_cast<const BlockQ6_K*>(w), n, k, &p);
     return p;
   }
+  if (wt == DType::IQ4_XS) {
+    PackIq4Xs(static_cast<const BlockIQ4_XS*>(w), n, k, &p);
+    return p;
+  }
   const int64_t blocks = k / kQuantBlock;
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t b = 0; b < blocks; ++b) {
@@ -614,6 +660,7 @@ Int8PackedWeight PackForInt8Dot(const void* w, DType wt, int64_t n, int64_t k) {
         scales[l] = blk->d;
         for (int64_t kk = 0; kk < kQuantBlock; ++kk) values[LaneOffset(l, kk)] = (uint8_t)(blk->qs[kk] + 128);
       } else {  // the GGUF byte j holds values j and j + 16: exactly a packed byte of chunk j / 4
+        static_assert(sizeof(BlockQ4_0) == sizeof(BlockIQ4_NL), "IQ4_NL's block is Q4_0's: d, then 16 bytes");
         const auto* blk = reinterpret_cast<const BlockQ4_0*>(src) + r * blocks + b;
         scales[l] = blk->d;
         for (int64_t j = 0; j < kQuantBlock / 2; ++j) values[LaneOffset(l, j)] = blk->qs[j];
@@ -636,6 +683,8 @@ void GemmRowsInt8(const float* a, int64_t m, const Int8PackedWeight& w, float* y
     case DType::Q6_K: return GemmVnni<DType::Q6_K>(act, m, w, y, n_total, n_begin, n_end, ahead);
     case DType::Q3_K: return GemmVnni<DType::Q3_K>(act, m, w, y, n_total, n_begin, n_end, ahead);
     case DType::Q2_K: return GemmVnni<DType::Q2_K>(act, m, w, y, n_total, n_begin, n_end, ahead);
+    case DType::IQ4_NL: return GemmVnni<DType::IQ4_NL>(act, m, w, y, n_total, n_begin, n_end, ahead);
+    case DType::IQ4_XS: return GemmVnni<DType::IQ4_XS>(act, m, w, y, n_total, n_begin, n_end, ahead);
     default: return GemmVnni<DType::Q4_0>(act, m, w, y, n_total, n_begin, n_end, ahead);
   }
 }

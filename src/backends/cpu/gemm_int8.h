@@ -1,4 +1,4 @@
-// Template-tier CPU micro-kernel for quantized weights (Q8_0, Q4_0, and the K-quants Q2_K to Q6_K)
+// Template-tier CPU micro-kernel for quantized weights (Q8_0, Q4_0, the K-quants Q2_K to Q6_K, IQ4_NL, IQ4_XS)
 // as integer dot products: the activation is quantized to 8 bits per 32-element block (as llama.cpp does)
 // and multiplied with AVX512-VNNI, against weights repacked once at load so that each vector lane holds
 // one block of 32 values.
@@ -13,15 +13,16 @@
 
 namespace prism {
 
-// Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K weights (N x K, GGUF block layout) repacked for GemmRowsInt8.
+// Q8_0, Q4_0, Q2_K to Q6_K, IQ4_NL or IQ4_XS weights (N x K, GGUF block layout) repacked for GemmRowsInt8.
 // Blocks of 32 values (a K-quant's: an eighth of its 256-value block) are taken 16 at a time (one group,
 // zero-padded at the end of a row): lane l of every 64-byte chunk holds 4 values of block l, so a VNNI
 // instruction advances 16 block sums at once, followed by the 16 block scales (f16; K-quants: their scales
 // and mins as bytes, then the two blocks' f16 d and dmin; Q5_K's and Q6_K's top bits in planes after the low
-// nibbles, Q2_K's and Q3_K's 2-bit crumbs four to a byte, Q3_K's third bits in a plane); rows are interleaved
-// group by group in tiles of 4. The packed rows are exactly as many bytes as the GGUF rows when K is a
-// multiple of 512 (Q6_K's too); Q4_K's take 296 bytes per 512 values against 288, Q5_K's 360 against 352,
-// Q3_K's 228 against 220 (Q2_K's as GGUF's).
+// nibbles, Q2_K's and Q3_K's 2-bit crumbs four to a byte, Q3_K's third bits in a plane; IQ4_NL's and IQ4_XS's
+// table indices as Q4_0's nibbles, IQ4_XS's scales as signed bytes); rows are interleaved group by group in
+// tiles of 4. The packed rows are exactly as many bytes as the GGUF rows when K is a multiple of 512 (Q6_K's
+// too); Q4_K's take 296 bytes per 512 values against 288, Q5_K's 360 against 352, Q3_K's 228 against 220,
+// IQ4_XS's 276 against 272 (Q2_K's and IQ4_NL's as GGUF's).
 struct Int8PackedWeight {
   DType type = DType::Q8_0;
   int64_t n = 0, k = 0, groups = 0, row_bytes = 0;
