@@ -52,12 +52,13 @@ constexpr int kRows = 6;
 
 // A packed activation block of a row tile: kSteps x rows x 4 value bytes (int8), then the rows' f32
 // scales d, then per half (subs of them) d x the sum of that half's values, which multiplies the
-// weights' offsets. Rows past the end are zero and contribute nothing.
+// weights' offsets; for a fixed offset instead the i32 -offset x the sum, where the integer sums start
+// (the offset taken out exactly, before any rounding). Rows past the end are zero and contribute nothing.
 constexpr int64_t TileBlockBytes(int subs) { return kSteps * kRows * 4 + kRows * 4 * (1 + subs); }
 
 // Rows [i0, i0 + rows) of the activation (k values each, m rows in all) x blocks [b0, b0 + nb),
 // quantized as every int8 form does (QuantizeActivationBlock) into tile layout.
-template <int Subs>
+template <int Subs, int Fixed>
 void PackTile(const float* a, int64_t k, int64_t m, int64_t i0, int64_t b0, int64_t nb, uint8_t* out) {
   constexpr int MR = kRows;
   std::memset(out, 0, (size_t)(nb * TileBlockBytes(Subs)));
@@ -76,13 +77,16 @@ void PackTile(const float* a, int64_t k, int64_t m, int64_t i0, int64_t b0, int6
       for (int64_t s = 0; s < kSteps; ++s) std::memcpy(dst + (s * MR + i) * 4, q + 4 * s, 4);
       float* scales = reinterpret_cast<float*>(dst + kSteps * MR * 4);
       scales[i] = d;
-      for (int h = 0; h < Subs; ++h) scales[MR * (1 + h) + i] = d * (float)sum[h];
+      if constexpr (Fixed != 0)
+        reinterpret_cast<int32_t*>(scales)[MR + i] = -Fixed * sum[0];
+      else
+        for (int h = 0; h < Subs; ++h) scales[MR * (1 + h) + i] = d * (float)sum[h];
     }
 }
 
 // The first Rows rows of one packed row tile (a tile's last rows, past m, are skipped rather than
 // computed) x one panel slice of nb blocks, stored into y (rows ldy apart) when first, else added to it.
-// Integer sums per half, then in f32: y += (q . a) * scale * d - offset * d * sum(a). Block by block it
+// Integer sums per half (a fixed offset taken out in them), then in f32. Block by block it
 // prefetches the slice at `next` (when given) into L2: the panels are read once, in pieces a few pages long,
 // and the hardware's prefetchers stop at each page.
 template <int Subs, bool Nib, int Fixed, int Rows>
@@ -110,7 +114,9 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
     for (int h = 0; h < Subs; ++h) {
       __m512i p[Rows][2];
 #pragma GCC unroll 8
-      for (int i = 0; i < Rows; ++i) p[i][0] = p[i][1] = _mm512_setzero_si512();
+      for (int i = 0; i < Rows; ++i)  // a fixed offset: the sums start at -offset x sum(a)
+        p[i][0] = p[i][1] = Fixed != 0 ? _mm512_set1_epi32(reinterpret_cast<const int32_t*>(as)[MR + i])
+                                       : _mm512_setzero_si512();
 #pragma GCC unroll 8
       for (int s = h * kHalfSteps; s < (h + 1) * kHalfSteps; ++s) {
         __m512i w0, w1;
@@ -130,14 +136,13 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
           p[i][1] = _mm512_dpbusd_epi32(p[i][1], w1, av);
         }
       }
-      __m512 s0, s1, o0, o1;
-      if constexpr (Fixed != 0) {  // o = fixed x s, exactly (a power of two)
+      // In f32: y += (q . a) * scale * d (the sums hold a fixed offset's share), or minus offset * d *
+      // sum(a).
+      __m512 s0, s1, o0 = _mm512_setzero_ps(), o1 = _mm512_setzero_ps();
+      if constexpr (Fixed != 0) {
         const __m256i* half = reinterpret_cast<const __m256i*>(slice + ValueBytes(Nib));
-        const __m512 fixed = _mm512_set1_ps((float)Fixed);
         s0 = _mm512_cvtph_ps(_mm256_load_si256(half));
         s1 = _mm512_cvtph_ps(_mm256_load_si256(half + 1));
-        o0 = _mm512_mul_ps(s0, fixed);
-        o1 = _mm512_mul_ps(s1, fixed);
       } else {
         s0 = _mm512_load_ps(ws + h * kPanelWidth), s1 = _mm512_load_ps(ws + h * kPanelWidth + 16);
         const float* off = ws + (Subs + h) * kPanelWidth;
@@ -145,11 +150,14 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
       }
 #pragma GCC unroll 8
       for (int i = 0; i < Rows; ++i) {
-        const __m512 d = _mm512_set1_ps(as[i]), ds = _mm512_set1_ps(as[MR * (1 + h) + i]);
-        acc[i][0] = _mm512_fnmadd_ps(
-            o0, ds, _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[i][0]), _mm512_mul_ps(s0, d), acc[i][0]));
-        acc[i][1] = _mm512_fnmadd_ps(
-            o1, ds, _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[i][1]), _mm512_mul_ps(s1, d), acc[i][1]));
+        const __m512 d = _mm512_set1_ps(as[i]);
+        acc[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[i][0]), _mm512_mul_ps(s0, d), acc[i][0]);
+        acc[i][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[i][1]), _mm512_mul_ps(s1, d), acc[i][1]);
+        if constexpr (Fixed == 0) {
+          const __m512 ds = _mm512_set1_ps(as[MR * (1 + h) + i]);
+          acc[i][0] = _mm512_fnmadd_ps(o0, ds, acc[i][0]);
+          acc[i][1] = _mm512_fnmadd_ps(o1, ds, acc[i][1]);
+        }
       }
     }
   }
@@ -189,7 +197,7 @@ void GemmSlices(const float* a, int64_t m, const uint8_t* panels, int64_t k, flo
     const int64_t nb = std::min(slice_blocks, blocks - b0);
     const bool first = b0 == 0;
     for (int64_t t = 0; t < tiles; ++t)
-      PackTile<Subs>(a, k, m, t * MR, b0, nb, packed.data() + t * nb * TileBlockBytes(Subs));
+      PackTile<Subs, Fixed>(a, k, m, t * MR, b0, nb, packed.data() + t * nb * TileBlockBytes(Subs));
     auto slice_at = [&](int64_t n0, int64_t b) {
       return panels + (n0 / kPanelWidth * blocks + b) * PanelBlockBytes(Subs, Nib, Fixed);
     };
