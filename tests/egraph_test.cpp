@@ -267,6 +267,26 @@ TEST(Rewrites, TheRewrittenStoriesProgramGeneratesTheReferenceTokens) {
   testing::ExpectReferenceText(*lm, "the rewritten program");
 }
 
+// A model loaded again in the same process (a server's, after --idle-unload) takes the rewrites the first
+// load made, and its program computes what the first one's does.
+TEST(Rewrites, ALoadAgainInTheSameProcessReusesTheRewritesOfTheFirst) {
+  LoadOptions lo;
+  lo.max_context = 77;  // a step graph no other test in this process rewrites
+  auto first = LanguageModel::Load(testing::kStoriesDir + "stories260K.bin", lo);
+  auto again = LanguageModel::Load(testing::kStoriesDir + "stories260K.bin", lo);
+  EXPECT_FALSE(first->program_receipt()["saturation"].value("reused", true));
+  EXPECT_TRUE(again->program_receipt()["saturation"].value("reused", false));
+  EXPECT_EQ(first->program_receipt().value("chosen", "?"), again->program_receipt().value("chosen", ""));
+  const std::vector<int32_t> tokens = {1, 403, 407, 261, 378};
+  const std::vector<float> a = first->Forward(tokens), b = again->Forward(tokens);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << "logit " << i;
+  lo.max_context = 78;  // another graph: rewritten afresh
+  EXPECT_FALSE(LanguageModel::Load(testing::kStoriesDir + "stories260K.bin", lo)
+                   ->program_receipt()["saturation"]
+                   .value("reused", true));
+}
+
 // An encoder's program comes out of the same search: BERT's q/k/v merged, the embeddings unchanged.
 TEST(Rewrites, TheRewrittenBertEncoderEmbedsAsTheGraphAsWritten) {
   const std::string model = std::string(PRISM_TEST_DATA_DIR) + "/bert/tiny-bert-f32.gguf";

@@ -105,7 +105,7 @@ RewriteResult LanguageModel::Rewrites() const {
   // artifact regenerates its program by name), and the cost model only ranks what is timed.
   RewriteOptions ro;
   ro.cost.sizes = Buckets().front().second;
-  return RewriteProgram(StepGraph(false), ro);
+  return RewriteProgramKept(StepGraph(false), ro);
 }
 
 Graph LanguageModel::ProgramGraph(const std::string& name) const {

@@ -42,8 +42,8 @@ std::unique_ptr<Executable> TextEncoder::Compile(const LmGraphOptions& go, const
   po.busy_limit = opts.search_busy_limit;
   po.force = opts.program;
   po.buckets = {{"prefill", bucket}};
-  const RewriteResult rr =
-      opts.program == "as written" ? AsWritten(g, "not run: asked for as written") : RewriteProgram(g, ro);
+  const RewriteResult rr = opts.program == "as written" ? AsWritten(g, "not run: asked for as written")
+                                                        : RewriteProgramKept(g, ro);
   ProgramDecision d =
       CompileModelProgram(*device_, rr, *files_.weights, req, derived, po,
                           [&](Executable& exe) { TuneOn(exe, bucket, std::max(0.0, opts.search_budget)); });

@@ -86,6 +86,7 @@ ProgramDecision ChooseProgram(const RewriteResult& rr, const std::string& device
                        {"seconds", rr.saturation.budget.max_seconds}}},
                      {"seconds", rr.saturation.seconds},
                      {"extract_seconds", rr.extract_seconds},
+                     {"reused", rr.reused},
                      {"fired", rr.saturation.fired}};
   auto finish = [&](size_t chosen, const std::string& reason) {
     d.chosen = chosen;

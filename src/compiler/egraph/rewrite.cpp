@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <map>
+#include <mutex>
 #include <set>
+#include <sstream>
 
 #include "ir/error.h"
 #include "ir/fnv.h"
@@ -144,6 +147,32 @@ RewriteResult RewriteProgram(const Graph& g, const RewriteOptions& opts) {
   } catch (const Error& e) {  // a rewrite's failure never keeps a model from running as written
     return AsWritten(g, std::string("failed: ") + e.what());
   }
+}
+
+RewriteResult RewriteProgramKept(const Graph& g, const RewriteOptions& opts) {
+  if (opts.rules) return RewriteProgram(g, opts);  // rules of the caller's own: not kept
+  static std::mutex mu;
+  static std::deque<std::pair<std::string, RewriteResult>> kept;
+  std::ostringstream key;
+  key << g.ToText() << "\nbudget " << opts.budget.max_nodes << " " << opts.budget.max_iterations << " "
+      << opts.budget.max_seconds << "\ncost " << opts.cost.launch_seconds << " "
+      << opts.cost.read_bytes_per_second << " " << opts.cost.flops_per_second << " "
+      << opts.cost.element_seconds << "\ncandidates " << opts.max_candidates;
+  for (const auto& [name, value] : opts.cost.sizes) key << "\n" << name << "=" << value;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& [k, rr] : kept)
+      if (k == key.str()) {
+        RewriteResult again = rr;
+        again.reused = true;
+        return again;
+      }
+  }
+  RewriteResult rr = RewriteProgram(g, opts);
+  std::lock_guard<std::mutex> lock(mu);
+  kept.emplace_back(key.str(), rr);
+  if (kept.size() > 8) kept.pop_front();
+  return rr;
 }
 
 RewriteResult AsWritten(const Graph& g, const std::string& why) {

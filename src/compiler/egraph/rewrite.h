@@ -31,9 +31,13 @@ struct RewriteResult {
   SaturationReport saturation;
   double extract_seconds = 0;
   std::vector<std::string> joints;  // every multi-class rewrite found, taken or not
+  bool reused = false;  // kept from an earlier identical rewrite in this process (its seconds are that one's)
 };
 
 RewriteResult RewriteProgram(const Graph& g, const RewriteOptions& opts = {});
+// RewriteProgram, its result kept for the process's later calls on the same graph and options (a model
+// loaded again, as a server's after --idle-unload): the last few, by the graph's text; `reused` when kept.
+RewriteResult RewriteProgramKept(const Graph& g, const RewriteOptions& opts = {});
 // The graph as written alone, saturation not run (`why` in its receipt): a program asked for as written.
 RewriteResult AsWritten(const Graph& g, const std::string& why);
 
