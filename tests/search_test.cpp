@@ -256,9 +256,10 @@ TEST(Search, LongPromptsSearchOnlyTheKernelsSpanningTheContext) {
 // (the search gives them distinct rows, as a step's slots are), so every decision is saved and loading the
 // model again times nothing. Random rows made two rows write one, every candidate failed, and each load of a
 // served model searched those kernels again.
-TEST(Search, BatchedStepsSaveEveryDecisionSoALoadAgainTimesNothing) {
-  testing::FreshCache cache("batched");
+void ExpectBatchedDecisionsSaved(const std::string& device) {
+  testing::FreshCache cache("batched-" + device);
   LoadOptions lo{"", 64, 2};
+  lo.device = device;
   lo.search_busy_limit = 1;
   lo.kv_block = 4;
   lo.kv_blocks = 40;
@@ -272,6 +273,17 @@ TEST(Search, BatchedStepsSaveEveryDecisionSoALoadAgainTimesNothing) {
   EXPECT_GT(scatters, 0);
   for (const auto& r : LanguageModel::Load(kStories, lo)->Tune(30))
     EXPECT_FALSE(r.contains("candidates")) << "timed again: " << r.dump();
+}
+
+TEST(Search, BatchedStepsSaveEveryDecisionSoALoadAgainTimesNothing) { ExpectBatchedDecisionsSaved("cpu"); }
+
+TEST(Search, BatchedStepsSaveEveryDecisionOnOpenClToo) {
+  try {
+    OpenDevice("opencl");
+  } catch (const Error& e) {
+    GTEST_SKIP() << e.what();
+  }
+  ExpectBatchedDecisionsSaved("opencl");
 }
 
 TEST(Search, DecisionsTimedOnABusyMachineAreUsedButNotSaved) {

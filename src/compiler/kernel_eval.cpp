@@ -1,9 +1,11 @@
-// Reference evaluation of single kernel outputs from the kernel IR, in double: checks search candidates.
+// Reference evaluation of single kernel outputs from the kernel IR, in double: checks search candidates
+// (and the search's random inputs made as a step's are where random values would race).
 #include "compiler/kernel_eval.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 
 #include "ir/error.h"
 
@@ -98,6 +100,19 @@ KernelElement EvalKernelElement(const KernelProgram& p, const Kernel& k, int64_t
     for (const KValuePtr& a : k.value->args)
       if (a->kind != KValue::Kind::Reduce) out.product_factor = std::fabs(ev.Value(a));
   return out;
+}
+
+void DistinctScatterRows(const KernelProgram& p, const Kernel& k, const SymbolBindings& syms,
+                         const std::function<std::pair<void*, int64_t>(int)>& buffer, std::mt19937& rng) {
+  for (const GatherBinding& g : k.out_gathers) {
+    if (g.value->kind != KValue::Kind::Load || p.buffers[g.value->buffer].dtype != DType::I32) continue;
+    const auto [data, n] = buffer(g.value->buffer);
+    std::vector<int32_t> rows((size_t)g.limit.Eval(syms));
+    if ((int64_t)rows.size() < n) continue;  // fewer rows than writes: no permutation covers them
+    std::iota(rows.begin(), rows.end(), 0);
+    std::shuffle(rows.begin(), rows.end(), rng);
+    std::copy_n(rows.begin(), n, static_cast<int32_t*>(data));
+  }
 }
 
 }  // namespace prism

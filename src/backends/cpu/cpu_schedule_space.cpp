@@ -14,6 +14,7 @@
 #include "backends/cpu/machine_probe.h"
 #include "backends/cpu/program.h"
 #include "backends/timing.h"
+#include "compiler/kernel_eval.h"
 
 namespace prism {
 
@@ -90,21 +91,16 @@ class CpuScheduleSpace : public ScheduleSpace {
         for (int64_t r = 0, m = p_.shapes_[gm->index_buffer][0]; r < m; ++r)
           rows[r] = (int32_t)(r % gm->experts);
       }
-    // A scatter's rows go to distinct state rows, as a step's slots do: with random indices two rows could
-    // target one row, and which write lands is a race no reference can model (every candidate failed its
-    // check, so nothing was saved and each load of a served model searched those kernels again).
     for (size_t k = 0; k < timed.size(); ++k)
-      for (const GatherBinding& g : timed[k] ? p_.kp_.kernels[k].out_gathers : std::vector<GatherBinding>{}) {
-        if (g.value->kind != KValue::Kind::Load || p_.kp_.buffers[g.value->buffer].dtype != DType::I32)
-          continue;
-        int64_t n = 1;
-        for (int64_t d : p_.shapes_[g.value->buffer]) n *= d;
-        std::vector<int32_t> rows((size_t)g.limit.Eval(b_));
-        if ((int64_t)rows.size() < n) continue;
-        std::iota(rows.begin(), rows.end(), 0);
-        std::shuffle(rows.begin(), rows.end(), rng);
-        std::copy_n(rows.begin(), n, static_cast<int32_t*>(ptrs_[g.value->buffer]));
-      }
+      if (timed[k])
+        DistinctScatterRows(
+            p_.kp_, p_.kp_.kernels[k], b_,
+            [&](int i) {
+              int64_t n = 1;
+              for (int64_t d : p_.shapes_[i]) n *= d;
+              return std::pair<void*, int64_t>{ptrs_[i], n};
+            },
+            rng);
     p_.PlanLaunches(b_);
     defaults_ = p_.launches_;
     return {b_, ptrs_};

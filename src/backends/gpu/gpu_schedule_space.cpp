@@ -5,6 +5,7 @@
 
 #include "backends/gpu/gpu_program.h"
 #include "backends/timing.h"
+#include "compiler/kernel_eval.h"
 
 namespace prism {
 
@@ -51,11 +52,20 @@ class GpuScheduleSpace : public ScheduleSpace {
         FillRandomNonZero(t.data, kb.dtype, t.numel(), rng);
         mems_.push_back(dev_.Alloc((size_t)t.nbytes()));
         owned_.push_back(true);
-        dev_.Upload(mems_.back(), t.data, (size_t)t.nbytes());
       }
       host_ptrs_.push_back(t.data);
       host_.push_back(std::move(t));
     }
+    for (size_t k = 0; k < timed.size(); ++k)
+      if (timed[k])
+        DistinctScatterRows(
+            kp_, kp_.kernels[k], b,
+            [&](int i) {
+              return std::pair<void*, int64_t>{host_[i].data, host_[i].numel()};
+            },
+            rng);
+    for (size_t i = 0; i < kp_.buffers.size(); ++i)
+      if (owned_[i]) dev_.Upload(mems_[i], host_[i].data, (size_t)host_[i].nbytes());
     Build(timed);
     return {b, host_ptrs_};
   }
