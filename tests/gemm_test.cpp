@@ -872,7 +872,8 @@ TEST(Gemm, SearchOffersAmxForPromptsAndTheChoiceRuns) {
 
 // A bf16 activation (a cast from bf16) meets bf16 weights on bf16 dot products before any search: its
 // rounding to bf16 loses nothing, so only the order of the sums differs from the interpreter's. An f32
-// activation keeps the exact rows form until a search has checked the rounding.
+// activation keeps exact f32 products until a search has checked the rounding: the rows form, or over
+// many rows the panels.
 TEST(Gemm, Bf16ActivationsRunOnBf16DotProductsUnsearched) {
   for (DType xt : {DType::BF16, DType::F32}) {
     Graph g;
@@ -886,8 +887,10 @@ TEST(Gemm, Bf16ActivationsRunOnBf16DotProductsUnsearched) {
         ++gemms;
         EXPECT_EQ(gm->a_bf16, xt == DType::BF16);
         const bool dots = xt == DType::BF16 && GemmForms()[GemmFormIndex("dot-panels")].offered(DType::BF16, 200);
-        for (int64_t m : {1, 70})
-          EXPECT_EQ(prog->DefaultChoice(k, {{"m", m}}).form, dots ? GemmFormIndex("dot-panels") : 0);
+        const bool panels = GemmForms()[GemmFormIndex("panels")].offered(DType::BF16, 200);
+        EXPECT_EQ(prog->DefaultChoice(k, {{"m", 1}}).form, dots ? GemmFormIndex("dot-panels") : 0);
+        EXPECT_EQ(prog->DefaultChoice(k, {{"m", 70}}).form,
+                  dots ? GemmFormIndex("dot-panels") : panels ? GemmFormIndex("panels") : 0);
       }
     EXPECT_EQ(gemms, 1);
     testing::CheckGraph(g, {{{"m", 1}}, {{"m", 5}}, {{"m", 70}}}, 1e-5, 1e-5, 7,
@@ -898,7 +901,8 @@ TEST(Gemm, Bf16ActivationsRunOnBf16DotProductsUnsearched) {
 // Quantized weights meet int8 dot products before any search, as llama.cpp's do: one row at a time for a
 // few rows, in panels over more (the rows form's f32 products ran decode at half the bandwidth and 16 rows
 // 3-4x slower). Every output stays within the chosen form's rounding bound of the exact sum, as the search
-// would check; float weights keep the exact rows form.
+// would check; float weights keep exact f32 products (the panels from 6 rows where N fills a panel, as
+// here; the rows form below that).
 TEST(Gemm, QuantizedWeightsRunOnInt8DotProductsUnsearched) {
   const int rounded = GemmFormIndex("rounded"), panels = GemmFormIndex("panels"), q8k = GemmFormIndex("q8k");
   // Panels from 2 rows where they hold the weights as nibbles, from 6 where as bytes or floats.
@@ -917,11 +921,10 @@ TEST(Gemm, QuantizedWeightsRunOnInt8DotProductsUnsearched) {
     prog->BindWeight("w", weights);
     for (int64_t m : {1, 2, 5, 6, 70}) {
       int want = 0;
-      if (IsQuantized(wt)) {
+      if (IsQuantized(wt))
         for (int f : {rounded, q8k})
           if (want == 0 && GemmForms()[f].offered(wt, k)) want = f;
-        if (m >= MinRows(GemmForms()[panels], wt) && GemmForms()[panels].offered(wt, k)) want = panels;
-      }
+      if (m >= MinRows(GemmForms()[panels], wt) && GemmForms()[panels].offered(wt, k)) want = panels;
       const std::string what = std::string(DTypeName(wt)) + " m=" + std::to_string(m);
       for (size_t kk = 0; kk < prog->kernels().kernels.size(); ++kk) {
         if (prog->kernels().kernels[kk].gemm) {

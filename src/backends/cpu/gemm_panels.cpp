@@ -56,9 +56,11 @@ PRISM_PANELS void ToF32(const uint8_t* src, int64_t count, float* dst) {
   for (int64_t i = 0; i < count; i += 16) _mm512_store_ps(dst + i, Load16<T>(src + i * elem));
 }
 
-// kMR activation rows (packed K-major: kMR values per k) x 32 weight columns (f32, K-major) over kb
-// values of K, stored into y (rows ldy apart) when first, else added to it.
-PRISM_PANELS void Tile(const float* ap, const float* w, int64_t kb, float* y, int64_t ldy, bool first) {
+// kMR activation rows x 32 weight columns (f32, K-major) over kb values of K, stored into y (rows ldy apart)
+// when first, else added to it. Row i's value kk is ap[i * row_step + kk * k_step]: tiles packed K-major
+// (row_step 1, k_step kMR), or rows read where they lie (row_step their stride, k_step 1).
+PRISM_PANELS void Tile(const float* ap, int64_t row_step, int64_t k_step, const float* w, int64_t kb,
+                       float* y, int64_t ldy, bool first) {
   __m512 acc[kMR][2];
 #pragma GCC unroll 16
   for (int i = 0; i < kMR; ++i) {
@@ -69,7 +71,7 @@ PRISM_PANELS void Tile(const float* ap, const float* w, int64_t kb, float* y, in
     __m512 w0 = _mm512_load_ps(w + kk * kPanelCols), w1 = _mm512_load_ps(w + kk * kPanelCols + 16);
 #pragma GCC unroll 16
     for (int i = 0; i < kMR; ++i) {
-      __m512 av = _mm512_set1_ps(ap[kk * kMR + i]);
+      __m512 av = _mm512_set1_ps(ap[i * row_step + kk * k_step]);
       acc[i][0] = _mm512_fmadd_ps(av, w0, acc[i][0]);
       acc[i][1] = _mm512_fmadd_ps(av, w1, acc[i][1]);
     }
@@ -125,10 +127,14 @@ PRISM_PANELS void Gemm(const float* a, int64_t m, const PanelPackedWeight& w, fl
     for (int64_t k0 = 0; k0 < k; k0 += kKBlock) {
       const int64_t kb = std::min(kKBlock, k - k0);
       const bool first = k0 == 0;
-      if (layout.group > 0)
+      // Whole tiles of a row-major A are read where they lie (packing them cost as much as the products
+      // over a short K, such as a convolution's 27 taps); a K-major A and a last partial tile are packed.
+      const bool direct = layout.group == 0;
+      const int64_t m_whole = direct ? m0 + (m1 - m0) / kMR * kMR : m0;
+      if (!direct)
         PackKMajor(a, layout, k, m0, m1, k0, kb, apack);
-      else
-        PackActivation(a, k, m0, m1, k0, kb, apack);
+      else if (m_whole < m1)
+        PackActivation(a, k, m_whole, m1, k0, kb, apack + (m_whole - m0) * kb);
       for (int64_t p = n_begin / kPanelCols; p * kPanelCols < n_end; ++p) {
         const uint8_t* slice = w.data.get() + p * panel_bytes + k0 * kPanelCols * elem;
         const float* wf = reinterpret_cast<const float*>(slice);  // f32 weights are read in place
@@ -140,17 +146,19 @@ PRISM_PANELS void Gemm(const float* a, int64_t m, const PanelPackedWeight& w, fl
         const int64_t c0 = std::max<int64_t>(0, n_begin - p * kPanelCols),
                       c1 = std::min<int64_t>(kPanelCols, n_end - p * kPanelCols);
         for (int64_t i = m0; i < m1; i += kMR) {
-          const float* ap = apack + (i - m0) * kb;
+          const bool in_place = i < m_whole;
+          const float* ap = in_place ? a + i * k + k0 : apack + (i - m0) * kb;
+          const int64_t row_step = in_place ? k : 1, k_step = in_place ? 1 : kMR;
           float* yt = y + i * n_total + p * kPanelCols;
           const int64_t rows = std::min<int64_t>(kMR, m1 - i);
           if (rows == kMR && c0 == 0 && c1 == kPanelCols) {
-            Tile(ap, wf, kb, yt, n_total, first);
+            Tile(ap, row_step, k_step, wf, kb, yt, n_total, first);
             continue;
           }
           // A partial tile goes through a full-size buffer; only its valid part touches y.
           for (int64_t r = 0; r < rows && !first; ++r)
             std::memcpy(edge + r * kPanelCols + c0, yt + r * n_total + c0, (size_t)(c1 - c0) * sizeof(float));
-          Tile(ap, wf, kb, edge, kPanelCols, first);
+          Tile(ap, row_step, k_step, wf, kb, edge, kPanelCols, first);
           for (int64_t r = 0; r < rows; ++r)
             std::memcpy(yt + r * n_total + c0, edge + r * kPanelCols + c0, (size_t)(c1 - c0) * sizeof(float));
         }

@@ -12,6 +12,7 @@
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/gemm_experts.h"
+#include "backends/cpu/gemm_panels.h"
 #include "backends/cpu/weight_memory.h"
 #include "codegen/cpp_renderer.h"
 #include "ir/error.h"
@@ -30,11 +31,15 @@ static const int kQ8KForm = GemmFormIndex("q8k");
 // time for a few rows, int8 panels over more (from 2 rows for the formats they keep as nibbles). The rows
 // form (exact products, the weights decoded to f32) streamed Q4_0 at half the bandwidth at one row
 // (bench/gemm_forms.cpp: 17 against 35 GB/s on Zen 5) and ran 16 rows 3-4x slower than the panels. Each
-// form's rounding stays within the bound the search checks (Gemm.*RoundingBound tests). -1: not quantized, or
-// no such form on this CPU.
-static int DefaultQuantizedForm(int64_t m, DType wt, int64_t k) {
-  if (!IsQuantized(wt)) return -1;
+// form's rounding stays within the bound the search checks (Gemm.*RoundingBound tests). Float weights over
+// many rows take the panels where a panel's 32 columns are filled: on Zen 5 (bench/gemm_forms.cpp, one
+// thread) 1.0-1.4x the rows form's GFLOP/s at 6 to 512 rows of a 2048-square product and 1.2-4x over a
+// convolution's (K = 27, 288, 576), the rows form ahead only over few columns (0.7x at N = 10). -1: the
+// kernel's own default (the rows form), or no such form on this CPU.
+static int DefaultForm(int64_t m, DType wt, int64_t n, int64_t k) {
   const GemmForm& panels = GemmForms()[kPanelsForm];
+  if (!IsQuantized(wt))
+    return m >= MinRows(panels, wt) && n >= kPanelCols && panels.offered(wt, k) ? kPanelsForm : -1;
   if (m >= MinRows(panels, wt) && panels.offered(wt, k)) return kPanelsForm;
   for (int f : {kRoundedForm, kQ8KForm})
     if (GemmForms()[f].offered(wt, k)) return f;
@@ -284,7 +289,7 @@ KernelChoice Program::DefaultChoiceForRows(size_t k, int64_t m) const {
   if (!kn.gemm || c.form != 0 || exact_) return c;
   // An expert GEMM runs each slab over its own rows: about m / experts of them (one each in decode).
   if (kn.gemm->index_buffer >= 0) m = std::max<int64_t>(1, m / kn.gemm->experts);
-  if (const int f = DefaultQuantizedForm(m, kp_.buffers[kn.gemm->w_buffer].dtype, kn.gemm->k); f >= 0)
+  if (const int f = DefaultForm(m, kp_.buffers[kn.gemm->w_buffer].dtype, kn.gemm->n, kn.gemm->k); f >= 0)
     c.form = f;
   return c;
 }
