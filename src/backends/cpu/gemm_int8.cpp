@@ -461,80 +461,74 @@ PRISM_VNNI void GemmVnni(const uint8_t* a, int64_t m, const Int8PackedWeight& w,
   }
 }
 
+// The GGUF super-blocks of n rows of K values, each with where its half of a packed group goes: f(block,
+// values, scales, half) for block b of row r, its group's value bytes and scale bytes, and which of the
+// group's two super-blocks it is (lanes half * 8 to half * 8 + 7).
+template <class Block, class F>
+void ForEachSuperBlock(const Block* src, DType t, int64_t n, int64_t k, Int8PackedWeight* p, F&& f) {
+  const int64_t blocks = k / kSuperBlock;
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t* values = p->data.get() + PackedOffset(r, b / 2, p->row_bytes, GroupBytes(t));
+      f(src[r * blocks + b], values, values + ValueBytes(t), b % 2);
+    }
+}
+
 // Q4_K and Q5_K rows into groups of two blocks: lane l holds block l / 8's sub-block l % 8 as Q4_0 holds a
 // block (byte j: values j and j + 16; Q5_K's fifth bits in the plane), then the 16 scales, the 16 mins,
 // d[2] and dmin[2].
 template <class Block>
 void PackK45(const Block* src, DType t, int64_t n, int64_t k, Int8PackedWeight* p) {
-  const int64_t blocks = k / kSuperBlock;
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const Block& x = src[r * blocks + b];
-      const int64_t g = b / 2, half = b % 2;
-      uint8_t* values = p->data.get() + PackedOffset(r, g, p->row_bytes, GroupBytes(t));
-      uint8_t* scales = values + ValueBytes(t);
-      uint8_t unpacked[16];  // 8 scales, 8 mins
-      UnpackScalesK4(x.scales, unpacked);
-      for (int s = 0; s < 8; ++s) {
-        const int64_t lane = half * 8 + s;
-        scales[lane] = unpacked[s];
-        scales[kGroupBlocks + lane] = unpacked[8 + s];
-        // Sub-block s: chunk s / 2's 32 bytes, low nibbles for even s, high for odd.
-        const uint8_t* qs = x.qs + 32 * (s / 2);
-        const int shift = 4 * (s % 2);
-        for (int64_t j = 0; j < kQuantBlock / 2; ++j) {
-          values[LaneOffset(lane, j)] =
-              (uint8_t)(((qs[j] >> shift) & 0x0F) | (((qs[j + 16] >> shift) & 0x0F) << 4));
-          if constexpr (std::is_same_v<Block, BlockQ5_K>) {  // value l's fifth bit: bit s of qh[l]
-            uint8_t& plane = values[kGroupValues / 2 + lane * 4 + j % 4];
-            plane |= (uint8_t)(((x.qh[j] >> s) & 1) << (j / 4));
-            plane |= (uint8_t)(((x.qh[j + 16] >> s) & 1) << (4 + j / 4));
-          }
+  ForEachSuperBlock(src, t, n, k, p, [](const Block& x, uint8_t* values, uint8_t* scales, int64_t half) {
+    uint8_t unpacked[16];  // 8 scales, 8 mins
+    UnpackScalesK4(x.scales, unpacked);
+    for (int s = 0; s < 8; ++s) {
+      const int64_t lane = half * 8 + s;
+      scales[lane] = unpacked[s];
+      scales[kGroupBlocks + lane] = unpacked[8 + s];
+      // Sub-block s: chunk s / 2's 32 bytes, low nibbles for even s, high for odd.
+      const uint8_t* qs = x.qs + 32 * (s / 2);
+      const int shift = 4 * (s % 2);
+      for (int64_t j = 0; j < kQuantBlock / 2; ++j) {
+        values[LaneOffset(lane, j)] =
+            (uint8_t)(((qs[j] >> shift) & 0x0F) | (((qs[j + 16] >> shift) & 0x0F) << 4));
+        if constexpr (std::is_same_v<Block, BlockQ5_K>) {  // value l's fifth bit: bit s of qh[l]
+          uint8_t& plane = values[kGroupValues / 2 + lane * 4 + j % 4];
+          plane |= (uint8_t)(((x.qh[j] >> s) & 1) << (j / 4));
+          plane |= (uint8_t)(((x.qh[j + 16] >> s) & 1) << (4 + j / 4));
         }
       }
-      uint16_t* d = reinterpret_cast<uint16_t*>(scales + 2 * kGroupBlocks);
-      d[half] = x.d;
-      d[2 + half] = x.dmin;
     }
+    uint16_t* d = reinterpret_cast<uint16_t*>(scales + 2 * kGroupBlocks);
+    d[half] = x.d;
+    d[2 + half] = x.dmin;
+  });
 }
 
 // Q6_K rows into groups of two blocks: lane l holds block l / 8's values 32 (l % 8) to 32 (l % 8) + 31
 // (0..63, stored with offset 32), their low nibbles as Q4_0's, their top bits in the planes, with the signed
 // scales of their two 16-value halves; then d[2].
 void PackQ6K(const BlockQ6_K* src, int64_t n, int64_t k, Int8PackedWeight* p) {
-  const int64_t blocks = k / kSuperBlock;
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const BlockQ6_K& x = src[r * blocks + b];
-      // The values 0..63 in ggml's order: per 128, 32 at a time from ql's nibbles and qh's bit pairs.
-      uint8_t q[kSuperBlock];
-      for (int h = 0; h < 2; ++h)
-        for (int l = 0; l < 32; ++l) {
-          const uint8_t* ql = x.ql + 64 * h;
-          const uint8_t qh = x.qh[32 * h + l];
-          q[128 * h + l] = (uint8_t)((ql[l] & 0xF) | ((qh & 3) << 4));
-          q[128 * h + l + 32] = (uint8_t)((ql[l + 32] & 0xF) | (((qh >> 2) & 3) << 4));
-          q[128 * h + l + 64] = (uint8_t)((ql[l] >> 4) | (((qh >> 4) & 3) << 4));
-          q[128 * h + l + 96] = (uint8_t)((ql[l + 32] >> 4) | (((qh >> 6) & 3) << 4));
-        }
-      const int64_t g = b / 2, half = b % 2;
-      uint8_t* values = p->data.get() + PackedOffset(r, g, p->row_bytes, GroupBytes(DType::Q6_K));
-      uint8_t* planes = values + kGroupValues / 2;
-      uint8_t* scales = values + ValueBytes(DType::Q6_K);
-      for (int s = 0; s < 8; ++s) {
-        const int64_t lane = half * 8 + s;
-        const uint8_t* v = q + 32 * s;
-        for (int64_t j = 0; j < kQuantBlock / 2; ++j) {
-          values[LaneOffset(lane, j)] = (uint8_t)((v[j] & 0xF) | ((v[j + 16] & 0xF) << 4));
-          const int64_t at = lane * 4 + j % 4, shift = 2 * (j / 4);  // nibble chunk j / 4
-          planes[at] |= (uint8_t)((v[j] >> 4) << shift);
-          planes[64 + at] |= (uint8_t)((v[j + 16] >> 4) << shift);
-        }
-        scales[lane] = (uint8_t)x.scales[2 * s];
-        scales[kGroupBlocks + lane] = (uint8_t)x.scales[2 * s + 1];
-      }
-      reinterpret_cast<uint16_t*>(scales + 2 * kGroupBlocks)[half] = x.d;
-    }
+  ForEachSuperBlock(src, DType::Q6_K, n, k, p,
+                    [](const BlockQ6_K& x, uint8_t* values, uint8_t* scales, int64_t half) {
+                      uint8_t q[kSuperBlock];  // 0..63, in ggml's order
+                      float scale[kSuperBlock / 16], offset[kSuperBlock / 16];
+                      BlockFormatInts(DType::Q6_K, &x, q, scale, offset);
+                      uint8_t* planes = values + kGroupValues / 2;
+                      for (int s = 0; s < 8; ++s) {
+                        const int64_t lane = half * 8 + s;
+                        const uint8_t* v = q + 32 * s;
+                        for (int64_t j = 0; j < kQuantBlock / 2; ++j) {
+                          values[LaneOffset(lane, j)] = (uint8_t)((v[j] & 0xF) | ((v[j + 16] & 0xF) << 4));
+                          const int64_t at = lane * 4 + j % 4, shift = 2 * (j / 4);  // nibble chunk j / 4
+                          planes[at] |= (uint8_t)((v[j] >> 4) << shift);
+                          planes[64 + at] |= (uint8_t)((v[j + 16] >> 4) << shift);
+                        }
+                        scales[lane] = (uint8_t)x.scales[2 * s];
+                        scales[kGroupBlocks + lane] = (uint8_t)x.scales[2 * s + 1];
+                      }
+                      reinterpret_cast<uint16_t*>(scales + 2 * kGroupBlocks)[half] = x.d;
+                    });
 }
 
 // Q3_K (and Q2_K) rows into groups of two blocks: lane l holds block l / 8's values 32 (l % 8) to 32 (l % 8)
@@ -543,57 +537,46 @@ void PackQ6K(const BlockQ6_K* src, int64_t n, int64_t k, Int8PackedWeight* p) {
 // dmin[2].
 template <DType T, class Block>
 void PackCrumbs(const Block* src, int64_t n, int64_t k, Int8PackedWeight* p) {
-  const int64_t blocks = k / kSuperBlock;
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const Block& x = src[r * blocks + b];
-      uint8_t q[kSuperBlock];
-      float scale[kSuperBlock / 16], offset[kSuperBlock / 16];
-      BlockFormatInts(T, &x, q, scale, offset);  // Q3_K: q = value + 4; in ggml's order
-      const int64_t g = b / 2, half = b % 2;
-      uint8_t* values = p->data.get() + PackedOffset(r, g, p->row_bytes, GroupBytes(T));
-      uint8_t* plane = values + kGroupValues / 4;
-      uint8_t* scales = values + ValueBytes(T);
-      for (int s = 0; s < 8; ++s) {
-        const int64_t lane = half * 8 + s;
-        const uint8_t* v = q + 32 * s;
-        for (int64_t j = 0; j < kQuantBlock; ++j) {
-          const int64_t c = j / 4, at = lane * 4 + j % 4;
-          values[(c % 2) * 64 + at] |= (uint8_t)((v[j] & 3) << (2 * (c / 2)));
-          if constexpr (T == DType::Q3_K) plane[at] |= (uint8_t)(((v[j] >> 2) & 1) << c);
-        }
-        if constexpr (T == DType::Q3_K) {
-          scales[lane] = (uint8_t)(int8_t)ScaleQ3K(x.scales, 2 * s);
-          scales[kGroupBlocks + lane] = (uint8_t)(int8_t)ScaleQ3K(x.scales, 2 * s + 1);
-        } else {
-          scales[lane] = x.scales[2 * s];
-          scales[kGroupBlocks + lane] = x.scales[2 * s + 1];
-        }
+  ForEachSuperBlock(src, T, n, k, p, [](const Block& x, uint8_t* values, uint8_t* scales, int64_t half) {
+    uint8_t q[kSuperBlock];
+    float scale[kSuperBlock / 16], offset[kSuperBlock / 16];
+    BlockFormatInts(T, &x, q, scale, offset);  // Q3_K: q = value + 4; in ggml's order
+    uint8_t* plane = values + kGroupValues / 4;
+    for (int s = 0; s < 8; ++s) {
+      const int64_t lane = half * 8 + s;
+      const uint8_t* v = q + 32 * s;
+      for (int64_t j = 0; j < kQuantBlock; ++j) {
+        const int64_t c = j / 4, at = lane * 4 + j % 4;
+        values[(c % 2) * 64 + at] |= (uint8_t)((v[j] & 3) << (2 * (c / 2)));
+        if constexpr (T == DType::Q3_K) plane[at] |= (uint8_t)(((v[j] >> 2) & 1) << c);
       }
-      uint16_t* d = reinterpret_cast<uint16_t*>(scales + 2 * kGroupBlocks);
-      d[half] = x.d;
-      if constexpr (T == DType::Q2_K) d[2 + half] = x.dmin;
+      if constexpr (T == DType::Q3_K) {
+        scales[lane] = (uint8_t)(int8_t)ScaleQ3K(x.scales, 2 * s);
+        scales[kGroupBlocks + lane] = (uint8_t)(int8_t)ScaleQ3K(x.scales, 2 * s + 1);
+      } else {
+        scales[lane] = x.scales[2 * s];
+        scales[kGroupBlocks + lane] = x.scales[2 * s + 1];
+      }
     }
+    uint16_t* d = reinterpret_cast<uint16_t*>(scales + 2 * kGroupBlocks);
+    d[half] = x.d;
+    if constexpr (T == DType::Q2_K) d[2 + half] = x.dmin;
+  });
 }
 
 // IQ4_XS rows into groups of two blocks: lane l holds block l / 8's sub-block l % 8 as Q4_0 holds a block
 // (its 16 index bytes as stored), then the 16 scales less 32 as signed bytes, then d[2].
 void PackIq4Xs(const BlockIQ4_XS* src, int64_t n, int64_t k, Int8PackedWeight* p) {
-  const int64_t blocks = k / kSuperBlock;
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const BlockIQ4_XS& x = src[r * blocks + b];
-      const int64_t g = b / 2, half = b % 2;
-      uint8_t* values = p->data.get() + PackedOffset(r, g, p->row_bytes, GroupBytes(DType::IQ4_XS));
-      uint8_t* scales = values + ValueBytes(DType::IQ4_XS);
-      for (int s = 0; s < 8; ++s) {
-        const int64_t lane = half * 8 + s;
-        for (int64_t j = 0; j < kQuantBlock / 2; ++j) values[LaneOffset(lane, j)] = x.qs[16 * s + j];
-        const int ls = ((x.scales_l[s / 2] >> (4 * (s % 2))) & 0xF) | (((x.scales_h >> (2 * s)) & 3) << 4);
-        scales[lane] = (uint8_t)(int8_t)(ls - 32);
-      }
-      reinterpret_cast<uint16_t*>(scales + kGroupBlocks)[half] = x.d;
-    }
+  ForEachSuperBlock(
+      src, DType::IQ4_XS, n, k, p, [](const BlockIQ4_XS& x, uint8_t* values, uint8_t* scales, int64_t half) {
+        for (int s = 0; s < 8; ++s) {
+          const int64_t lane = half * 8 + s;
+          for (int64_t j = 0; j < kQuantBlock / 2; ++j) values[LaneOffset(lane, j)] = x.qs[16 * s + j];
+          const int ls = ((x.scales_l[s / 2] >> (4 * (s % 2))) & 0xF) | (((x.scales_h >> (2 * s)) & 3) << 4);
+          scales[lane] = (uint8_t)(int8_t)(ls - 32);
+        }
+        reinterpret_cast<uint16_t*>(scales + kGroupBlocks)[half] = x.d;
+      });
 }
 
 }  // namespace
