@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -34,17 +35,30 @@ bool NibblesOf(DType wt) {
          wt == DType::Q3_K;
 }
 
-// Q4_0 and Q8_0 offset every value by a fixed count of its scale (8 and 128), and their scales are f16:
-// their panels keep the f16 scales alone. 0: scales and offsets are kept as f32.
-int FixedOffsetOf(DType wt) { return wt == DType::Q4_0 ? 8 : wt == DType::Q8_0 ? 128 : 0; }
+// Q4_0 and Q8_0 offset every value by a fixed count of its scale (8 and 128), Q6_K and Q3_K by 32 and 4:
+// their panels keep the scales alone (Q4_0's and Q8_0's, one per 32 values, as f16; the others' two per
+// 32 as f32), and the offsets come out of the integer sums. 0: scales and offsets are kept as f32.
+int FixedOffsetOf(DType wt) {
+  switch (wt) {
+    case DType::Q4_0: return 8;
+    case DType::Q8_0: return 128;
+    case DType::Q6_K: return 32;
+    case DType::Q3_K: return 4;
+    default: return 0;
+  }
+}
+// One f16 scale per 32 values: a fixed offset's formats with one scale per block.
+constexpr bool HalfScales(int subs, int fixed) { return fixed != 0 && subs == 1; }
 
 // A panel block (32 values of K x 32 columns): its values, then Subs x kPanelWidth f32 scales, then as many
 // f32 offsets; column c's weight is scale * q - offset. The values are kSteps x kPanelWidth x 4 bytes
 // (0..255), or for nibbles kSteps x 64 bytes: step s's low nibbles are columns 0-15, its high ones 16-31.
-// With a fixed offset, kPanelWidth f16 scales follow the values instead (offset = fixed x scale).
+// With a fixed offset (= fixed x scale) no offsets follow, and HalfScales' kPanelWidth scales are f16.
 constexpr int64_t ValueBytes(bool nib) { return kSteps * kPanelWidth * 4 / (nib ? 2 : 1); }
 constexpr int64_t PanelBlockBytes(int subs, bool nib, int fixed) {
-  return ValueBytes(nib) + (fixed ? kPanelWidth * 2 : 2 * subs * kPanelWidth * 4);
+  return ValueBytes(nib) + (HalfScales(subs, fixed) ? kPanelWidth * 2
+                            : fixed != 0            ? subs * kPanelWidth * 4
+                                                    : 2 * subs * kPanelWidth * 4);
 }
 
 // Activation rows per register tile (6 x 2 accumulators and 12 integer sums).
@@ -77,10 +91,11 @@ void PackTile(const float* a, int64_t k, int64_t m, int64_t i0, int64_t b0, int6
       for (int64_t s = 0; s < kSteps; ++s) std::memcpy(dst + (s * MR + i) * 4, q + 4 * s, 4);
       float* scales = reinterpret_cast<float*>(dst + kSteps * MR * 4);
       scales[i] = d;
-      if constexpr (Fixed != 0)
-        reinterpret_cast<int32_t*>(scales)[MR + i] = -Fixed * sum[0];
-      else
-        for (int h = 0; h < Subs; ++h) scales[MR * (1 + h) + i] = d * (float)sum[h];
+      for (int h = 0; h < Subs; ++h)
+        if constexpr (Fixed != 0)
+          reinterpret_cast<int32_t*>(scales)[MR * (1 + h) + i] = -Fixed * sum[h];
+        else
+          scales[MR * (1 + h) + i] = d * (float)sum[h];
     }
 }
 
@@ -115,8 +130,9 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
       __m512i p[Rows][2];
 #pragma GCC unroll 8
       for (int i = 0; i < Rows; ++i)  // a fixed offset: the sums start at -offset x sum(a)
-        p[i][0] = p[i][1] = Fixed != 0 ? _mm512_set1_epi32(reinterpret_cast<const int32_t*>(as)[MR + i])
-                                       : _mm512_setzero_si512();
+        p[i][0] = p[i][1] = Fixed != 0
+                                ? _mm512_set1_epi32(reinterpret_cast<const int32_t*>(as)[MR * (1 + h) + i])
+                                : _mm512_setzero_si512();
 #pragma GCC unroll 8
       for (int s = h * kHalfSteps; s < (h + 1) * kHalfSteps; ++s) {
         __m512i w0, w1;
@@ -139,12 +155,14 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
       // In f32: y += (q . a) * scale * d (the sums hold a fixed offset's share), or minus offset * d *
       // sum(a).
       __m512 s0, s1, o0 = _mm512_setzero_ps(), o1 = _mm512_setzero_ps();
-      if constexpr (Fixed != 0) {
+      if constexpr (HalfScales(Subs, Fixed)) {
         const __m256i* half = reinterpret_cast<const __m256i*>(slice + ValueBytes(Nib));
         s0 = _mm512_cvtph_ps(_mm256_load_si256(half));
         s1 = _mm512_cvtph_ps(_mm256_load_si256(half + 1));
       } else {
         s0 = _mm512_load_ps(ws + h * kPanelWidth), s1 = _mm512_load_ps(ws + h * kPanelWidth + 16);
+      }
+      if constexpr (Fixed == 0) {
         const float* off = ws + (Subs + h) * kPanelWidth;
         o0 = _mm512_load_ps(off), o1 = _mm512_load_ps(off + 16);
       }
@@ -298,7 +316,7 @@ void PackPanelsInt8(const void* w, DType wt, int64_t n, int64_t k, uint8_t* out)
             dst[step * 64 + in % 64] |= (uint8_t)(q[j0 + kk] << (in < 64 ? 0 : 4));
           }
         }
-        if (fixed) {
+        if (HalfScales(subs, fixed)) {
           reinterpret_cast<uint16_t*>(dst + ValueBytes(nib))[c] = FloatToHalf(scale[j0 / 16]);
           continue;
         }
@@ -306,7 +324,12 @@ void PackPanelsInt8(const void* w, DType wt, int64_t n, int64_t k, uint8_t* out)
         for (int h = 0; h < subs; ++h) {
           // With one scale per 32 values, both 16-value halves carry the same one: take the first.
           fs[h * kPanelWidth + c] = scale[j0 / 16 + h];
-          fs[(subs + h) * kPanelWidth + c] = offset[j0 / 16 + h];
+          if (!fixed)
+            fs[(subs + h) * kPanelWidth + c] = offset[j0 / 16 + h];
+          else if (const float o = offset[j0 / 16 + h], want = (float)fixed * scale[j0 / 16 + h];
+                   std::isnan(want) ? !std::isnan(o) : o != want)
+            throw Error("int8 panels: a " + std::string(DTypeName(wt)) + " offset not " +
+                        std::to_string(fixed) + " x its scale");
         }
       }
     }
@@ -325,6 +348,10 @@ void GemmPanelsInt8(const float* a, int64_t m, const uint8_t* panels, DType wt, 
     GemmSlices<1, true, 8>(a, m, panels, k, y, n_total, n_begin, n_end, sb);
   else if (fixed == 128)
     GemmSlices<1, false, 128>(a, m, panels, k, y, n_total, n_begin, n_end, sb);
+  else if (fixed == 32)
+    GemmSlices<2, false, 32>(a, m, panels, k, y, n_total, n_begin, n_end, sb);
+  else if (fixed == 4)
+    GemmSlices<2, true, 4>(a, m, panels, k, y, n_total, n_begin, n_end, sb);
   else if (subs == 1 && nib)
     GemmSlices<1, true, 0>(a, m, panels, k, y, n_total, n_begin, n_end, sb);
   else if (subs == 1)
