@@ -35,30 +35,31 @@ bool NibblesOf(DType wt) {
          wt == DType::Q3_K;
 }
 
-// Q4_0 and Q8_0 offset every value by a fixed count of its scale (8 and 128), Q6_K and Q3_K by 32 and 4:
-// their panels keep the scales alone (Q4_0's and Q8_0's, one per 32 values, as f16; the others' two per
-// 32 as f32), and the offsets come out of the integer sums. 0: scales and offsets are kept as f32.
+// Q4_0 and Q8_0 offset every value by a fixed count of its scale (8 and 128), Q6_K and Q3_K by 32 and 4,
+// IQ4_NL and IQ4_XS (their table's values + 128) by 128, Q5_0 by 16: their panels keep the scales alone
+// and the offsets come out of the integer sums. 0: scales and offsets are kept as f32.
 int FixedOffsetOf(DType wt) {
   switch (wt) {
     case DType::Q4_0: return 8;
     case DType::Q8_0: return 128;
     case DType::Q6_K: return 32;
     case DType::Q3_K: return 4;
+    case DType::IQ4_NL:
+    case DType::IQ4_XS: return 128;
+    case DType::Q5_0: return 16;
     default: return 0;
   }
 }
-// One f16 scale per 32 values: a fixed offset's formats with one scale per block.
-constexpr bool HalfScales(int subs, int fixed) { return fixed != 0 && subs == 1; }
+// Whose scales are f16 as stored, one per 32 values (the others' are f32: IQ4_XS's are products).
+bool HalfScalesOf(DType wt) { return wt == DType::Q4_0 || wt == DType::Q8_0; }
 
 // A panel block (32 values of K x 32 columns): its values, then Subs x kPanelWidth f32 scales, then as many
 // f32 offsets; column c's weight is scale * q - offset. The values are kSteps x kPanelWidth x 4 bytes
 // (0..255), or for nibbles kSteps x 64 bytes: step s's low nibbles are columns 0-15, its high ones 16-31.
-// With a fixed offset (= fixed x scale) no offsets follow, and HalfScales' kPanelWidth scales are f16.
+// With a fixed offset (= fixed x scale) no offsets follow; with half scales the kPanelWidth scales are f16.
 constexpr int64_t ValueBytes(bool nib) { return kSteps * kPanelWidth * 4 / (nib ? 2 : 1); }
-constexpr int64_t PanelBlockBytes(int subs, bool nib, int fixed) {
-  return ValueBytes(nib) + (HalfScales(subs, fixed) ? kPanelWidth * 2
-                            : fixed != 0            ? subs * kPanelWidth * 4
-                                                    : 2 * subs * kPanelWidth * 4);
+constexpr int64_t PanelBlockBytes(int subs, bool nib, int fixed, bool half) {
+  return ValueBytes(nib) + (half ? kPanelWidth * 2 : (fixed != 0 ? 1 : 2) * subs * kPanelWidth * 4);
 }
 
 // Activation rows per register tile (6 x 2 accumulators and 12 integer sums).
@@ -104,7 +105,7 @@ void PackTile(const float* a, int64_t k, int64_t m, int64_t i0, int64_t b0, int6
 // Integer sums per half (a fixed offset taken out in them), then in f32. Block by block it
 // prefetches the slice at `next` (when given) into L2: the panels are read once, in pieces a few pages long,
 // and the hardware's prefetchers stop at each page.
-template <int Subs, bool Nib, int Fixed, int Rows>
+template <int Subs, bool Nib, int Fixed, bool Half, int Rows>
 PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, float* y, int64_t ldy,
                           bool first, const uint8_t* next) {
   constexpr int MR = kRows;
@@ -116,7 +117,7 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
     acc[i][1] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + i * ldy + 16);
   }
   const __m512i low4 = _mm512_set1_epi8(0x0f);
-  constexpr int64_t kBlock = PanelBlockBytes(Subs, Nib, Fixed);
+  constexpr int64_t kBlock = PanelBlockBytes(Subs, Nib, Fixed, Half);
   for (int64_t bi = 0; bi < nb; ++bi, at += TileBlockBytes(Subs), slice += kBlock) {
     const float* ws = reinterpret_cast<const float*>(slice + ValueBytes(Nib));  // scales, offsets
     if (next)
@@ -155,7 +156,7 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
       // In f32: y += (q . a) * scale * d (the sums hold a fixed offset's share), or minus offset * d *
       // sum(a).
       __m512 s0, s1, o0 = _mm512_setzero_ps(), o1 = _mm512_setzero_ps();
-      if constexpr (HalfScales(Subs, Fixed)) {
+      if constexpr (Half) {
         const __m256i* half = reinterpret_cast<const __m256i*>(slice + ValueBytes(Nib));
         s0 = _mm512_cvtph_ps(_mm256_load_si256(half));
         s1 = _mm512_cvtph_ps(_mm256_load_si256(half + 1));
@@ -187,23 +188,23 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
 }
 
 // PanelTile for the rows a tile holds (the last tile of m rows may hold fewer than kRows).
-template <int Subs, bool Nib, int Fixed>
+template <int Subs, bool Nib, int Fixed, bool Half>
 void Tile(int64_t rows, const uint8_t* at, int64_t nb, const uint8_t* slice, float* y, int64_t ldy,
           bool first, const uint8_t* next) {
   static_assert(kRows == 6, "one case per row count");
   switch (rows) {
-    case 6: return PanelTile<Subs, Nib, Fixed, 6>(at, nb, slice, y, ldy, first, next);
-    case 5: return PanelTile<Subs, Nib, Fixed, 5>(at, nb, slice, y, ldy, first, next);
-    case 4: return PanelTile<Subs, Nib, Fixed, 4>(at, nb, slice, y, ldy, first, next);
-    case 3: return PanelTile<Subs, Nib, Fixed, 3>(at, nb, slice, y, ldy, first, next);
-    case 2: return PanelTile<Subs, Nib, Fixed, 2>(at, nb, slice, y, ldy, first, next);
-    default: return PanelTile<Subs, Nib, Fixed, 1>(at, nb, slice, y, ldy, first, next);
+    case 6: return PanelTile<Subs, Nib, Fixed, Half, 6>(at, nb, slice, y, ldy, first, next);
+    case 5: return PanelTile<Subs, Nib, Fixed, Half, 5>(at, nb, slice, y, ldy, first, next);
+    case 4: return PanelTile<Subs, Nib, Fixed, Half, 4>(at, nb, slice, y, ldy, first, next);
+    case 3: return PanelTile<Subs, Nib, Fixed, Half, 3>(at, nb, slice, y, ldy, first, next);
+    case 2: return PanelTile<Subs, Nib, Fixed, Half, 2>(at, nb, slice, y, ldy, first, next);
+    default: return PanelTile<Subs, Nib, Fixed, Half, 1>(at, nb, slice, y, ldy, first, next);
   }
 }
 
 // For each slice of K (outermost: its packed activation tiles stay in L2), every row tile passes
 // over each of our panels' slice, which stays in L1 or L2 meanwhile.
-template <int Subs, bool Nib, int Fixed>
+template <int Subs, bool Nib, int Fixed, bool Half>
 void GemmSlices(const float* a, int64_t m, const uint8_t* panels, int64_t k, float* y, int64_t n_total,
                 int64_t n_begin, int64_t n_end, int64_t slice_blocks) {
   constexpr int MR = kRows;
@@ -217,7 +218,7 @@ void GemmSlices(const float* a, int64_t m, const uint8_t* panels, int64_t k, flo
     for (int64_t t = 0; t < tiles; ++t)
       PackTile<Subs, Fixed>(a, k, m, t * MR, b0, nb, packed.data() + t * nb * TileBlockBytes(Subs));
     auto slice_at = [&](int64_t n0, int64_t b) {
-      return panels + (n0 / kPanelWidth * blocks + b) * PanelBlockBytes(Subs, Nib, Fixed);
+      return panels + (n0 / kPanelWidth * blocks + b) * PanelBlockBytes(Subs, Nib, Fixed, Half);
     };
     for (int64_t n0 = n_begin; n0 < n_end; n0 += kPanelWidth) {
       const int64_t cols = std::min(kPanelWidth, n_end - n0);
@@ -231,13 +232,13 @@ void GemmSlices(const float* a, int64_t m, const uint8_t* panels, int64_t k, flo
         float* yt = y + t * MR * n_total + n0;
         const uint8_t* prefetch = t == 0 ? next : nullptr;
         if (cols == kPanelWidth) {
-          Tile<Subs, Nib, Fixed>(rows, at, nb, slice, yt, n_total, first, prefetch);
+          Tile<Subs, Nib, Fixed, Half>(rows, at, nb, slice, yt, n_total, first, prefetch);
           continue;
         }
         // A panel's last columns go through a full-width buffer; only its valid part touches y.
         for (int64_t r = 0; r < rows && !first; ++r)
           std::memcpy(edge + r * kPanelWidth, yt + r * n_total, (size_t)cols * sizeof(float));
-        Tile<Subs, Nib, Fixed>(rows, at, nb, slice, edge, kPanelWidth, first, prefetch);
+        Tile<Subs, Nib, Fixed, Half>(rows, at, nb, slice, edge, kPanelWidth, first, prefetch);
         for (int64_t r = 0; r < rows; ++r)
           std::memcpy(yt + r * n_total, edge + r * kPanelWidth, (size_t)cols * sizeof(float));
       }
@@ -283,7 +284,7 @@ std::vector<int64_t> Int8PanelSliceChoices(int64_t k) {
 
 size_t Int8PanelBytes(DType wt, int64_t n, int64_t k) {
   return (size_t)((n + kPanelWidth - 1) / kPanelWidth * (k / kQuantBlock) *
-                  PanelBlockBytes(SubsOf(wt), NibblesOf(wt), FixedOffsetOf(wt)));
+                  PanelBlockBytes(SubsOf(wt), NibblesOf(wt), FixedOffsetOf(wt), HalfScalesOf(wt)));
 }
 
 void PackPanelsInt8(const void* w, DType wt, int64_t n, int64_t k, uint8_t* out) {
@@ -293,6 +294,7 @@ void PackPanelsInt8(const void* w, DType wt, int64_t n, int64_t k, uint8_t* out)
   const int subs = SubsOf(wt);
   const bool nib = NibblesOf(wt);
   const int fixed = FixedOffsetOf(wt);
+  const bool half = HalfScalesOf(wt);
   std::memset(out, 0, Int8PanelBytes(wt, n, k));  // nibbles are or-ed in
   const int64_t blocks = k / kQuantBlock, elems = StorageElems(wt);
   const int64_t row_bytes = StorageBytes(wt, k), block_bytes = StorageBytes(wt, elems);
@@ -304,7 +306,7 @@ void PackPanelsInt8(const void* w, DType wt, int64_t n, int64_t k, uint8_t* out)
                   scale.data(), offset.data());
       for (int64_t j0 = 0; j0 < elems; j0 += kQuantBlock) {
         const int64_t b = (sb * elems + j0) / kQuantBlock, c = r % kPanelWidth;
-        uint8_t* dst = out + (r / kPanelWidth * blocks + b) * PanelBlockBytes(subs, nib, fixed);
+        uint8_t* dst = out + (r / kPanelWidth * blocks + b) * PanelBlockBytes(subs, nib, fixed, half);
         for (int64_t kk = 0; kk < kQuantBlock; ++kk) {
           const int64_t at = (kk / 4 * kPanelWidth + c) * 4 + kk % 4;  // in the byte layout
           if (!nib) {
@@ -316,7 +318,7 @@ void PackPanelsInt8(const void* w, DType wt, int64_t n, int64_t k, uint8_t* out)
             dst[step * 64 + in % 64] |= (uint8_t)(q[j0 + kk] << (in < 64 ? 0 : 4));
           }
         }
-        if (HalfScales(subs, fixed)) {
+        if (half) {
           reinterpret_cast<uint16_t*>(dst + ValueBytes(nib))[c] = FloatToHalf(scale[j0 / 16]);
           continue;
         }
@@ -344,22 +346,28 @@ void GemmPanelsInt8(const float* a, int64_t m, const uint8_t* panels, DType wt, 
     throw Error("int8 panels: a thread's columns must start at a panel, not at " + std::to_string(n_begin));
   const bool nib = NibblesOf(wt);
   const int subs = SubsOf(wt), fixed = FixedOffsetOf(wt);
+  const bool half = HalfScalesOf(wt);
+  auto run = [&](auto slices) { slices(a, m, panels, k, y, n_total, n_begin, n_end, sb); };
   if (fixed == 8)
-    GemmSlices<1, true, 8>(a, m, panels, k, y, n_total, n_begin, n_end, sb);
+    run(GemmSlices<1, true, 8, true>);
+  else if (fixed == 128 && half)
+    run(GemmSlices<1, false, 128, true>);
   else if (fixed == 128)
-    GemmSlices<1, false, 128>(a, m, panels, k, y, n_total, n_begin, n_end, sb);
+    run(GemmSlices<1, false, 128, false>);
+  else if (fixed == 16)
+    run(GemmSlices<1, false, 16, false>);
   else if (fixed == 32)
-    GemmSlices<2, false, 32>(a, m, panels, k, y, n_total, n_begin, n_end, sb);
+    run(GemmSlices<2, false, 32, false>);
   else if (fixed == 4)
-    GemmSlices<2, true, 4>(a, m, panels, k, y, n_total, n_begin, n_end, sb);
+    run(GemmSlices<2, true, 4, false>);
   else if (subs == 1 && nib)
-    GemmSlices<1, true, 0>(a, m, panels, k, y, n_total, n_begin, n_end, sb);
+    run(GemmSlices<1, true, 0, false>);
   else if (subs == 1)
-    GemmSlices<1, false, 0>(a, m, panels, k, y, n_total, n_begin, n_end, sb);
+    run(GemmSlices<1, false, 0, false>);
   else if (nib)
-    GemmSlices<2, true, 0>(a, m, panels, k, y, n_total, n_begin, n_end, sb);
+    run(GemmSlices<2, true, 0, false>);
   else
-    GemmSlices<2, false, 0>(a, m, panels, k, y, n_total, n_begin, n_end, sb);
+    run(GemmSlices<2, false, 0, false>);
 }
 
 }  // namespace prism
