@@ -33,9 +33,10 @@ static const int kQ8KForm = GemmFormIndex("q8k");
 // (bench/gemm_forms.cpp: 17 against 35 GB/s on Zen 5) and ran 16 rows 3-4x slower than the panels. Each
 // form's rounding stays within the bound the search checks (Gemm.*RoundingBound tests). Float weights over
 // many rows take the panels where a panel's 32 columns are filled: on Zen 5 (bench/gemm_forms.cpp, one
-// thread) 1.0-1.4x the rows form's GFLOP/s at 6 to 512 rows of a 2048-square product and 1.2-4x over a
-// convolution's (K = 27, 288, 576), the rows form ahead only over few columns (0.7x at N = 10). -1: the
-// kernel's own default (the rows form), or no such form on this CPU.
+// thread) 0.98-1.4x the rows form's GFLOP/s at 6 to 512 rows of a 2048-square product (1.3-1.4x at 6-12 and
+// 128-512 rows, even at 16-32) and 1.2-4x over a convolution's (K = 27, 288, 576), the rows form ahead
+// only over few columns (0.7x at N = 10). -1: the kernel's own default (the rows form), or no such form
+// on this CPU.
 static int DefaultForm(int64_t m, DType wt, int64_t n, int64_t k) {
   const GemmForm& panels = GemmForms()[kPanelsForm];
   if (!IsQuantized(wt))
