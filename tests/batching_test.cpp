@@ -33,7 +33,7 @@ std::vector<float> Alone(LanguageModel& lm, const std::vector<int32_t>& ids) {
   return lm.Forward(ids);
 }
 
-void ExpectClose(const std::vector<float>& want, const std::vector<float>& got, const std::string& what) {
+void ExpectClose(const std::vector<float>& want, std::span<const float> got, const std::string& what) {
   ASSERT_EQ(want.size(), got.size()) << what;
   float scale = 0;
   for (float v : want) scale = std::max(scale, std::fabs(v));

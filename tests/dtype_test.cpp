@@ -94,17 +94,11 @@ TEST(DType, UnknownNameIsAClearError) {
   EXPECT_THROW(ParseDType("f64"), Error);
 }
 
-// A range of a host tensor as floats (a row of logits): f32 copied as it lies, other storage converted,
-// a range past the end refused in one line.
-TEST(DType, HostTensorRangesReadAsFloats) {
+// A host tensor as floats: f32 copied as it lies, other storage converted.
+TEST(DType, HostTensorsReadAsFloats) {
   const std::vector<float> v = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f, -0.5f};
-  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
-    const HostTensor t = HostTensor::FromFloats({2, 3}, v, dt);
-    EXPECT_EQ(t.ToFloats(3, 3), std::vector<float>(v.begin() + 3, v.end())) << DTypeName(dt);
-    EXPECT_EQ(t.ToFloats(), v) << DTypeName(dt);
-    EXPECT_TRUE(t.ToFloats(6, 0).empty());
-    EXPECT_THROW(t.ToFloats(4, 3), Error);
-  }
+  for (DType dt : {DType::F32, DType::F16, DType::BF16})
+    EXPECT_EQ(HostTensor::FromFloats({2, 3}, v, dt).ToFloats(), v) << DTypeName(dt);
 }
 
 }  // namespace prism

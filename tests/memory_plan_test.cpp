@@ -96,6 +96,33 @@ TEST(MemoryPlan, ProgramsInTheArenaMatchTheInterpreterAndUseLessThanSeparateBuff
   }
 }
 
+// A result's memory is written again by a later run only once the caller has let the result go (a serving
+// step's logits: no fresh pages each step); one the caller keeps is never touched, even at another size.
+TEST(MemoryPlan, AResultIsReusedOnlyAfterTheCallerLetsItGo) {
+  Graph g;
+  Tensor x{&g, g.Input("x", DType::F32, {Expr::Sym("seq"), Expr(40)})};
+  g.MarkOutput(Linear(x, Tensor{&g, g.Weight("w", DType::F32, {Expr(24), Expr(40)})}).id(), "y");
+  auto [prog, interp] = CompileWithReference(g, 2, 5);
+  auto run = [&](int64_t n, uint64_t seed) {
+    SymbolBindings b{{"seq", n}};
+    auto in = testing::RandomTensors(g, Op::Input, b, seed);
+    std::vector<HostTensor> got = prog->Run(in, b);
+    testing::ExpectClose(interp->Run(in, b), got, 1e-5, 1e-4, "seq=" + std::to_string(n));
+    return got[0];
+  };
+  HostTensor kept = run(9, 1);
+  const std::vector<float> kept_values = kept.ToFloats();
+  const void* first = kept.data;
+  HostTensor second = run(9, 2);  // the first is held: new memory, the first unchanged
+  EXPECT_NE(second.data, first);
+  EXPECT_EQ(kept.ToFloats(), kept_values);
+  const void* second_memory = second.data;
+  second = HostTensor();  // let go: the next run of fewer rows writes there
+  EXPECT_EQ(run(5, 3).data, second_memory);
+  EXPECT_NE(run(30, 4).data, second_memory);  // more rows than that memory holds: fresh memory
+  EXPECT_EQ(kept.ToFloats(), kept_values);
+}
+
 TEST(MemoryPlan, AnItemWrittenInPlaceTakesTheBytesOfTheOneItOverwrites) {
   // b is written over a (a's last use is b's first), c over b; d lives through all three.
   std::vector<ScratchItem> items = {{1000, 0, 2}, {1000, 2, 4}, {640, 4, 6}, {500, 0, 6}};

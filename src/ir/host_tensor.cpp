@@ -34,7 +34,7 @@ HostTensor ConcatRows(const std::vector<HostTensor>& parts, const std::string& w
   return out;
 }
 
-HostTensor HostTensor::Zeros(DType dtype, std::vector<int64_t> shape) {
+HostTensor HostTensor::Uninitialized(DType dtype, std::vector<int64_t> shape) {
   HostTensor t;
   t.dtype = dtype;
   t.shape = std::move(shape);
@@ -42,9 +42,14 @@ HostTensor HostTensor::Zeros(DType dtype, std::vector<int64_t> shape) {
   // 64-byte alignment so generated kernels may use aligned vector loads.
   void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
   if (!p) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes for " + t.ShapeString());
-  std::memset(p, 0, bytes);
   t.owner = std::shared_ptr<void>(p, std::free);
   t.data = p;
+  return t;
+}
+
+HostTensor HostTensor::Zeros(DType dtype, std::vector<int64_t> shape) {
+  HostTensor t = Uninitialized(dtype, std::move(shape));
+  std::memset(t.data, 0, (size_t)std::max<int64_t>(t.nbytes(), 1));
   return t;
 }
 
@@ -84,18 +89,13 @@ HostTensor HostTensor::Borrow(DType dtype, std::vector<int64_t> shape, const voi
 
 int64_t HostTensor::numel() const { return Numel(shape); }
 
-std::vector<float> HostTensor::ToFloats() const { return ToFloats(0, numel()); }
-
-std::vector<float> HostTensor::ToFloats(int64_t first, int64_t count) const {
-  if (first < 0 || count < 0 || first + count > numel())
-    throw Error("HostTensor::ToFloats: elements [" + std::to_string(first) + ", " +
-                std::to_string(first + count) + ") of a tensor " + ShapeString());
-  std::vector<float> v(count);
-  if (dtype == DType::F32 && count > 0) {
-    std::memcpy(v.data(), static_cast<const float*>(data) + first, count * sizeof(float));
+std::vector<float> HostTensor::ToFloats() const {
+  std::vector<float> v(numel());
+  if (dtype == DType::F32 && !v.empty()) {
+    std::memcpy(v.data(), data, v.size() * sizeof(float));
     return v;
   }
-  for (int64_t i = 0; i < count; ++i) v[i] = (float)At(first + i);
+  for (int64_t i = 0; i < (int64_t)v.size(); ++i) v[i] = (float)At(i);
   return v;
 }
 

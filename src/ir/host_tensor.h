@@ -20,6 +20,8 @@ struct HostTensor {
   void* data = nullptr;
 
   static HostTensor Zeros(DType dtype, std::vector<int64_t> shape);
+  // Owned memory left as it is (for a result written whole before anyone reads it).
+  static HostTensor Uninitialized(DType dtype, std::vector<int64_t> shape);
   static HostTensor FromFloats(std::vector<int64_t> shape, const std::vector<float>& values,
                                DType dtype = DType::F32);
   static HostTensor FromInts(std::vector<int64_t> shape, const std::vector<int32_t>& values);
@@ -30,8 +32,6 @@ struct HostTensor {
   int64_t nbytes() const { return StorageBytes(dtype, numel()); }
   double At(int64_t i) const { return LoadAsDouble(data, dtype, i); }
   std::vector<float> ToFloats() const;
-  // Elements [first, first + count) as floats (a row of logits); f32 storage is copied as it lies.
-  std::vector<float> ToFloats(int64_t first, int64_t count) const;
   std::string ShapeString() const;
 };
 

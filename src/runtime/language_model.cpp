@@ -309,7 +309,7 @@ void LanguageModel::SetBatching(const LoadOptions& opts) {
   kv_blocks_ = blocks;
 }
 
-std::vector<std::vector<float>> LanguageModel::StepBatch(const std::vector<BatchPiece>& pieces) {
+LogitRows LanguageModel::StepBatch(const std::vector<BatchPiece>& pieces) {
   if (kv_block_ <= 0)
     throw Error("StepBatch: the model was loaded for one sequence (set LoadOptions::kv_block)");
   if (pieces.empty()) throw Error("StepBatch: no pieces");
@@ -333,7 +333,7 @@ std::vector<std::vector<float>> LanguageModel::StepBatch(const std::vector<Batch
   // after it.
   std::vector<BatchPiece> prompts, steps;
   for (const BatchPiece& p : pieces) (p.tokens.size() > 1 ? prompts : steps).push_back(p);
-  std::vector<std::vector<float>> from_prompts, from_steps;
+  LogitRows from_prompts, from_steps;
   if (!prompts.empty()) {
     std::vector<std::pair<int64_t, int64_t>> before, written;
     for (const BatchPiece& p : prompts) {
@@ -345,10 +345,12 @@ std::vector<std::vector<float>> LanguageModel::StepBatch(const std::vector<Batch
     HandOver(*prefill_, *step_, written);
   }
   if (!steps.empty()) from_steps = RunBatch(*step_, steps, width);
-  std::vector<std::vector<float>> out;
+  LogitRows out;
+  for (LogitRows* from : {&from_prompts, &from_steps})
+    out.outputs.insert(out.outputs.end(), from->outputs.begin(), from->outputs.end());
   size_t a = 0, c = 0;
   for (const BatchPiece& p : pieces)
-    if (p.logits) out.push_back(std::move(p.tokens.size() > 1 ? from_prompts[a++] : from_steps[c++]));
+    if (p.logits) out.rows.push_back(p.tokens.size() > 1 ? from_prompts[a++] : from_steps[c++]);
   return out;
 }
 
@@ -361,9 +363,7 @@ void LanguageModel::PieceRows(const BatchPiece& p, int64_t from, int64_t to,
   }
 }
 
-std::vector<std::vector<float>> LanguageModel::RunBatch(Executable& exe,
-                                                        const std::vector<BatchPiece>& pieces,
-                                                        int64_t width) {
+LogitRows LanguageModel::RunBatch(Executable& exe, const std::vector<BatchPiece>& pieces, int64_t width) {
   const int64_t b = kv_block_;
   int64_t n = 0;
   for (const BatchPiece& p : pieces) n += (int64_t)p.tokens.size();
@@ -388,10 +388,14 @@ std::vector<std::vector<float>> LanguageModel::RunBatch(Executable& exe,
                                        {"slots", HostTensor::FromInts({n}, slots)},
                                        {"block_table", HostTensor::FromInts({n, width}, table)},
                                        {"logit_rows", HostTensor::FromInts({(int64_t)rows.size()}, rows)}};
-  const HostTensor all = std::move(exe.Run(in)[0]);
+  LogitRows out;
+  out.outputs.push_back(std::move(exe.Run(in)[0]));
   const int64_t vocab = files_.config.vocab_size;
-  std::vector<std::vector<float>> out(wanted);
-  for (size_t r = 0; r < wanted; ++r) out[r] = all.ToFloats((int64_t)r * vocab, vocab);
+  if (out.outputs[0].dtype != DType::F32 || out.outputs[0].numel() < (int64_t)rows.size() * vocab)
+    throw Error("StepBatch: the step's logits came back as " + out.outputs[0].ShapeString() + " " +
+                std::string(DTypeName(out.outputs[0].dtype)) + ", not f32 rows of " + std::to_string(vocab));
+  const float* all = static_cast<const float*>(out.outputs[0].data);
+  for (size_t r = 0; r < wanted; ++r) out.rows.emplace_back(all + (int64_t)r * vocab, (size_t)vocab);
   return out;
 }
 

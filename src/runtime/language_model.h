@@ -59,6 +59,15 @@ struct BatchPiece {
   bool logits = false;  // the last token's logits are wanted
 };
 
+// The logits of a batched step's pieces that want them ([vocab] each, in order): views into the step's
+// outputs, which they keep alive (no copy of a step's rows).
+struct LogitRows {
+  std::vector<HostTensor> outputs;
+  std::vector<std::span<const float>> rows;
+  size_t size() const { return rows.size(); }
+  std::span<const float> operator[](size_t i) const { return rows[i]; }
+};
+
 // The tuning database shared by every compile on this machine: KernelCacheDir()/tuning.json.
 std::string TuningDatabasePath();
 // A model's graph compiled on the device, every weight node bound to its tensor in `store`; a weight made by
@@ -105,7 +114,7 @@ class LanguageModel {
   int64_t kv_blocks() const { return kv_blocks_; }
   // One batched step over the pieces of many sequences (a batched model only): writes their keys and
   // values into the pool and returns the logits ([vocab] each) of the pieces that want them, in order.
-  std::vector<std::vector<float>> StepBatch(const std::vector<BatchPiece>& pieces);
+  LogitRows StepBatch(const std::vector<BatchPiece>& pieces);
   // Batched: copies `count` rows of every K/V pool from row `from` to row `to` (block * kv_block + slot),
   // a partial prefix match's copy on write (KvBlockCopy).
   void CopyKvRows(int64_t from, int64_t to, int64_t count);
@@ -169,8 +178,7 @@ class LanguageModel {
   // last_handover_.
   void HandOver(Executable& from, Executable& to, const std::vector<std::pair<int64_t, int64_t>>& ranges);
   // A batched step of these pieces on exe (width: the block table's columns).
-  std::vector<std::vector<float>> RunBatch(Executable& exe, const std::vector<BatchPiece>& pieces,
-                                           int64_t width);
+  LogitRows RunBatch(Executable& exe, const std::vector<BatchPiece>& pieces, int64_t width);
   // The pool rows of positions [from, to) of a piece's sequence, one (first, count) run per block.
   void PieceRows(const BatchPiece& p, int64_t from, int64_t to,
                  std::vector<std::pair<int64_t, int64_t>>* ranges) const;

@@ -277,7 +277,7 @@ void Engine::Step() {
   for (const StepPiece& p : plan.pieces)
     pieces.push_back({std::span<const int32_t>(p.seq->tokens).subspan(p.start, p.count), p.start,
                       p.seq->kv.blocks, p.logits});
-  std::vector<std::vector<float>> logits;
+  LogitRows logits;
   try {
     const int64_t bs = pool_->block_size();
     for (const KvBlockCopy& c : plan.copies)  // partial prefix matches, copied on write before the step

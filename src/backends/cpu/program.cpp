@@ -625,9 +625,19 @@ std::vector<HostTensor> Program::Run(const std::map<std::string, HostTensor>& in
   else
     RunPerKernel(ptrs.data(), sym_values.data());
   std::vector<HostTensor> outs;
-  for (int ob : kp_.output_buffers) {
+  results_.resize(kp_.output_buffers.size());
+  for (size_t o = 0; o < kp_.output_buffers.size(); ++o) {
+    const int ob = kp_.output_buffers[o];
     DType src_t = kp_.buffers[ob].dtype, t = IsFloat(src_t) ? DType::F32 : DType::I32;
-    HostTensor r = HostTensor::Zeros(t, shapes_[ob]);
+    auto& [memory, bytes] = results_[o];
+    HostTensor r;
+    r.dtype = t, r.shape = shapes_[ob];
+    if (memory && memory.use_count() == 1 && bytes >= r.nbytes()) {
+      r.owner = memory, r.data = memory.get();
+    } else {
+      r = HostTensor::Uninitialized(t, shapes_[ob]);  // every element is written below
+      memory = r.owner, bytes = r.nbytes();
+    }
     if (src_t == t) {
       std::memcpy(r.data, ptrs[ob], r.nbytes());
     } else if (src_t == DType::BF16) {  // widened in a loop that vectorizes: logits are large
