@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <map>
 #include <tuple>
@@ -352,6 +353,45 @@ TEST(AttentionTemplate, MatchesTheInterpreterOverHeadLayoutsAndSizes) {
       CheckSteps(g, threads,
                  "H=" + std::to_string(hd.kv) + " G=" + std::to_string(hd.group) +
                      " D=" + std::to_string(hd.dim) + " threads=" + std::to_string(threads));
+    }
+}
+
+// The paged form reads each sequence's keys where its blocks lie in the pools: two sequences with blocks
+// scattered over the pool, prefilled together in one ragged step, then a decode step of both, against the
+// interpreter, over head sizes of both value paths (at most 16, and strips of 64) and one or two threads.
+TEST(AttentionTemplate, PagedReadsScatteredBlocksWhereTheyLie) {
+  if (!AttentionTemplateSupported()) GTEST_SKIP() << "no AVX2 or AVX-512 here: the unfused kernels run";
+  const int64_t block = 4;
+  const std::vector<std::vector<int32_t>> blocks = {{7, 3, 11, 0}, {5, 9, 2, 10}};
+  for (Heads hd : std::vector<Heads>{{2, 2, 8}, {1, 3, 40}, {2, 1, 72}})
+    for (int threads : {1, 2}) {
+      const std::string what = "H=" + std::to_string(hd.kv) + " G=" + std::to_string(hd.group) +
+                               " D=" + std::to_string(hd.dim) + " threads=" + std::to_string(threads);
+      Graph g = PagedAttentionGraph(hd, block, 12, {});
+      ASSERT_EQ(AttentionKernels(BuildKernelProgram(g)), 1) << what;
+      CompileOptions opts;
+      opts.threads = threads;
+      auto prog = Program::Compile(g, opts);
+      Interpreter interp(g);
+      // Step 1: 9 tokens of sequence 0 and 6 of sequence 1; step 2: one more token of each.
+      for (auto [n0, n1, p0, p1] : std::vector<std::array<int64_t, 4>>{{9, 6, 0, 0}, {1, 1, 9, 6}}) {
+        const int64_t n = n0 + n1;
+        std::vector<int32_t> slots, table, pos;
+        for (int64_t i = 0; i < n; ++i) {
+          const int s = i < n0 ? 0 : 1;
+          const int64_t p = (s == 0 ? p0 + i : p1 + i - n0);
+          slots.push_back(blocks[s][p / block] * (int32_t)block + (int32_t)(p % block));
+          pos.push_back((int32_t)p);
+          table.insert(table.end(), blocks[s].begin(), blocks[s].end());
+        }
+        SymbolBindings b{{"seq", n}, {"blocks", 4}};
+        auto in = testing::RandomTensors(g, Op::Input, b, 31 + p0);
+        in["slots"] = HostTensor::FromInts({n}, slots);
+        in["positions"] = HostTensor::FromInts({n}, pos);
+        in["block_table"] = HostTensor::FromInts({n, 4}, table);
+        testing::ExpectClose(interp.Run(in, b), prog->Run(in, b), 1e-5, 1e-4,
+                             what + " step at " + std::to_string(p0) + ", " + std::to_string(p1));
+      }
     }
 }
 

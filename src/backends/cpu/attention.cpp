@@ -45,8 +45,9 @@ PRISM_ATTN inline __m512 Exp2(__m512 x) {
 // registers): sum over keys of p[t][lane] * v[t, :], over one strip of at most 64 value columns
 // starting at d0, scaled by 1 / l.
 template <int NC>
-PRISM_ATTN void ValueStrip(const float* p, const float* v, int64_t v_stride, int64_t keys, int lane0,
-                           int rows, int64_t d0, int64_t width, const float* inv_l, float* const* out_rows) {
+PRISM_ATTN void ValueStrip(const float* p, const float* v, int64_t v_stride, KeyRows kr, int64_t keys,
+                           int lane0, int rows, int64_t d0, int64_t width, const float* inv_l,
+                           float* const* out_rows) {
   __m512 acc[4][NC];  // fully unrolled below: the accumulators live in registers
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i)
@@ -54,7 +55,8 @@ PRISM_ATTN void ValueStrip(const float* p, const float* v, int64_t v_stride, int
     for (int c = 0; c < NC; ++c) acc[i][c] = _mm512_setzero_ps();
   const __mmask16 tail = (__mmask16)((1u << (width - 16 * (NC - 1))) - 1);
   for (int64_t t = 0; t < keys; ++t) {
-    const float* vr = v + t * v_stride + d0;
+    const float* vr = v + kr(t) * v_stride + d0;
+    if (kr.rows && t + kAhead < keys) PrefetchRow(v + kr(t + kAhead) * v_stride + d0, width);
     __m512 vv[NC];
 #pragma GCC unroll 4
     for (int c = 0; c < NC; ++c)
@@ -87,14 +89,14 @@ PRISM_ATTN void ValueStrip(const float* p, const float* v, int64_t v_stride, int
 // rows: each key adds v[t][d] (broadcast) times the key's probability vector. One FMA per key and
 // column, against 9 operations per 4 rows of a half-empty vector in ValueStrip.
 template <int D>
-PRISM_ATTN void ValueColumns(const float* p, const float* v, int64_t v_stride, int64_t keys, int rows,
-                             const float* inv_l, float* const* out_rows) {
+PRISM_ATTN void ValueColumns(const float* p, const float* v, int64_t v_stride, KeyRows kr, int64_t keys,
+                             int rows, const float* inv_l, float* const* out_rows) {
   __m512 acc[D];
 #pragma GCC unroll 16
   for (int d = 0; d < D; ++d) acc[d] = _mm512_setzero_ps();
   for (int64_t t = 0; t < keys; ++t) {
     const __m512 pt = _mm512_loadu_ps(p + t * kRows);
-    const float* vr = v + t * v_stride;
+    const float* vr = v + kr(t) * v_stride;
 #pragma GCC unroll 16
     for (int d = 0; d < D; ++d) acc[d] = _mm512_fmadd_ps(pt, _mm512_set1_ps(vr[d]), acc[d]);
   }
@@ -108,9 +110,9 @@ PRISM_ATTN void ValueColumns(const float* p, const float* v, int64_t v_stride, i
 
 template <int... Ds>
 PRISM_ATTN void ValueColumnsOf(int64_t D, std::integer_sequence<int, Ds...>, const float* p, const float* v,
-                               int64_t v_stride, int64_t keys, int rows, const float* inv_l,
+                               int64_t v_stride, KeyRows kr, int64_t keys, int rows, const float* inv_l,
                                float* const* out_rows) {
-  ((D == Ds + 1 ? ValueColumns<Ds + 1>(p, v, v_stride, keys, rows, inv_l, out_rows) : void()), ...);
+  ((D == Ds + 1 ? ValueColumns<Ds + 1>(p, v, v_stride, kr, keys, rows, inv_l, out_rows) : void()), ...);
 }
 
 PRISM_ATTN void AttentionBlock(const float* q, const float* k, const float* v, float* out,
@@ -125,12 +127,16 @@ PRISM_ATTN void AttentionBlock(const float* q, const float* k, const float* v, f
   const int64_t keys = b.keys;
   float *qt = b.qt,
         *p = b.p;  // [D][16] queries, transposed, pre-scaled; [keys][16] scores, then probabilities
-  const float* kh = k + h * lay.k_head + b.first * lay.k_row;
-  v += b.first * lay.v_row;  // keys from b.first on
+  const KeyRows kr{a.key_rows, b.first};  // keys from b.first on
+  const float* kh = k + h * lay.k_head;
   int64_t t = 0;
   for (; t + 4 <= keys; t += 4) {
+    if (kr.rows)  // paged: its blocks lie anywhere
+      for (int64_t u = t + kAhead; u < std::min(keys, t + kAhead + 4); ++u)
+        PrefetchRow(kh + kr(u) * lay.k_row, D);
     __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    const float *k0 = kh + t * lay.k_row, *k1 = k0 + lay.k_row, *k2 = k1 + lay.k_row, *k3 = k2 + lay.k_row;
+    const float *k0 = kh + kr(t) * lay.k_row, *k1 = kh + kr(t + 1) * lay.k_row,
+                *k2 = kh + kr(t + 2) * lay.k_row, *k3 = kh + kr(t + 3) * lay.k_row;
     for (int64_t e = 0; e < D; ++e) {
       const __m512 qe = _mm512_loadu_ps(qt + e * kRows);
       s0 = _mm512_fmadd_ps(qe, _mm512_set1_ps(k0[e]), s0);
@@ -145,7 +151,7 @@ PRISM_ATTN void AttentionBlock(const float* q, const float* k, const float* v, f
   }
   for (; t < keys; ++t) {
     __m512 s0 = _mm512_setzero_ps();
-    const float* k0 = kh + t * lay.k_row;
+    const float* k0 = kh + kr(t) * lay.k_row;
     for (int64_t e = 0; e < D; ++e)
       s0 = _mm512_fmadd_ps(_mm512_loadu_ps(qt + e * kRows), _mm512_set1_ps(k0[e]), s0);
     _mm512_storeu_ps(p + t * kRows, s0);
@@ -176,7 +182,7 @@ PRISM_ATTN void AttentionBlock(const float* q, const float* k, const float* v, f
       const int64_t s = (row0 + r) / G, g = (row0 + r) % G;
       out_rows[r] = out + ((h * G + g) * So + a.out_row0 + s) * D;
     }
-    ValueColumnsOf(D, std::make_integer_sequence<int, 16>{}, p, v + h * lay.v_head, lay.v_row, keys, rows,
+    ValueColumnsOf(D, std::make_integer_sequence<int, 16>{}, p, v + h * lay.v_head, lay.v_row, kr, keys, rows,
                    inv_l, out_rows);
     return;
   }
@@ -193,10 +199,10 @@ PRISM_ATTN void AttentionBlock(const float* q, const float* k, const float* v, f
       const int64_t width = std::min<int64_t>(64, D - d0);
       const float* vh = v + h * lay.v_head;
       switch ((width + 15) / 16) {
-        case 1: ValueStrip<1>(p, vh, lay.v_row, chunk_keys, r0, rr, d0, width, inv_l, out_rows); break;
-        case 2: ValueStrip<2>(p, vh, lay.v_row, chunk_keys, r0, rr, d0, width, inv_l, out_rows); break;
-        case 3: ValueStrip<3>(p, vh, lay.v_row, chunk_keys, r0, rr, d0, width, inv_l, out_rows); break;
-        default: ValueStrip<4>(p, vh, lay.v_row, chunk_keys, r0, rr, d0, width, inv_l, out_rows); break;
+        case 1: ValueStrip<1>(p, vh, lay.v_row, kr, chunk_keys, r0, rr, d0, width, inv_l, out_rows); break;
+        case 2: ValueStrip<2>(p, vh, lay.v_row, kr, chunk_keys, r0, rr, d0, width, inv_l, out_rows); break;
+        case 3: ValueStrip<3>(p, vh, lay.v_row, kr, chunk_keys, r0, rr, d0, width, inv_l, out_rows); break;
+        default: ValueStrip<4>(p, vh, lay.v_row, kr, chunk_keys, r0, rr, d0, width, inv_l, out_rows); break;
       }
     }
   }
@@ -236,7 +242,8 @@ void PagedAttentionF32(const float* q, const float* k_pool, const float* v_pool,
                        const AttentionDims& a, const PagedKv& kv, int thread, int threads) {
   const int64_t S = a.seq, NB = kv.blocks, HD = a.heads_kv * a.head_dim, QD = a.group * HD;
   thread_local std::vector<int64_t> starts;
-  thread_local std::vector<float> keys, vals, scratch;
+  thread_local std::vector<int64_t> rows;
+  thread_local std::vector<float> scratch;
   starts.clear();
   for (int64_t s = 0; s < S; ++s) {
     const bool same = s > 0 && kv.positions[s] == kv.positions[s - 1] + 1 &&
@@ -254,18 +261,15 @@ void PagedAttentionF32(const float* q, const float* k_pool, const float* v_pool,
     ra.offset = (int64_t)kv.positions[s0] + 1;
     ra.out_seq = S;
     ra.out_row0 = s0;
-    keys.resize((size_t)(ra.total * HD));
-    vals.resize((size_t)(ra.total * HD));
-    for (int64_t t = 0; t < ra.total; ++t) {
-      const int64_t row = std::clamp<int64_t>(
-          (int64_t)kv.table[s0 * NB + t / kv.block] * kv.block + t % kv.block, 0, kv.pool_rows - 1);
-      std::copy_n(k_pool + row * HD, HD, keys.data() + t * HD);
-      std::copy_n(v_pool + row * HD, HD, vals.data() + t * HD);
-    }
+    rows.resize((size_t)ra.total);
+    for (int64_t t = 0; t < ra.total; ++t)
+      rows[t] = std::clamp<int64_t>((int64_t)kv.table[s0 * NB + t / kv.block] * kv.block + t % kv.block, 0,
+                                    kv.pool_rows - 1);
+    ra.key_rows = rows.data();
     const BlockKernel kb = Kernel();
     const int64_t blocks = (n * a.group + kb.rows - 1) / kb.rows, items = a.heads_kv * blocks;
     for (int64_t i = whole ? 0 : thread; i < items; i += whole ? 1 : threads)
-      kb.fn(q + s0 * QD, keys.data(), vals.data(), out, ra, i / blocks, i % blocks * kb.rows, scratch);
+      kb.fn(q + s0 * QD, k_pool, v_pool, out, ra, i / blocks, i % blocks * kb.rows, scratch);
   }
 }
 

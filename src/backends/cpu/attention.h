@@ -24,6 +24,9 @@ struct AttentionDims {
     bool plain = true;           // every value in [first, end) is 0
   };
   const MaskSpan* spans = nullptr;
+  // Key t's row in K and V (the rows the layouts' k_row and v_row step over): key_rows[t], a paged cache's
+  // pool row; null: t itself.
+  const int64_t* key_rows = nullptr;
 };
 
 // A paged KV cache: query s's key t is pool row table[s * blocks + t / block] * block + t % block
@@ -48,8 +51,8 @@ void CausalAttentionF32(const float* q, const float* k, const float* v, float* o
 
 // The same over a ragged batch through a paged KV cache: a.seq queries of many sequences, a.total =
 // blocks * block keys at most, a.offset unused. Each run of queries with one block-table row and
-// consecutive positions (one sequence's piece) is a causal attention over its sequence's keys, copied
-// out of the pools into contiguous rows first. Runs go to threads whole when there are enough of them.
+// consecutive positions (one sequence's piece) is a causal attention over its sequence's keys, read in the
+// pools where they lie (AttentionDims::key_rows). Runs go to threads whole when there are enough of them.
 void PagedAttentionF32(const float* q, const float* k_pool, const float* v_pool, float* out,
                        const AttentionDims& a, const PagedKv& kv, int thread, int threads);
 

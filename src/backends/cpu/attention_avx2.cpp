@@ -39,8 +39,9 @@ PRISM_AVX2 inline __m256 Exp2(__m256 x) {
 // out rows [r, r + rows) of the block (rows <= 4, computed 4 wide): sum over keys of p[t][lane] * v[t, :]
 // over one strip of at most 8 * NC value columns from d0, scaled by 1 / l.
 template <int NC>
-PRISM_AVX2 void ValueStrip(const float* p, const float* v, int64_t v_stride, int64_t keys, int lane0,
-                           int rows, int64_t d0, int64_t width, const float* inv_l, float* const* out_rows) {
+PRISM_AVX2 void ValueStrip(const float* p, const float* v, int64_t v_stride, KeyRows kr, int64_t keys,
+                           int lane0, int rows, int64_t d0, int64_t width, const float* inv_l,
+                           float* const* out_rows) {
   __m256 acc[4][NC];
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i)
@@ -51,7 +52,8 @@ PRISM_AVX2 void ValueStrip(const float* p, const float* v, int64_t v_stride, int
   for (int j = 0; j < 8; ++j) mask_bits[j] = j < tail ? -1 : 0;
   const __m256i tail_mask = _mm256_load_si256(reinterpret_cast<const __m256i*>(mask_bits));
   for (int64_t t = 0; t < keys; ++t) {
-    const float* vr = v + t * v_stride + d0;
+    const float* vr = v + kr(t) * v_stride + d0;
+    if (kr.rows && t + kAhead < keys) PrefetchRow(v + kr(t + kAhead) * v_stride + d0, width);
     __m256 vv[NC];
 #pragma GCC unroll 4
     for (int c = 0; c < NC; ++c)
@@ -94,12 +96,16 @@ PRISM_AVX2 void AttentionBlockAvx2(const float* q, const float* k, const float* 
   const int rows = b.rows;
   const int64_t keys = b.keys;
   float *qt = b.qt, *p = b.p;  // [D][8] queries, transposed, pre-scaled; [keys][8] scores, then probabilities
-  const float* kh = k + h * lay.k_head + b.first * lay.k_row;
-  v += b.first * lay.v_row;  // keys from b.first on
+  const KeyRows kr{a.key_rows, b.first};  // keys from b.first on
+  const float* kh = k + h * lay.k_head;
   int64_t t = 0;
   for (; t + 4 <= keys; t += 4) {
+    if (kr.rows)  // paged: its blocks lie anywhere
+      for (int64_t u = t + kAhead; u < std::min(keys, t + kAhead + 4); ++u)
+        PrefetchRow(kh + kr(u) * lay.k_row, D);
     __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    const float *k0 = kh + t * lay.k_row, *k1 = k0 + lay.k_row, *k2 = k1 + lay.k_row, *k3 = k2 + lay.k_row;
+    const float *k0 = kh + kr(t) * lay.k_row, *k1 = kh + kr(t + 1) * lay.k_row,
+                *k2 = kh + kr(t + 2) * lay.k_row, *k3 = kh + kr(t + 3) * lay.k_row;
     for (int64_t e = 0; e < D; ++e) {
       const __m256 qe = _mm256_loadu_ps(qt + e * kRows);
       s0 = _mm256_fmadd_ps(qe, _mm256_broadcast_ss(k0 + e), s0);
@@ -114,7 +120,7 @@ PRISM_AVX2 void AttentionBlockAvx2(const float* q, const float* k, const float* 
   }
   for (; t < keys; ++t) {
     __m256 s0 = _mm256_setzero_ps();
-    const float* k0 = kh + t * lay.k_row;
+    const float* k0 = kh + kr(t) * lay.k_row;
     for (int64_t e = 0; e < D; ++e)
       s0 = _mm256_fmadd_ps(_mm256_loadu_ps(qt + e * kRows), _mm256_broadcast_ss(k0 + e), s0);
     _mm256_storeu_ps(p + t * kRows, s0);
@@ -152,9 +158,9 @@ PRISM_AVX2 void AttentionBlockAvx2(const float* q, const float* k, const float* 
     for (int64_t d0 = 0; d0 < D; d0 += 16) {
       const int64_t width = std::min<int64_t>(16, D - d0);
       if (width > 8)
-        ValueStrip<2>(p, vh, lay.v_row, chunk_keys, r0, rr, d0, width, inv_l, out_rows);
+        ValueStrip<2>(p, vh, lay.v_row, kr, chunk_keys, r0, rr, d0, width, inv_l, out_rows);
       else
-        ValueStrip<1>(p, vh, lay.v_row, chunk_keys, r0, rr, d0, width, inv_l, out_rows);
+        ValueStrip<1>(p, vh, lay.v_row, kr, chunk_keys, r0, rr, d0, width, inv_l, out_rows);
     }
   }
 }
