@@ -188,7 +188,7 @@ class Program : public Executable {
   std::vector<HostTensor> storage_;  // per buffer: weights, state and scratch; inputs are borrowed per run
   std::vector<int64_t> capacity_;    // bytes allocated per output buffer (reused while big enough)
   // Per graph output: the memory of the last result Run returned and its bytes, written again by the next
-  // Run once the caller has let that result go (a serving step's logits: no page faults each step).
+  // Run once the caller has let that result go (a serving step's logits: not allocated and zeroed each step).
   std::vector<std::pair<std::shared_ptr<void>, int64_t>> results_;
   std::vector<std::vector<int64_t>> shapes_;  // per buffer, this step's shape
   // Sizes kept from step to step while the symbols they read keep their values (a decode step changes
