@@ -97,7 +97,8 @@ TEST(MemoryPlan, ProgramsInTheArenaMatchTheInterpreterAndUseLessThanSeparateBuff
 }
 
 // A result's memory is written again by a later run only once the caller has let the result go (a serving
-// step's logits: no fresh pages each step); one the caller keeps is never touched, even at another size.
+// step's logits: not allocated and zeroed each step); one the caller keeps is never touched, even at
+// another size.
 TEST(MemoryPlan, AResultIsReusedOnlyAfterTheCallerLetsItGo) {
   Graph g;
   Tensor x{&g, g.Input("x", DType::F32, {Expr::Sym("seq"), Expr(40)})};
