@@ -11,6 +11,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,32 @@ TEST(Sampler, GreedyTiesGoToLowestId) {
   EXPECT_EQ(s.Sample(logits.data(), 5, {}), 1);
   std::vector<float> all_masked(7, -std::numeric_limits<float>::infinity());
   EXPECT_EQ(s.Sample(all_masked.data(), 7, {}), 0);
+}
+
+// Greedy reduces blocks of 64 before it looks for an id: ties across blocks, a maximum in the last partial
+// block, penalised ids at block edges and -inf masks all give the plain scalar argmax of the penalised row.
+TEST(Sampler, GreedyBlocksMatchAScalarArgmax) {
+  const int32_t vocab = 64 * 17 + 37;
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    auto logits = testing::RandomFloats(vocab, seed, -5, 5);
+    for (int i = 0; i < 200; ++i) logits[rng() % vocab] = -std::numeric_limits<float>::infinity();
+    const float top = seed % 4 == 0 ? 5.5f : 9.0f;  // sometimes below what a penalty lifts
+    for (int i = 0; i < 3; ++i) logits[rng() % vocab] = top;  // ties, maybe in different blocks
+    if (seed % 5 == 0) logits[vocab - 1] = 10.0f;           // in the last, partial block
+    std::vector<int32_t> history = {63, 64, static_cast<int32_t>(rng() % vocab), vocab - 1, 127, 128};
+    SamplerConfig c = NoFilters(0.0f);
+    c.repeat_last_n = seed % 2 ? -1 : 0;  // penalties on or off
+    c.presence_penalty = -static_cast<float>(rng() % 8);  // lifts the history's ids by 0-7
+    std::vector<float> penalised = logits;
+    if (c.repeat_last_n != 0)
+      for (int32_t id : std::set<int32_t>(history.begin(), history.end())) penalised[id] -= c.presence_penalty;
+    int32_t expected = 0;
+    for (int32_t i = 1; i < vocab; ++i)
+      if (penalised[i] > penalised[expected]) expected = i;
+    Sampler s(c);
+    EXPECT_EQ(s.Sample(logits.data(), vocab, history), expected) << "seed " << seed;
+  }
 }
 
 TEST(Sampler, TopKOneEqualsGreedy) {
@@ -265,6 +292,12 @@ TEST(Sampler, RejectsBadLogits) {
   }
   row[31999] = -INFINITY, row[17] = NAN;
   EXPECT_THROW(Sampler(NoFilters(0.0f)).Sample(row.data(), 32000, {}), Error);
+  // In every lane of the vector pass and in the tail after it.
+  for (int at = 0; at < 37; ++at) {
+    std::vector<float> odd(37, 0.5f);
+    odd[at] = at % 2 ? NAN : INFINITY;
+    EXPECT_THROW(Sampler(NoFilters(0.0f)).Sample(odd.data(), 37, {}), Error) << at;
+  }
   std::vector<float> masked(4, -INFINITY);
   EXPECT_THROW(Sampler(NoFilters(1.0f)).Sample(masked.data(), 4, {}), Error);
   std::vector<float> ok = {0.0f, 1.0f};

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -13,6 +14,15 @@ namespace {
 
 void Require(bool ok, const std::string& what) {
   if (!ok) throw Error("SamplerConfig: " + what);
+}
+
+// Four floats as one value (GCC's vector extension: an SSE register on any x86-64): the row-wide passes
+// below keep four of them, sixteen logits, in flight.
+using Floats4 = float __attribute__((vector_size(16)));
+Floats4 Load4(const float* p) {
+  Floats4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
 }
 
 bool PenaltiesActive(const SamplerConfig& c) {
@@ -53,8 +63,19 @@ void Sampler::CheckLogits(const float* logits, int32_t vocab) const {
   if (logits == nullptr) throw Error("Sampler::Sample: logits pointer is null");
   if (vocab <= 0) throw Error("Sampler::Sample: vocab must be > 0, got " + std::to_string(vocab));
   // One branch-free pass over the row (NaN and +inf both fail v < inf), the index only when one does.
-  int bad = 0;
-  for (int32_t i = 0; i < vocab; ++i) bad |= !(logits[i] < std::numeric_limits<float>::infinity());
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const Floats4 inf = Floats4{} + kInf;
+  auto ok0 = Floats4{} < inf, ok1 = ok0, ok2 = ok0, ok3 = ok0;  // every lane true
+  int32_t i = 0;
+  for (; i + 16 <= vocab; i += 16) {
+    ok0 &= Load4(logits + i) < inf;
+    ok1 &= Load4(logits + i + 4) < inf;
+    ok2 &= Load4(logits + i + 8) < inf;
+    ok3 &= Load4(logits + i + 12) < inf;
+  }
+  const auto ok = ok0 & ok1 & ok2 & ok3;
+  bool bad = !ok[0] || !ok[1] || !ok[2] || !ok[3];
+  for (; i < vocab; ++i) bad |= !(logits[i] < kInf);
   if (!bad) return;
   for (int32_t i = 0; i < vocab; ++i) {
     float v = logits[i];
@@ -93,18 +114,37 @@ void Sampler::CollectPenalties(const float* logits, int32_t vocab, std::span<con
   }
 }
 
-// Argmax over the penalized logits; ties go to the lowest id. Walks overrides_ in step with
-// the ids instead of materializing a copy of the row.
+// Argmax over the penalized logits; ties go to the lowest id. Walks overrides_ in step with the ids
+// instead of materializing a copy of the row. A block of 64 logits without an override is first reduced
+// to its maximum, four vectors at a time, and scanned for the id only when that maximum beats the best
+// so far: on a 128k-token row in random order, about ln(2,004) = 8 of its 2,004 blocks.
 int32_t Sampler::Greedy(const float* logits, int32_t vocab) const {
+  constexpr int32_t kBlock = 64;
   int32_t best = 0;
   float best_value = -std::numeric_limits<float>::infinity();
   size_t o = 0;
-  for (int32_t i = 0; i < vocab; ++i) {
-    float v = logits[i];
-    if (o < overrides_.size() && overrides_[o].first == i) v = overrides_[o++].second;
-    if (v > best_value) {
-      best_value = v;
-      best = i;
+  for (int32_t b = 0; b < vocab; b += kBlock) {
+    const int32_t end = std::min(vocab, b + kBlock);
+    if (end - b == kBlock && !(o < overrides_.size() && overrides_[o].first < end)) {
+      Floats4 m[4] = {Load4(logits + b), Load4(logits + b + 4), Load4(logits + b + 8),
+                      Load4(logits + b + 12)};
+      for (int32_t i = b + 16; i < end; i += 16)
+        for (int j = 0; j < 4; ++j) {
+          const Floats4 v = Load4(logits + i + 4 * j);
+          m[j] = m[j] < v ? v : m[j];
+        }
+      float block_max = m[0][0];
+      for (int j = 0; j < 4; ++j)
+        for (int l = 0; l < 4; ++l) block_max = std::max(block_max, m[j][l]);
+      if (!(block_max > best_value)) continue;  // ties keep the earlier id
+    }
+    for (int32_t i = b; i < end; ++i) {
+      float v = logits[i];
+      if (o < overrides_.size() && overrides_[o].first == i) v = overrides_[o++].second;
+      if (v > best_value) {
+        best_value = v;
+        best = i;
+      }
     }
   }
   return best;
