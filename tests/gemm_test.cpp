@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "backends/cpu/gemm_amx.h"
@@ -509,6 +510,52 @@ TEST(Gemm, Int8PanelsAgreeWithTheOneRowPathOverOddShapes) {
 // the same order (bitwise equal outputs, a slice past K and one that does not divide it included); the
 // search offers each as a candidate of its own, checks it, and the choice keeps its slice through the
 // tuning database's JSON.
+// A one-row product's gemv_rows (one weight row at a time, or four): exact products either way over odd
+// shapes and a split of the columns; any other value is an error. The search offers it for one activation
+// row of float weights only, and checks it there as every candidate.
+TEST(Gemm, GemvRowsChangeOnlyTheSpeedAndAreSearched) {
+  if (!Avx512TemplatesEnabled()) GTEST_SKIP() << "no AVX-512 kernels on this tier: " << GemmIsa();
+  for (DType wt : {DType::F32, DType::F16, DType::BF16})
+    for (int64_t n : {1, 6, 13})
+      for (int64_t k : {16, 100, 1000})
+        for (int64_t rows : {0, 1, 4}) {
+          auto a = testing::RandomFloats(k, 3), wf = testing::RandomFloats(n * k, 4);
+          HostTensor wt_tensor = HostTensor::FromFloats({n, k}, wf, wt);
+          const uint8_t* w = static_cast<const uint8_t*>(wt_tensor.data);
+          std::vector<float> y(n, NAN);
+          const int64_t split = n / 2;  // two ranges, as two threads would take them
+          GemmRows(a.data(), 1, k, w, wt, y.data(), n, 0, split, rows);
+          GemmRows(a.data(), 1, k, w, wt, y.data(), n, split, n, rows);
+          ExpectExactProducts(a.data(), 1, k, w, wt, n, y, 1e-6);
+        }
+  std::vector<float> a(64, 1.0f), w(64, 1.0f), y(1);
+  EXPECT_THROW(GemmRows(a.data(), 1, 64, w.data(), DType::F32, y.data(), 1, 0, 1, 2), Error);
+  EXPECT_EQ(GemvRowsChoices(DType::F16, 1), (std::vector<int64_t>{4}));
+  EXPECT_TRUE(GemvRowsChoices(DType::F16, 2).empty());
+  EXPECT_TRUE(GemvRowsChoices(DType::Q4_0, 1).empty());
+
+  Graph g;
+  Tensor x{&g, g.Input("x", DType::F32, {Expr::Sym("seq"), Expr(512)})};
+  Tensor wt{&g, g.Weight("w", DType::F16, {Expr(96), Expr(512)})};
+  g.MarkOutput(Linear(x, wt).id(), "y");
+  CompileOptions copts;
+  copts.threads = 2;
+  auto prog = Program::Compile(g, copts);
+  const SymbolBindings one{{"seq", 1}}, many{{"seq", 16}};
+  for (auto& [name, t] : testing::RandomTensors(g, Op::Weight, one, 5)) prog->BindWeight(name, t);
+  SearchOptions opts;
+  opts.buckets = {{"decode", one}, {"batch", many}};
+  std::map<std::string, std::set<std::string>> offered;  // bucket -> gemv_rows candidates
+  for (const auto& r : SearchSchedules(*prog, opts))
+    for (const auto& c : r.value("candidates", nlohmann::json::array())) {
+      const std::string name = c["candidate"];
+      if (name.find("/gemv_rows=") == std::string::npos) continue;
+      offered[r["bucket"]].insert(name.substr(0, name.rfind('/')));
+      EXPECT_TRUE(c["passed"].get<bool>()) << c.dump();
+    }
+  EXPECT_EQ(offered, (std::map<std::string, std::set<std::string>>{{"decode", {"template/gemv_rows=4"}}}));
+}
+
 TEST(Gemm, Int8PanelSlicesChangeOnlyTheSpeedAndAreSearched) {
   if (!PanelGemmSupported(DType::Q4_K)) GTEST_SKIP() << "this CPU has no AVX512-VNNI";
   for (DType wt : {DType::Q4_0, DType::Q4_K, DType::Q6_K}) {

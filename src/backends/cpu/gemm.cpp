@@ -16,6 +16,7 @@
 #include "backends/cpu/gemm_bf16.h"
 #include "backends/cpu/gemm_blocks.h"
 #include "backends/cpu/gemm_int8.h"
+#include "ir/error.h"
 #include "ir/quant_formats.h"
 
 namespace prism {
@@ -177,11 +178,11 @@ PRISM_AVX512 float DotRowPlain(const uint8_t* row, const float* a, int64_t k) {
 
 template <DType T>
 PRISM_AVX512 void GemmAvx512(const float* a, int64_t m, int64_t k, const void* w, float* y, int64_t n_total,
-                             int64_t n_begin, int64_t n_end) {
+                             int64_t n_begin, int64_t n_end, int64_t gemv_rows) {
   const uint8_t* wb = static_cast<const uint8_t*>(w);
   const int64_t rb = RowBytes(T, k);
   if constexpr (!IsQuantizedType(T)) {
-    if (m == 1) {
+    if (m == 1 && gemv_rows != 4) {  // gemv_rows 4: the tiles below, four weight rows at once
       for (int64_t n = n_begin; n < n_end; ++n) y[n] = DotRowPlain<T>(wb + n * rb, a, k);
       return;
     }
@@ -256,7 +257,9 @@ bool GemmSupports(DType wt, int64_t k) {
 }
 
 void GemmRows(const float* a, int64_t m, int64_t k, const void* w, DType wt, float* y, int64_t n_total,
-              int64_t n_begin, int64_t n_end) {
+              int64_t n_begin, int64_t n_end, int64_t gemv_rows) {
+  if (gemv_rows != 0 && gemv_rows != 1 && gemv_rows != 4)
+    throw Error("GemmRows: gemv_rows must be 0, 1 or 4, got " + std::to_string(gemv_rows));
   if (n_begin >= n_end || m <= 0) return;
   if (IsBlockFormat(wt)) {  // K-quants, Q4_1/Q5_x, IQ4: the AVX2 kernels on any x86 with vectors
     if (ActiveIsa() != Isa::Scalar && GemmSupports(wt, k))
@@ -267,13 +270,18 @@ void GemmRows(const float* a, int64_t m, int64_t k, const void* w, DType wt, flo
     return GemmRowsAvx2(a, m, k, w, wt, y, n_total, n_begin, n_end);
   if (ActiveIsa() != Isa::Avx512) return GemmScalar(a, m, k, w, wt, y, n_total, n_begin, n_end);
   switch (wt) {
-    case DType::F32: return GemmAvx512<DType::F32>(a, m, k, w, y, n_total, n_begin, n_end);
-    case DType::F16: return GemmAvx512<DType::F16>(a, m, k, w, y, n_total, n_begin, n_end);
-    case DType::BF16: return GemmAvx512<DType::BF16>(a, m, k, w, y, n_total, n_begin, n_end);
-    case DType::Q8_0: return GemmAvx512<DType::Q8_0>(a, m, k, w, y, n_total, n_begin, n_end);
-    case DType::Q4_0: return GemmAvx512<DType::Q4_0>(a, m, k, w, y, n_total, n_begin, n_end);
+    case DType::F32: return GemmAvx512<DType::F32>(a, m, k, w, y, n_total, n_begin, n_end, gemv_rows);
+    case DType::F16: return GemmAvx512<DType::F16>(a, m, k, w, y, n_total, n_begin, n_end, gemv_rows);
+    case DType::BF16: return GemmAvx512<DType::BF16>(a, m, k, w, y, n_total, n_begin, n_end, gemv_rows);
+    case DType::Q8_0: return GemmAvx512<DType::Q8_0>(a, m, k, w, y, n_total, n_begin, n_end, gemv_rows);
+    case DType::Q4_0: return GemmAvx512<DType::Q4_0>(a, m, k, w, y, n_total, n_begin, n_end, gemv_rows);
     default: return GemmScalar(a, m, k, w, wt, y, n_total, n_begin, n_end);
   }
+}
+
+std::vector<int64_t> GemvRowsChoices(DType wt, int64_t m) {
+  if (m != 1 || IsQuantized(wt) || ActiveIsa() != Isa::Avx512) return {};
+  return {4};
 }
 
 bool RoundedActivationSupported(DType wt, int64_t k) {

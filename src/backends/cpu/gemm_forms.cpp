@@ -23,7 +23,8 @@ bool Always(DType, int64_t) { return true; }
 bool Ever(DType) { return true; }
 
 // Over the weights as stored (AVX-512, AVX2 or scalar): exact f32 products.
-void RunRows(const GemmCall& c) { GemmRows(c.a, c.m, c.k, c.w, c.wt, c.y, c.n, c.nb, c.ne); }
+void RunRows(const GemmCall& c) { GemmRows(c.a, c.m, c.k, c.w, c.wt, c.y, c.n, c.nb, c.ne, c.param); }
+std::vector<int64_t> RowsParams(DType wt, int64_t m, int64_t) { return GemvRowsChoices(wt, m); }
 
 // The activation rounded for dot-product instructions: int8 (VNNI, weights repacked per block) or bf16.
 PackedGemmWeight PackRounded(const void* w, DType wt, int64_t n, int64_t k) {
@@ -51,7 +52,7 @@ void RunPanels(const GemmCall& c) {
 }
 bool PlainFloat(DType wt) { return !IsQuantized(wt); }
 int64_t PanelsMinRows(DType wt) { return IsQuantized(wt) ? Int8PanelsMinRows(wt) : 6; }
-std::vector<int64_t> PanelsParams(DType wt, int64_t k) {
+std::vector<int64_t> PanelsParams(DType wt, int64_t, int64_t k) {
   return IsQuantized(wt) ? Int8PanelSliceChoices(k) : std::vector<int64_t>{};
 }
 
@@ -96,7 +97,9 @@ const std::vector<GemmForm>& GemmForms() {
        .error_bound = nullptr,
        .split_tile = 4,
        .fit_team = nullptr,
-       .on_slabs = true},
+       .on_slabs = true,
+       .param = "gemv_rows",
+       .param_values = RowsParams},
       {.name = "rounded",
        .min_rows = 1,
        .offered = RoundedActivationSupported,

@@ -66,10 +66,11 @@ struct GemmForm {
   // Where the weight type decides from how many rows the form is offered (null: min_rows for every type).
   int64_t (*min_rows_of)(DType wt) = nullptr;
   // A template parameter the search varies (null: none): its name in candidates' names, and the values
-  // offered besides the default (0) for this weight type and reduction size. The values never change what
-  // is computed, only how fast: every candidate is still checked against the reference.
+  // offered besides the default (0) for this weight type, count of activation rows and reduction size.
+  // The values never change what is computed, only how fast: every candidate is still checked against the
+  // reference.
   const char* param = nullptr;
-  std::vector<int64_t> (*param_values)(DType wt, int64_t k) = nullptr;
+  std::vector<int64_t> (*param_values)(DType wt, int64_t m, int64_t k) = nullptr;
 };
 
 // The activation rows from which `form` is offered (and taken unsearched) for weights of type wt.
