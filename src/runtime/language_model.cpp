@@ -224,7 +224,9 @@ std::unique_ptr<Executable> CompileModelGraph(Device& device, const Graph& g, co
   std::unique_ptr<Executable> exe = device.Compile(g, req);
   auto stored = [&](const std::string& name) {
     const TensorData& t = store.Get(name);
-    return HostTensor::Borrow(t.dtype, t.shape, t.data);
+    HostTensor h = HostTensor::Borrow(t.dtype, t.shape, t.data);
+    h.owner = store.Lifetime();  // the candidates of a program search share the copies made of it
+    return h;
   };
   for (const Node& n : g.nodes()) {
     if (n.op != Op::Weight) continue;

@@ -137,7 +137,7 @@ class CpuScheduleSpace : public ScheduleSpace {
           !(p_.exact() && p_.RoundsActivation(k, (int)f))) {
         add(form.label(wt), true, false, (int)f);
         if (form.param_values)  // the form's template parameter: each value a candidate of its own
-          for (int64_t v : form.param_values(wt, kn.gemm->k))
+          for (int64_t v : form.param_values(wt, defaults_[k].m, kn.gemm->k))
             add(form.label(wt) + "/" + form.param + "=" + std::to_string(v), true, false, (int)f, v);
       }
     }
@@ -190,9 +190,12 @@ class CpuScheduleSpace : public ScheduleSpace {
     return Since(t0) * 1e6;
   }
 
+  // A GEMM decided: the weights its other candidates repacked are freed now, not when the search ends (a
+  // 1B model's f16 GEMMs each packed in panels and AMX tiles, kept until then, took the search past 24 GB).
   void Apply(const std::string& bucket, size_t k, const nlohmann::json& choice) override {
     p_.choices_[bucket][k] = ChoiceFromJson(choice);
     if (k < defaults_.size()) p_.launches_[k] = defaults_[k];
+    if (const auto& gm = p_.kp_.kernels[k].gemm) FreeUnusedPacks(gm->w_buffer);
   }
 
   bool Runs(const std::string& bucket, size_t k) const override {
@@ -233,17 +236,24 @@ class CpuScheduleSpace : public ScheduleSpace {
   }
 
   void Finish() override {
-    // Repacked weights that no chosen form reads were made for candidates only: free them.
+    FreeUnusedPacks(-1);
+    p_.ResetState();  // the search ran kernels on random data
+  }
+
+ private:
+  // Repacked weights (of weight buffer w_buffer; -1: of every one) that no bucket's choice reads were made
+  // for candidates only: free them.
+  void FreeUnusedPacks(int w_buffer) {
     std::set<std::pair<int, int>> used;
     for (const auto& [bucket, cs] : p_.choices_)
       for (size_t k = 0; k < cs.size() && k < p_.kp_.kernels.size(); ++k)
         if (p_.kp_.kernels[k].gemm && cs[k].use_template)
           used.insert({cs[k].form, p_.kp_.kernels[k].gemm->w_buffer});
-    std::erase_if(p_.packed_, [&](const auto& e) { return !used.count(e.first); });
-    p_.ResetState();  // the search ran kernels on random data
+    std::erase_if(p_.packed_, [&](const auto& e) {
+      return (w_buffer < 0 || e.first.second == w_buffer) && !used.count(e.first);
+    });
   }
 
- private:
   // The kernels whose unfused form an attention kernel k covers (empty for other kernels).
   std::vector<size_t> Covered(size_t k) const {
     std::vector<size_t> out;

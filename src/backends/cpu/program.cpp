@@ -225,11 +225,15 @@ void Program::BindWeight(const std::string& name, const HostTensor& weight) {
       return k.gemm && k.gemm->w_buffer == (int)b;
     });
     if (gemm_weight && IsFloat(t.dtype) && t.nbytes() >= (int64_t{2} << 20)) {
-      WeightMemory copy = AllocateWeightMemory((size_t)t.nbytes(), ("weight '" + name + "'").c_str());
-      std::memcpy(copy.get(), t.data, (size_t)t.nbytes());
-      t.data = copy.get();
-      const auto unmap = copy.get_deleter();
-      t.owner = std::shared_ptr<void>(copy.release(), unmap);
+      const std::shared_ptr<const void> copy =
+          SharedDerived(t.data, t.owner, "huge-page copy of " + std::to_string(t.nbytes()) + " bytes", [&] {
+            WeightMemory m = AllocateWeightMemory((size_t)t.nbytes(), ("weight '" + name + "'").c_str());
+            std::memcpy(m.get(), t.data, (size_t)t.nbytes());
+            const auto unmap = m.get_deleter();
+            return std::shared_ptr<const void>(m.release(), unmap);
+          });
+      t.owner = std::const_pointer_cast<void>(copy);  // never written: weights are read only
+      t.data = t.owner.get();
     }
     storage_[b] = std::move(t);
     std::erase_if(packed_,

@@ -2,11 +2,14 @@
 // the team's shared rounded activations, and the form a choice takes in JSON.
 #include <algorithm>
 #include <exception>
+#include <memory>
 #include <set>
+#include <string>
 
 #include "backends/cpu/gemm_experts.h"
 #include "backends/cpu/machine_probe.h"
 #include "backends/cpu/program.h"
+#include "backends/cpu/weight_memory.h"
 #include "ir/error.h"
 
 namespace prism {
@@ -78,11 +81,21 @@ void Program::PackForms(const std::vector<std::pair<const GemmTemplate*, int>>& 
   auto pack = [&](int i) {
     const GemmTemplate& gm = *todo[i].first;
     const GemmForm& form = GemmForms()[todo[i].second];
-    const void* w = storage_[gm.w_buffer].data;
+    const HostTensor& src = storage_[gm.w_buffer];
     const DType wt = kp_.buffers[gm.w_buffer].dtype;
     try {
-      packed[i] = gm.index_buffer >= 0 ? PackExperts(form, w, wt, gm.experts, gm.n, gm.k)
-                                       : form.pack(w, wt, gm.n, gm.k);
+      // Shared with every other Program packing the same weight alike (weight_memory.h).
+      const std::string what = std::string(form.name) + " " + std::string(DTypeName(wt)) + " " +
+                               std::to_string(gm.n) + "x" + std::to_string(gm.k) + " experts " +
+                               std::to_string(gm.index_buffer >= 0 ? gm.experts : 0);
+      const std::shared_ptr<const void> made = SharedDerived(src.data, src.owner, what, [&] {
+        return std::make_shared<const PackedGemmWeight>(
+            gm.index_buffer >= 0 ? PackExperts(form, src.data, wt, gm.experts, gm.n, gm.k)
+                                 : form.pack(src.data, wt, gm.n, gm.k));
+      });
+      const PackedGemmWeight& pw = *static_cast<const PackedGemmWeight*>(made.get());
+      packed[i] = pw;
+      packed[i].form_data = std::shared_ptr<const void>(made, pw.form_data.get());  // keeps `made` alive
     } catch (...) {
       errors[i] = std::current_exception();
     }

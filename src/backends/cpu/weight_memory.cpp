@@ -63,4 +63,31 @@ WeightMemory AllocateWeightMemory(size_t bytes, const char* what) {
   return {data, Unmap};
 }
 
+std::shared_ptr<const void> SharedDerived(const void* src, const std::shared_ptr<void>& src_owner,
+                                          const std::string& what,
+                                          const std::function<std::shared_ptr<const void>()>& make) {
+  if (!src_owner) return make();
+  struct Entry {
+    std::weak_ptr<void> owner;
+    std::weak_ptr<const void> made;
+  };
+  static std::mutex mu;
+  static std::map<std::pair<const void*, std::string>, Entry> entries;
+  const auto key = std::make_pair(src, what);
+  auto same_owner = [&](const Entry& e) {
+    return !e.owner.expired() && !e.owner.owner_before(src_owner) && !src_owner.owner_before(e.owner);
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = entries.find(key);
+    if (it != entries.end() && same_owner(it->second))
+      if (auto made = it->second.made.lock()) return made;
+  }
+  std::shared_ptr<const void> made = make();  // outside the lock: packing a large weight takes a while
+  std::lock_guard<std::mutex> lock(mu);
+  std::erase_if(entries, [](const auto& e) { return e.second.owner.expired() || e.second.made.expired(); });
+  entries[key] = {src_owner, made};
+  return made;
+}
+
 }  // namespace prism

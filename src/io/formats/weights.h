@@ -42,6 +42,9 @@ class WeightStore {
   // Tensors present but unusable: name -> one-line reason (e.g. unsupported ggml type).
   const std::map<std::string, std::string>& Unsupported() const { return unsupported_; }
   const std::string& Source() const { return source_; }  // path, for messages
+  // Lives as long as this store (and as long as anyone holding it): an owner for tensors borrowed from
+  // the store, by which what is derived from them is shared while the store lives (weight_memory.h).
+  const std::shared_ptr<void>& Lifetime() const { return lifetime_; }
   // "safetensors", "gguf" or "llama2c": tells models which layout conventions apply (e.g.
   // GPT-2 Conv1D weights are [in, out] in safetensors but [out, in] in GGUF).
   const std::string& Format() const { return format_; }
@@ -62,6 +65,7 @@ class WeightStore {
   std::unordered_map<std::string, size_t> index_;
   std::map<std::string, std::string> unsupported_;
   std::vector<std::shared_ptr<const void>> owners_;
+  std::shared_ptr<void> lifetime_ = std::make_shared<char>();
 };
 
 // Product of `shape` into *count; false on a negative dimension or int64 overflow.
