@@ -54,6 +54,33 @@ void ExpectExactProducts(const float* a, int64_t m, int64_t k, const uint8_t* w,
     }
 }
 
+// Searches one product (x [seq, k] times w [n, k] of type wt, on two threads) over the buckets; returns per
+// bucket the candidates whose names carry `param` (as "template-panels/slice=16"), each expected to pass.
+std::map<std::string, std::set<std::string>> SearchedParamCandidates(
+    DType wt, int64_t n, int64_t k, const std::vector<std::pair<std::string, SymbolBindings>>& buckets,
+    const std::string& param) {
+  Graph g;
+  Tensor x{&g, g.Input("x", DType::F32, {Expr::Sym("seq"), Expr(k)})};
+  Tensor w{&g, g.Weight("w", wt, {Expr(n), Expr(k)})};
+  g.MarkOutput(Linear(x, w).id(), "y");
+  CompileOptions copts;
+  copts.threads = 2;
+  auto prog = Program::Compile(g, copts);
+  for (auto& [name, t] : testing::RandomTensors(g, Op::Weight, buckets.front().second, 5))
+    prog->BindWeight(name, t);
+  SearchOptions opts;
+  opts.buckets = buckets;
+  std::map<std::string, std::set<std::string>> offered;
+  for (const auto& r : SearchSchedules(*prog, opts))
+    for (const auto& c : r.value("candidates", nlohmann::json::array())) {
+      const std::string name = c["candidate"];
+      if (name.find("/" + param + "=") == std::string::npos) continue;
+      offered[r["bucket"]].insert(name.substr(0, name.rfind('/')));
+      EXPECT_TRUE(c["passed"].get<bool>()) << c.dump();
+    }
+  return offered;
+}
+
 }  // namespace
 
 // Every kernel of p in GEMM form `form` (the template on), run by the team when threads > 1.
@@ -534,25 +561,8 @@ TEST(Gemm, GemvRowsChangeOnlyTheSpeedAndAreSearched) {
   EXPECT_TRUE(GemvRowsChoices(DType::F16, 2).empty());
   EXPECT_TRUE(GemvRowsChoices(DType::Q4_0, 1).empty());
 
-  Graph g;
-  Tensor x{&g, g.Input("x", DType::F32, {Expr::Sym("seq"), Expr(512)})};
-  Tensor wt{&g, g.Weight("w", DType::F16, {Expr(96), Expr(512)})};
-  g.MarkOutput(Linear(x, wt).id(), "y");
-  CompileOptions copts;
-  copts.threads = 2;
-  auto prog = Program::Compile(g, copts);
-  const SymbolBindings one{{"seq", 1}}, many{{"seq", 16}};
-  for (auto& [name, t] : testing::RandomTensors(g, Op::Weight, one, 5)) prog->BindWeight(name, t);
-  SearchOptions opts;
-  opts.buckets = {{"decode", one}, {"batch", many}};
-  std::map<std::string, std::set<std::string>> offered;  // bucket -> gemv_rows candidates
-  for (const auto& r : SearchSchedules(*prog, opts))
-    for (const auto& c : r.value("candidates", nlohmann::json::array())) {
-      const std::string name = c["candidate"];
-      if (name.find("/gemv_rows=") == std::string::npos) continue;
-      offered[r["bucket"]].insert(name.substr(0, name.rfind('/')));
-      EXPECT_TRUE(c["passed"].get<bool>()) << c.dump();
-    }
+  const auto offered = SearchedParamCandidates(DType::F16, 96, 512,
+                                               {{"decode", {{"seq", 1}}}, {"batch", {{"seq", 16}}}}, "gemv_rows");
   EXPECT_EQ(offered, (std::map<std::string, std::set<std::string>>{{"decode", {"template/gemv_rows=4"}}}));
 }
 
@@ -580,26 +590,8 @@ TEST(Gemm, Int8PanelSlicesChangeOnlyTheSpeedAndAreSearched) {
   EXPECT_EQ(Int8PanelSliceChoices(2048), (std::vector<int64_t>{16, 32}));
   EXPECT_EQ(Int8PanelSliceChoices(8192), (std::vector<int64_t>{16, 32, 256}));
 
-  Graph g;
-  Tensor x{&g, g.Input("x", DType::F32, {Expr::Sym("seq"), Expr(4096)})};
-  Tensor w{&g, g.Weight("w", DType::Q4_0, {Expr(96), Expr(4096)})};
-  g.MarkOutput(Linear(x, w).id(), "y");
-  CompileOptions copts;
-  copts.threads = 2;
-  auto prog = Program::Compile(g, copts);
-  const SymbolBindings b{{"seq", 16}};
-  for (auto& [name, t] : testing::RandomTensors(g, Op::Weight, b, 5)) prog->BindWeight(name, t);
-  SearchOptions opts;
-  opts.buckets = {{"batch", b}};
-  const nlohmann::json receipts = SearchSchedules(*prog, opts);
-  std::set<std::string> slices;
-  for (const auto& r : receipts)
-    for (const auto& c : r.value("candidates", nlohmann::json::array())) {
-      const std::string name = c["candidate"];
-      if (name.find("/slice=") == std::string::npos) continue;
-      slices.insert(name.substr(0, name.rfind('/')));
-      EXPECT_TRUE(c["passed"].get<bool>()) << c.dump();
-    }
+  const std::set<std::string> slices =
+      SearchedParamCandidates(DType::Q4_0, 96, 4096, {{"batch", {{"seq", 16}}}}, "slice")["batch"];
   EXPECT_EQ(slices, (std::set<std::string>{"template-panels/slice=16", "template-panels/slice=32",
                                            "template-panels/slice=128"}));
   KernelChoice c;
