@@ -446,7 +446,7 @@ TEST(AttentionTemplate, SearchChecksFusedAgainstUnfusedAndTheChoiceRuns) {
   auto prog = Program::Compile(g, copts);
   SearchOptions opts;
   opts.buckets = {{"prefill", {{"seq", 128}, {"past", 0}}}};
-  opts.budget_seconds = 30;
+  opts.budget_seconds = testing::kUnreachedSearchBudget;
   nlohmann::json receipts = SearchSchedules(*prog, opts);
   bool seen = false;
   for (const auto& r : receipts) {

@@ -70,6 +70,7 @@ std::map<std::string, std::set<std::string>> SearchedParamCandidates(
     prog->BindWeight(name, t);
   SearchOptions opts;
   opts.buckets = buckets;
+  opts.budget_seconds = testing::kUnreachedSearchBudget;
   std::map<std::string, std::set<std::string>> offered;
   for (const auto& r : SearchSchedules(*prog, opts))
     for (const auto& c : r.value("candidates", nlohmann::json::array())) {
@@ -653,7 +654,7 @@ TEST(Gemm, Int8PrefetchDistancesChangeOnlyTheSpeedAndAreSearchedPerStep) {
     opts.budget_seconds = budget;
     return std::make_pair(SearchSchedules(*prog, opts), std::move(prog));
   };
-  auto [receipts, prog] = search(20);
+  auto [receipts, prog] = search(testing::kUnreachedSearchBudget);
   std::set<std::string> variants;
   std::string step_key;
   for (const auto& r : receipts)
@@ -878,6 +879,7 @@ TEST(Gemm, SearchOffersAmxForPromptsAndTheChoiceRuns) {
     }
     SearchOptions opts;
     opts.buckets = {{"prefill", b}};
+    opts.budget_seconds = testing::kUnreachedSearchBudget;
     nlohmann::json receipts = SearchSchedules(*prog, opts);
     int amx = 0;
     for (const auto& r : receipts)

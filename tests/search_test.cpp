@@ -268,7 +268,7 @@ void ExpectBatchedDecisionsSaved(const std::string& device) {
   int scatters = 0;
   // A budget no search of this model reaches: one that ran out (on a loaded CI machine, OpenCL's compiles
   // took 59 s where 11 s was usual) keeps defaults unsaved, and the load below would rightly time them.
-  for (const auto& r : lm->Tune(900)) {
+  for (const auto& r : lm->Tune(testing::kUnreachedSearchBudget)) {
     EXPECT_NE(r.value("reason", "").rfind("no candidate passed", 0), 0u) << r.dump();
     scatters += r.value("kernel", "").find("StateScatter") != std::string::npos && r.contains("candidates");
   }

@@ -16,6 +16,10 @@ std::vector<float> RandomFloats(int64_t n, uint64_t seed, float lo = -1.0f, floa
 // A tensor of GGUF blocks Prism only reads (K-quants, Q4_1/Q5_x, IQ4): random bytes with every f16
 // scale finite and sized so values stay within a few units; shape's last dimension whole blocks.
 HostTensor RandomBlocks(DType t, std::vector<int64_t> shape, uint64_t seed);
+// A search budget no test's search reaches (a search stops when every kernel is decided): tests that check
+// what a search decided must not depend on how loaded the machine is (CI runs two tests at once, under
+// sanitizers too).
+constexpr double kUnreachedSearchBudget = 900;
 // A fresh empty folder under the system temp dir, unique per call.
 std::filesystem::path MakeTempDir(const std::string& tag);
 
