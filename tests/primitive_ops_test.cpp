@@ -72,6 +72,35 @@ TEST(PrimitiveOps, PiecesOfASumUnderOuterGuardsRunAlone) {
   EXPECT_TRUE(std::isnan(cat[(4 + 3) * 95 + 7]));  // sin(NaN) in the third piece
 }
 
+// Kernels alike but for the buffers they read (a model's layers) are one generated function under each
+// kernel's name, each called with its own buffers: three blocks of the same shapes over their own weights
+// render each of their kernels once, and every block's result is its own (against the interpreter, at odd
+// sizes, one and two threads).
+TEST(PrimitiveOps, KernelsAlikeButForTheirBuffersAreGeneratedOnce) {
+  Graph g;
+  Tensor h{&g, g.Input("x", DType::F32, {N(), Expr(13)})};
+  for (int i = 0; i < 3; ++i) {
+    Tensor w{&g, g.Weight("w" + std::to_string(i), DType::F32, {Expr(13), Expr(13)})};
+    Tensor s{&g, g.Weight("s" + std::to_string(i), DType::F32, {Expr(13)})};
+    h = RmsNorm(Linear(h, w).sin() * h + h, s, 1e-5f);
+  }
+  g.MarkOutput(h.id(), "y");
+  auto prog = Program::Compile(g);
+  const std::string& src = prog->source();
+  int defined = 0, aliased = 0;
+  for (size_t at = src.find("extern \"C\" void"); at != std::string::npos;
+       at = src.find("extern \"C\" void", at + 1))
+    (src.compare(src.find(')', at) + 1, 15, " __attribute__(") == 0 ? aliased : defined)++;
+  EXPECT_GT(aliased, 0) << src;
+  EXPECT_LT(defined * 2, defined + aliased)
+      << "the later blocks' kernels are not the first block's functions";
+  testing::CheckGraph(g, {{{"n", 1}}, {{"n", 5}}, {{"n", 33}}}, 1e-5, 1e-5);
+  CompileOptions two;
+  two.threads = 2;
+  auto team = Program::Compile(g, two);
+  testing::CheckExecutable(*team, {{{"n", 1}}, {{"n", 33}}}, 1e-5, 1e-5, 3, false, "two threads");
+}
+
 // A step whose writes would land past the end of the state is refused before anything runs.
 TEST(PrimitiveOps, StateWriteBeyondTheStateIsAnError) {
   Graph g;

@@ -1,4 +1,4 @@
-// Renders a kernel program as one C++ translation unit, one extern "C" function per kernel.
+// Renders a kernel program as one C++ translation unit: an extern "C" function per distinct kernel text.
 #include "codegen/cpp_renderer.h"
 
 #include <algorithm>
@@ -56,6 +56,12 @@ void CollectLoadValues(const KValuePtr& v, std::vector<const KValue*>* out) {
 class CppKernelRenderer : public CKernelRenderer {
  public:
   explicit CppKernelRenderer(const KernelProgram& p) : CKernelRenderer(p, kCppDialect) {}
+
+  // The functions rendered next are kernel k's (its own, reduce-outer, epilogue): they take its operands.
+  void TakeOperandsOf(const Kernel& k) {
+    slot_.clear();
+    for (int b : GeneratedOperands(k)) slot_.emplace(b, slot_.size());
+  }
 
   std::string Render(const Kernel& k) {
     if (std::string piecewise = RenderPiecewise(k); !piecewise.empty()) return piecewise;
@@ -179,8 +185,10 @@ class CppKernelRenderer : public CKernelRenderer {
  private:
   const KValue* ro_reduce_ = nullptr;
   std::string ro_acc_;
+  std::map<int, size_t> slot_;  // buffer -> its place in the operands of the kernel being rendered
 
-  std::string BufferName(int b) const override { return "b" + std::to_string(b); }
+  // A buffer by its place among the kernel's operands: the same kernel over other buffers is the same text.
+  std::string BufferName(int b) const override { return "b" + std::to_string(slot_.at(b)); }
 
   // Signature, symbols and the buffers this kernel touches (only those: smaller, faster to compile).
   void Header(const Kernel& k, const char* suffix, TextStream& os) {
@@ -199,7 +207,7 @@ class CppKernelRenderer : public CKernelRenderer {
     for (int b : used) {
       const char* t = StorageType(p_.buffers[b].dtype);
       const char* c = b == k.out_buffer ? "" : "const ";
-      os << "  " << c << t << ptr << BufferName(b) << " = (" << c << t << "*)bufs[" << b << "];\n";
+      os << "  " << c << t << ptr << BufferName(b) << " = (" << c << t << "*)bufs[" << slot_.at(b) << "];\n";
     }
   }
 
@@ -247,14 +255,32 @@ std::string RenderCpp(const KernelProgram& p) {
   TextStream os;
   os << CPrelude(kCppDialect);
   CppKernelRenderer r(p);
+  // A function whose text another kernel's already has (the same kernel in another layer, over its own
+  // buffers) is that function under a second name: compiled once.
+  std::map<std::string, std::string> first;  // text with the name taken out -> the kernel it was written for
+  auto emit = [&](const std::string& text, const std::string& name) {
+    if (text.empty()) return;
+    std::string key = text;
+    const size_t at = key.find(" " + name + "(");
+    if (at == std::string::npos) throw Error("internal: generated kernel " + name + " has another name");
+    key.replace(at + 1, name.size(), "@");
+    auto [it, fresh] = first.emplace(std::move(key), name);
+    if (fresh)
+      os << "\n" << text;
+    else
+      os << kCppDialect.kernel_head << " " << name << "(void* const*, const int64_t*, int64_t, int64_t) "
+         << "__attribute__((alias(\"" << it->second << "\")));\n";
+  };
   // Template-matched kernels are rendered too: the search compares both tiers.
   for (const Kernel& k : p.kernels) {
-    os << "\n" << r.Render(k) << r.RenderReduceOuter(k);
+    r.TakeOperandsOf(k);
+    emit(r.Render(k), k.name);
+    emit(r.RenderReduceOuter(k), k.name + "_ro");
     if (k.gemm && k.gemm->epilogue) {  // what the template leaves to do once the product is stored
       Kernel e = k;
       e.name += "_epi";
       e.value = EpilogueValue(k);
-      os << "\n" << r.Render(e);
+      emit(r.Render(e), e.name);
     }
   }
   return os.str();

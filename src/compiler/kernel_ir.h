@@ -206,6 +206,11 @@ struct FusionOptions {
 // what a GEMM template's epilogue computes once the product is stored there.
 KValuePtr EpilogueValue(const Kernel& k);
 
+// The buffers a kernel's generated functions (its own, its reduce-outer form and its GEMM epilogue) take, in
+// the order they receive them: the same kernel over other buffers (each layer of a model) is then the same
+// function, generated and compiled once.
+std::vector<int> GeneratedOperands(const Kernel& k);
+
 // Decides which nodes get buffers, cuts the graph into kernels and lowers each to the kernel IR.
 KernelProgram BuildKernelProgram(const Graph& g, const FusionOptions& opts = {});
 

@@ -479,6 +479,14 @@ KValuePtr EpilogueValue(const Kernel& k) {
   return v;
 }
 
+std::vector<int> GeneratedOperands(const Kernel& k) {
+  std::set<int> used;
+  CollectLoads(k.value, &used);
+  for (const GatherBinding& gb : k.out_gathers) CollectLoads(gb.value, &used);
+  used.insert(k.out_buffer);  // the epilogue's value reads only these and the output
+  return {used.begin(), used.end()};
+}
+
 void CheckStateWrites(const Graph& g, const KernelProgram& p, const std::map<std::string, int64_t>& b) {
   for (const Kernel& k : p.kernels) {
     const Node& root = g.node(k.root);

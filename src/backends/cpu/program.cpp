@@ -122,6 +122,7 @@ Program::Program(const Graph& g, KernelProgram kp, std::string source, JitLibrar
     fns_ro_.push_back(reinterpret_cast<KernelFn>(lib_.FindSymbol(k.name + "_ro")));
     fns_epi_.push_back(k.gemm && k.gemm->epilogue ? reinterpret_cast<KernelFn>(lib_.Symbol(k.name + "_epi"))
                                                   : nullptr);
+    operands_.push_back(GeneratedOperands(k));
   }
   for (size_t k = 0; k < kp_.kernels.size(); ++k) unsearched_.push_back(UnsearchedChoice(k));
   storage_.resize(kp_.buffers.size());
@@ -516,7 +517,8 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
     form.run(call);
     // The epilogue over this thread's columns, while they are in cache.
     if (gm.epilogue)
-      for (int64_t i = mb; i < me && nb < ne; ++i) fns_epi_[k](bufs, syms, i * gm.n + nb, i * gm.n + ne);
+      for (int64_t i = mb; i < me && nb < ne; ++i)
+        CallGenerated(fns_epi_[k], k, bufs, syms, i * gm.n + nb, i * gm.n + ne);
     return;
   }
   int64_t begin = 0, end = st.total;
@@ -530,7 +532,17 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
       end = st.total * (t + 1) / threads;
     }
   }
-  if (begin < end) (st.reduce_outer ? fns_ro_[k] : fns_[k])(bufs, syms, begin, end);
+  if (begin < end) CallGenerated(st.reduce_outer ? fns_ro_[k] : fns_[k], k, bufs, syms, begin, end);
+}
+
+void Program::CallGenerated(KernelFn f, size_t k, void* const* bufs, const int64_t* syms, int64_t begin,
+                            int64_t end) const {
+  const std::vector<int>& ops = operands_[k];
+  void* few[16];
+  std::vector<void*> many(ops.size() > 16 ? ops.size() : 0);
+  void** args = many.empty() ? few : many.data();
+  for (size_t i = 0; i < ops.size(); ++i) args[i] = bufs[ops[i]];
+  f(args, syms, begin, end);
 }
 
 void Program::RunMegakernel(void* const* bufs, const int64_t* syms) {
