@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
 
 #include "codegen/c_dialects.h"
 #include "ir/error.h"
@@ -197,10 +196,7 @@ class CppKernelRenderer : public CKernelRenderer {
     for (size_t s = 0; s < p_.symbols.size(); ++s)
       os << "  const int64_t s_" << p_.symbols[s] << " = syms[" << s << "]; (void)s_" << p_.symbols[s]
          << ";\n";
-    std::set<int> used;
-    CollectLoads(k.value, &used);
-    for (const GatherBinding& gb : k.out_gathers) CollectLoads(gb.value, &used);
-    used.insert(k.out_buffer);
+    const std::vector<int> used = GeneratedOperands(k);  // this function's (an epilogue reads fewer)
     // A kernel that maps elements may get its output in the bytes of an input (the arena writes in place),
     // so its pointers may alias: no __restrict there (its loop is vectorized by `omp simd` anyway).
     const std::string ptr = HasReduce(k.value) ? std::string("* ") + d_.restrict_kw + " " : "* ";
