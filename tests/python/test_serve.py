@@ -294,7 +294,10 @@ def test_32_concurrent_clients_are_batched_and_get_the_answers_they_get_alone(st
         assert text == alone[key], key
     mean_batch = (metric(stories, "prism_batch_step_sequences") - seqs0) / (metric(stories, "prism_batch_steps") - steps0)
     print(f"\nsequences per step under 32 clients: {mean_batch:.1f}")
-    assert mean_batch > 4  # the requests really ran together
+    # The requests really ran together: a server stepping one sequence at a time gives exactly 1. How many are in
+    # flight depends on how fast 32 Python client threads (one interpreter lock) send them against how fast the
+    # server answers: 8-12 on an idle 2-core host, 25 with two busy processes beside it, 3.8 in one CI run.
+    assert mean_batch > 2
     assert metric(stories, "prism_kv_blocks_used") == 0  # no block leaked
     assert metric(stories, "prism_requests_running") == 0
 
