@@ -251,10 +251,20 @@ const MachinePeaks& ProbeMachine(int threads) {
   return it->second;
 }
 
+// clflushopt where the CPU has it: clflush is ordered with every other clflush, and on a KVM guest (the
+// Xeon with AMX these notes measure on) it took 2.7 ns a byte, 40x clflushopt: 45% of a 1B model's compile.
+__attribute__((target("clflushopt"))) static void FlushOpt(const char* c, size_t bytes) {
+  for (size_t i = 0; i < bytes; i += 64) _mm_clflushopt(const_cast<char*>(c + i));
+}
+
 void EvictFromCache(const void* p, size_t bytes) {
+  static const bool opt = __builtin_cpu_supports("clflushopt");
   const char* c = static_cast<const char*>(p);
-  for (size_t i = 0; i < bytes; i += 64) _mm_clflush(c + i);
-  _mm_mfence();
+  if (opt)
+    FlushOpt(c, bytes);
+  else
+    for (size_t i = 0; i < bytes; i += 64) _mm_clflush(c + i);
+  _mm_mfence();  // orders clflushopt too: the lines are gone before what follows reads them
 }
 
 }  // namespace prism
