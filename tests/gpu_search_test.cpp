@@ -106,7 +106,7 @@ TEST_P(GpuSearch, ChoosesCheckedSchedulesAndRejectsAWrongCandidate) {
         EXPECT_LE(t["min_us"].get<double>(), t["median_us"].get<double>());
         EXPECT_LE(t["median_us"].get<double>(), t["max_us"].get<double>());
         EXPECT_GT(t["max_us"].get<double>(), 0);
-        EXPECT_GE(t["runs"], opts.min_runs);
+        EXPECT_GE(t["runs"], t.value("raced_out", false) ? 1 : opts.min_runs);
         EXPECT_LE(t["runs"], opts.max_runs);
         if (t["candidate"] == r["chosen"]) {
           chosen_passed = true;

@@ -229,16 +229,28 @@ class Search {
     }
     // Then the passing ones are timed in rounds, one run of each per round (round 0 warms up), so that a
     // burst of load elsewhere slows all of them rather than whichever was being timed.
+    // Candidates far slower than the fastest after the first timed round leave the race: at a prompt's
+    // sizes a loop nest can take 10x a GEMM template, and its further runs were most of a 1B model's search.
     std::vector<std::vector<double>> times(cands.size());
+    std::vector<size_t> racing = passed;
     const auto t_all = Clock::now();
     for (int round = 0;
          round <= std::max(opts_.min_runs, opts_.max_runs) &&
-         (round <= opts_.min_runs || Since(t_all) < opts_.seconds_per_candidate * passed.size());
-         ++round)
-      for (size_t ci : passed) {
+         (round <= opts_.min_runs || Since(t_all) < opts_.seconds_per_candidate * racing.size());
+         ++round) {
+      for (size_t ci : racing) {
         const double us = sp_.TimeUs(k, cands[ci]);
         if (round > 0) times[ci].push_back(us);
       }
+      if (round != 1 || racing.size() < 2) continue;
+      double fastest = times[racing[0]][0];
+      for (size_t ci : racing) fastest = std::min(fastest, times[ci][0]);
+      std::erase_if(racing, [&](size_t ci) {
+        if (times[ci][0] <= opts_.race_factor * fastest) return false;
+        tried[ci]["raced_out"] = true;
+        return true;
+      });
+    }
     size_t best = cands.size();
     for (size_t ci : passed) {
       tried[ci].update(TimingSummary(times[ci]));

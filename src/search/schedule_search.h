@@ -33,6 +33,9 @@ struct SearchOptions {
   // timed rounds, and more, up to max_runs, while the kernel has used under seconds_per_candidate each.
   int min_runs = 3, max_runs = 11;
   double seconds_per_candidate = 0.05;
+  // A race: after the first timed round, a candidate slower than race_factor times that round's fastest
+  // is timed no more (its receipt shows its one run and "raced_out").
+  double race_factor = 3;
   int samples = 24;  // outputs checked per candidate
   uint64_t seed = 20261122;
   // Called as the search reaches each kernel of a bucket: kernels done of total, seconds of budget left.
