@@ -13,11 +13,14 @@
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/gemm_forms.h"
 #include "backends/cpu/machine_probe.h"
+#include "backends/cpu/program.h"
+#include "backends/schedule_space.h"
 #include "compiler/kernel_hash.h"
 #include "frontend/nn.h"
 #include "graph_check.h"
 #include "ir/error.h"
 #include "runtime/language_model.h"
+#include "search/schedule_search.h"
 #include "test_util.h"
 
 namespace prism {
@@ -371,6 +374,102 @@ TEST(Search, UnsearchedReductionsTakeTheOrderTheirLoadsFavour) {
   EXPECT_EQ(pv, 1);
   EXPECT_EQ(rows, 1);
   testing::CheckGraph(g, {{{"s", 1}}, {{"s", 7}}, {{"s", 33}}}, 1e-2, 1e-2, 3, "unsearched orders");
+}
+
+namespace {
+
+// The CPU's schedule space with each kernel's first candidate 100 ms slower when timed.
+class FirstCandidateSlowed : public ScheduleSpace {
+ public:
+  explicit FirstCandidateSlowed(std::unique_ptr<ScheduleSpace> in) : in_(std::move(in)) {}
+  std::set<std::string> slowed;  // "kernel/candidate"
+  const KernelProgram& kernels() const override { return in_->kernels(); }
+  std::string identity() const override { return in_->identity(); }
+  DeviceCeilings Ceilings(size_t k) const override { return in_->Ceilings(k); }
+  void StartBucket(const std::string& b, const std::string& from, const SymbolBindings& sizes) override {
+    in_->StartBucket(b, from, sizes);
+  }
+  SearchBuffers Prepare(const SymbolBindings& sizes, const std::vector<bool>& timed, bool whole_step,
+                        uint64_t seed) override {
+    return in_->Prepare(sizes, timed, whole_step, seed);
+  }
+  std::vector<ScheduleCandidate> Candidates(size_t k, nlohmann::json& notes) override {
+    std::vector<ScheduleCandidate> c = in_->Candidates(k, notes);
+    if (!c.empty()) slowed.insert(kernels().kernels[k].name + "/" + c[0].name);
+    return c;
+  }
+  void BeforeReference(size_t k) override { in_->BeforeReference(k); }
+  std::vector<double> RunAndRead(size_t k, const ScheduleCandidate& c,
+                                 const std::vector<int64_t>& at) override {
+    return in_->RunAndRead(k, c, at);
+  }
+  double ErrorBound(size_t k, const ScheduleCandidate& c, int64_t i) override {
+    return in_->ErrorBound(k, c, i);
+  }
+  double TimeUs(size_t k, const ScheduleCandidate& c) override {
+    const double us = in_->TimeUs(k, c);
+    return slowed.count(kernels().kernels[k].name + "/" + c.name) ? us + 1e5 : us;
+  }
+  void Apply(const std::string& b, size_t k, const nlohmann::json& choice) override {
+    in_->Apply(b, k, choice);
+  }
+  bool Runs(const std::string& b, size_t k) const override { return in_->Runs(b, k); }
+  void Finish() override { in_->Finish(); }
+
+ private:
+  std::unique_ptr<ScheduleSpace> in_;
+};
+
+}  // namespace
+
+// A candidate far slower than the fastest in the first timed round is timed no more: its receipt shows
+// one run and raced_out, and it is not chosen; without the race (a factor nothing reaches) every passing
+// candidate is timed min_runs times.
+TEST(Search, CandidatesFarSlowerAfterTheFirstRoundLeaveTheRace) {
+  Graph g;
+  Tensor x{&g, g.Input("x", DType::F32, {Expr::Sym("seq"), Expr(96)})};
+  Tensor w{&g, g.Weight("w", DType::F32, {Expr(80), Expr(96)})};
+  g.MarkOutput(Linear(x, w).id(), "y");
+  const SymbolBindings b{{"seq", 5}};
+  const auto weights = testing::RandomTensors(g, Op::Weight, b, 3);
+  for (const double factor : {3.0, 1e30}) {
+    CompileOptions copts;
+    copts.threads = 2;
+    auto prog = Program::Compile(g, copts);
+    for (auto& [name, t] : weights) prog->BindWeight(name, t);
+    FirstCandidateSlowed space(prog->OpenSearch());
+    SearchOptions opts;
+    opts.buckets = {{"prefill", b}};
+    opts.db_path = (testing::MakeTempDir("race") / "tuning.json").string();
+    opts.budget_seconds = testing::kUnreachedSearchBudget;
+    opts.busy_limit = 1;
+    opts.race_factor = factor;
+    int raced = 0, slowed_timed = 0;
+    for (const auto& r : SearchSchedules(space, opts)) {
+      if (!r.contains("candidates")) continue;
+      for (const auto& c : r["candidates"]) {
+        if (!c.value("passed", false) || !c.contains("runs")) continue;
+        const bool slow =
+            space.slowed.count(r["kernel"].get<std::string>() + "/" + c["candidate"].get<std::string>());
+        const bool out = c.value("raced_out", false);
+        raced += out;
+        if (slow && r["candidates"].size() > 1) {
+          ++slowed_timed;
+          EXPECT_NE(r["chosen"], c["candidate"]) << r.dump();
+          EXPECT_EQ(out, factor < 1e9) << c.dump();
+        }
+        if (out) {
+          EXPECT_EQ(c["runs"].get<int>(), 1) << c.dump();
+        } else {
+          EXPECT_GE(c["runs"].get<int>(), opts.min_runs) << c.dump();
+        }
+      }
+    }
+    EXPECT_GT(slowed_timed, 0) << "no kernel had a slowed candidate beside others";
+    if (factor > 1e9) {
+      EXPECT_EQ(raced, 0);
+    }
+  }
 }
 
 }  // namespace prism

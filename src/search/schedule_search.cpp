@@ -340,9 +340,13 @@ class Search {
 
 }  // namespace
 
+nlohmann::json SearchSchedules(ScheduleSpace& space, const SearchOptions& opts) {
+  return Search(space, opts).Run();
+}
+
 nlohmann::json SearchSchedules(Executable& exe, const SearchOptions& opts) {
   std::unique_ptr<ScheduleSpace> space = exe.OpenSearch();
-  if (space) return Search(*space, opts).Run();
+  if (space) return SearchSchedules(*space, opts);
   // Nothing to choose: every kernel has the one schedule the device runs it with.
   nlohmann::json receipts = nlohmann::json::array();
   for (const auto& [bucket, sizes] : opts.buckets)

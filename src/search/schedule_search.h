@@ -47,5 +47,7 @@ struct SearchOptions {
 // rounding candidate's per-output bound); returns one JSON receipt per decision. Decisions the database
 // holds for this kernel, device and bucket are applied without timing (unless opts.replay).
 nlohmann::json SearchSchedules(Executable& exe, const SearchOptions& opts);
+// The same over a device's schedule space (what Executable::OpenSearch gives).
+nlohmann::json SearchSchedules(ScheduleSpace& space, const SearchOptions& opts);
 
 }  // namespace prism
