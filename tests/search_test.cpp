@@ -378,7 +378,8 @@ TEST(Search, UnsearchedReductionsTakeTheOrderTheirLoadsFavour) {
 
 namespace {
 
-// The CPU's schedule space with each kernel's first candidate 100 ms slower when timed.
+// The CPU's schedule space with each kernel's first candidate 100 ms slower when timed. Its step variants are
+// not passed on (the base class offers none): only the kernels' races are under test.
 class FirstCandidateSlowed : public ScheduleSpace {
  public:
   explicit FirstCandidateSlowed(std::unique_ptr<ScheduleSpace> in) : in_(std::move(in)) {}
