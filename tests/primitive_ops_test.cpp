@@ -98,7 +98,9 @@ TEST(PrimitiveOps, KernelsAlikeButForTheirBuffersAreGeneratedOnce) {
   CompileOptions two;
   two.threads = 2;
   auto team = Program::Compile(g, two);
-  testing::CheckExecutable(*team, {{{"n", 1}}, {{"n", 33}}}, 1e-5, 1e-5, 3, false, "two threads");
+  // 1e-4 as CheckGraph's default: on AVX2 the rows form sums 8 lanes, then across them, and three blocks of
+  // sin and RMS norm carried that order's rounding to 4.4e-5 in one of these 429 outputs (seed 3).
+  testing::CheckExecutable(*team, {{{"n", 1}}, {{"n", 33}}}, 1e-4, 1e-4, 3, false, "two threads");
 }
 
 // A step whose writes would land past the end of the state is refused before anything runs.
