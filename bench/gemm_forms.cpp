@@ -16,7 +16,9 @@
 #include "backends/cpu/gemm_bf16.h"
 #include "backends/cpu/gemm_blocks.h"
 #include "backends/cpu/gemm_int8.h"
+#include "backends/cpu/gemm_int8_avx2.h"
 #include "backends/cpu/gemm_panels.h"
+#include "backends/cpu/gemm_slices_avx2.h"
 #include "backends/cpu/machine_probe.h"
 #include "backends/cpu/thread_pool.h"
 #include "ir/host_tensor.h"
@@ -67,6 +69,13 @@ int main(int argc, char** argv) {
           wt, ("rounded, prefetch=" + std::to_string(ahead)).c_str(), p.bytes,
           [&](int64_t nb, int64_t ne) { GemmRowsInt8(a.data(), m, p, y.data(), n, nb, ne, ahead); }, evict);
   };
+  auto slices = [&](DType wt, const void* w, size_t bytes) {
+    if (!SliceGemmSupported(wt, k)) return;
+    for (int64_t m_block : std::vector<int64_t>{0, 96, 384})
+      time(wt, ("slices, m_block=" + std::to_string(m_block)).c_str(), bytes, [&](int64_t nb, int64_t ne) {
+        GemmSlicesAvx2(a.data(), m, k, w, wt, y.data(), n, nb, ne, m_block);
+      });
+  };
   for (DType wt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0}) {
     if (!GemmSupports(wt, k)) continue;
     const HostTensor w = HostTensor::FromFloats({n, k}, wf, wt);
@@ -81,6 +90,11 @@ int main(int argc, char** argv) {
            [&](int64_t nb, int64_t ne) { GemmBf16Panels(a.data(), m, p, y.data(), n, nb, ne); });
     }
     if (Int8DotSupported(wt, k)) int8_rows(wt, w.data);
+    if (Int8Avx2Supported(wt, k))
+      time(wt, "int8-avx2", (size_t)w.nbytes(), [&](int64_t nb, int64_t ne) {
+        GemmRowsInt8Avx2(a.data(), m, k, w.data, wt, y.data(), n, nb, ne);
+      });
+    slices(wt, w.data, (size_t)w.nbytes());
     if (PanelGemmSupported(wt)) {
       PanelPackedWeight p = PackPanels(w.data, wt, n, k);
       time(wt, "panels", p.bytes,
@@ -104,6 +118,7 @@ int main(int argc, char** argv) {
         GemmRowsBlockQ8K(a.data(), m, k, w.data, wt, y.data(), n, nb, ne);
       });
     if (Int8DotSupported(wt, k)) int8_rows(wt, w.data);
+    slices(wt, w.data, (size_t)w.nbytes());
     if (PanelGemmSupported(wt)) {
       PanelPackedWeight p = PackPanels(w.data, wt, n, k);
       time(wt, "panels (int8 VNNI)", p.bytes,

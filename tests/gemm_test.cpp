@@ -15,8 +15,10 @@
 #include "backends/cpu/gemm_blocks.h"
 #include "backends/cpu/gemm_experts.h"
 #include "backends/cpu/gemm_int8.h"
+#include "backends/cpu/gemm_int8_avx2.h"
 #include "backends/cpu/gemm_int8_panels.h"
 #include "backends/cpu/gemm_panels.h"
+#include "backends/cpu/gemm_slices_avx2.h"
 #include "backends/cpu/k4_scales.h"
 #include "ir/quant_formats.h"
 #include "frontend/nn.h"
@@ -403,6 +405,63 @@ TEST(Gemm, Avx2RowsMatchExactProductsOverOddShapesAndSplits) {
           GemmRowsAvx2(a.data(), m, k, w, wt, y.data(), n, split, n);
           ExpectExactProducts(a.data(), m, k, w, wt, n, y, 1e-6);
         }
+}
+
+TEST(Gemm, Avx2SlicesMatchExactProductsOverOddShapesAndSplits) {
+  if (!GemmAvx2Supported()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C";
+  for (DType wt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K,
+                   DType::Q5_1, DType::IQ4_XS})
+    for (int64_t m : {1, 5, 13, 200})  // 200: row blocks of 96 and of the default, the last tile partial
+      for (int64_t n : {1, 17, 40})
+        for (int64_t k : {1, 17, 96, 512}) {  // 512: two slices of K
+          if (k % BlockElems(wt)) continue;
+          auto a = testing::RandomFloats(m * k, 9);
+          const bool made_here = !IsQuantized(wt) || wt == DType::Q8_0 || wt == DType::Q4_0;
+          HostTensor wt_tensor = made_here ? HostTensor::FromFloats({n, k}, testing::RandomFloats(n * k, 10), wt)
+                                           : testing::RandomBlocks(wt, {n, k}, 10 + n);
+          const uint8_t* w = static_cast<const uint8_t*>(wt_tensor.data);
+          for (int64_t m_block : {int64_t{0}, int64_t{96}}) {
+            std::vector<float> y(m * n, NAN);
+            const int64_t split = n / 3;  // two ranges, the second starting inside a slice of 16 columns
+            GemmSlicesAvx2(a.data(), m, k, w, wt, y.data(), n, 0, split, m_block);
+            GemmSlicesAvx2(a.data(), m, k, w, wt, y.data(), n, split, n, m_block);
+            SCOPED_TRACE("m_block " + std::to_string(m_block));
+            ExpectExactProducts(a.data(), m, k, w, wt, n, y, made_here ? 1e-6 : 2e-6);
+          }
+        }
+}
+
+// The AVX2 byte dot products (Q8_0/Q4_0 as stored, the activation rounded per 32 values): within the int8
+// forms' bound of the exact sum over odd shapes and splits, the bound not vacuous (the rounding shows), and
+// a NaN in an activation block reaches every output of its row.
+TEST(Gemm, Avx2Int8StaysWithinItsActivationRoundingBound) {
+  if (!GemmAvx2Supported()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C";
+  for (DType wt : {DType::Q8_0, DType::Q4_0}) {
+    double worst = 0;
+    for (int64_t m : {1, 2, 3, 5})
+      for (int64_t n : {1, 6, 9})
+        for (int64_t k : {32, 96, 2048}) {
+          auto a = testing::RandomFloats(m * k, 12 + m);
+          HostTensor wt_tensor = HostTensor::FromFloats({n, k}, testing::RandomFloats(n * k, 13), wt);
+          const uint8_t* w = static_cast<const uint8_t*>(wt_tensor.data);
+          std::vector<float> y(m * n, NAN);
+          const int64_t split = n / 2;
+          GemmRowsInt8Avx2(a.data(), m, k, w, wt, y.data(), n, 0, split);
+          GemmRowsInt8Avx2(a.data(), m, k, w, wt, y.data(), n, split, n);
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              const Exact e = ExactDot(a.data(), k, w, wt, i, j);
+              const double bound = Int8DotErrorBound(a.data() + i * k, w, wt, k, j);
+              ASSERT_LE(std::fabs(y[i * n + j] - e.sum), bound * 1.01 + 1e-6 * e.magnitude)
+                  << DTypeName(wt) << " m=" << m << " n=" << n << " k=" << k << " at " << i << "," << j;
+              worst = std::max(worst, std::fabs(y[i * n + j] - e.sum) / e.magnitude);
+            }
+          a[(m - 1) * k + k / 2] = NAN;  // the last row's middle block
+          GemmRowsInt8Avx2(a.data(), m, k, w, wt, y.data(), n, 0, n);
+          for (int64_t j = 0; j < n; ++j) EXPECT_TRUE(std::isnan(y[(m - 1) * n + j])) << DTypeName(wt);
+        }
+    EXPECT_GT(worst, 1e-5) << DTypeName(wt) << ": the activation was not rounded";
+  }
 }
 
 TEST(Gemm, Int8DotStaysWithinItsActivationRoundingBound) {
@@ -916,7 +975,7 @@ TEST(Gemm, SearchOffersAmxForPromptsAndTheChoiceRuns) {
 // A bf16 activation (a cast from bf16) meets bf16 weights on bf16 dot products before any search: its
 // rounding to bf16 loses nothing, so only the order of the sums differs from the interpreter's. An f32
 // activation keeps exact f32 products until a search has checked the rounding: the rows form, or over
-// many rows the panels.
+// many rows the panels (the slices without AVX-512).
 TEST(Gemm, Bf16ActivationsRunOnBf16DotProductsUnsearched) {
   for (DType xt : {DType::BF16, DType::F32}) {
     Graph g;
@@ -931,9 +990,12 @@ TEST(Gemm, Bf16ActivationsRunOnBf16DotProductsUnsearched) {
         EXPECT_EQ(gm->a_bf16, xt == DType::BF16);
         const bool dots = xt == DType::BF16 && GemmForms()[GemmFormIndex("dot-panels")].offered(DType::BF16, 200);
         const bool panels = GemmForms()[GemmFormIndex("panels")].offered(DType::BF16, 200);
+        const bool slices = GemmForms()[GemmFormIndex("slices")].offered(DType::BF16, 200);
         EXPECT_EQ(prog->DefaultChoice(k, {{"m", 1}}).form, dots ? GemmFormIndex("dot-panels") : 0);
-        EXPECT_EQ(prog->DefaultChoice(k, {{"m", 70}}).form,
-                  dots ? GemmFormIndex("dot-panels") : panels ? GemmFormIndex("panels") : 0);
+        EXPECT_EQ(prog->DefaultChoice(k, {{"m", 70}}).form, dots     ? GemmFormIndex("dot-panels")
+                                                             : panels ? GemmFormIndex("panels")
+                                                             : slices ? GemmFormIndex("slices")
+                                                                      : 0);
       }
     EXPECT_EQ(gemms, 1);
     testing::CheckGraph(g, {{{"m", 1}}, {{"m", 5}}, {{"m", 70}}}, 1e-5, 1e-5, 7,
@@ -947,7 +1009,8 @@ TEST(Gemm, Bf16ActivationsRunOnBf16DotProductsUnsearched) {
 // would check; float weights keep exact f32 products (the panels from 6 rows where N fills a panel, as
 // here; the rows form below that).
 TEST(Gemm, QuantizedWeightsRunOnInt8DotProductsUnsearched) {
-  const int rounded = GemmFormIndex("rounded"), panels = GemmFormIndex("panels"), q8k = GemmFormIndex("q8k");
+  const int rounded = GemmFormIndex("rounded"), panels = GemmFormIndex("panels"), q8k = GemmFormIndex("q8k"),
+            slices = GemmFormIndex("slices"), int8_avx2 = GemmFormIndex("int8-avx2");
   // Panels from 2 rows where they hold the weights as nibbles, from 6 where as bytes or floats.
   EXPECT_EQ(MinRows(GemmForms()[panels], DType::Q4_K), 2);
   EXPECT_EQ(MinRows(GemmForms()[panels], DType::Q4_0), 2);
@@ -965,9 +1028,11 @@ TEST(Gemm, QuantizedWeightsRunOnInt8DotProductsUnsearched) {
     for (int64_t m : {1, 2, 5, 6, 70}) {
       int want = 0;
       if (IsQuantized(wt))
-        for (int f : {rounded, q8k})
+        for (int f : {rounded, q8k, int8_avx2})
           if (want == 0 && GemmForms()[f].offered(wt, k)) want = f;
       if (m >= MinRows(GemmForms()[panels], wt) && GemmForms()[panels].offered(wt, k)) want = panels;
+      // Without AVX-512: the slices from 16 rows of quantized weights (f16's rows form stays ahead).
+      if (m >= 16 && wt != DType::F16 && GemmForms()[slices].offered(wt, k)) want = slices;
       const std::string what = std::string(DTypeName(wt)) + " m=" + std::to_string(m);
       for (size_t kk = 0; kk < prog->kernels().kernels.size(); ++kk) {
         if (prog->kernels().kernels[kk].gemm) {

@@ -7,8 +7,10 @@
 #include "backends/cpu/gemm_bf16.h"
 #include "backends/cpu/gemm_blocks.h"
 #include "backends/cpu/gemm_int8.h"
+#include "backends/cpu/gemm_int8_avx2.h"
 #include "backends/cpu/gemm_int8_panels.h"
 #include "backends/cpu/gemm_panels.h"
+#include "backends/cpu/gemm_slices_avx2.h"
 
 namespace prism {
 namespace {
@@ -83,6 +85,13 @@ void FitAmx(AmxActivation* act, int64_t m, const void* packed) {
   AmxActivationFit(act, m, *static_cast<const AmxPackedWeight*>(packed));
 }
 
+// AVX2 machines over many rows: the weights as stored, decoded to f32 slices once per row block.
+void RunSlices(const GemmCall& c) { GemmSlicesAvx2(c.a, c.m, c.k, c.w, c.wt, c.y, c.n, c.nb, c.ne, c.param); }
+std::vector<int64_t> SlicesParams(DType, int64_t m, int64_t) { return SliceRowBlockChoices(m); }
+
+// AVX2 machines, Q8_0/Q4_0 weights as stored: the activation rounded to int8, byte dot products.
+void RunInt8Avx2(const GemmCall& c) { GemmRowsInt8Avx2(c.a, c.m, c.k, c.w, c.wt, c.y, c.n, c.nb, c.ne); }
+
 }  // namespace
 
 const std::vector<GemmForm>& GemmForms() {
@@ -156,6 +165,30 @@ const std::vector<GemmForm>& GemmForms() {
        .run = RunQ8K,
        .rounds = Ever,
        .error_bound = BlockQ8KErrorBound,
+       .split_tile = 4,
+       .fit_team = nullptr,
+       .on_slabs = true},
+      {.name = "slices",
+       .min_rows = 6,
+       .offered = SliceGemmSupported,
+       .label = [](DType) -> std::string { return "template-slices"; },
+       .pack = nullptr,
+       .run = RunSlices,
+       .rounds = nullptr,
+       .error_bound = nullptr,
+       .split_tile = kSliceCols,
+       .fit_team = nullptr,
+       .on_slabs = true,
+       .param = "m_block",
+       .param_values = SlicesParams},
+      {.name = "int8-avx2",
+       .min_rows = 1,
+       .offered = Int8Avx2Supported,
+       .label = [](DType) -> std::string { return "template-int8-avx2"; },
+       .pack = nullptr,
+       .run = RunInt8Avx2,
+       .rounds = Ever,
+       .error_bound = RoundedActivationErrorBound,
        .split_tile = 4,
        .fit_team = nullptr,
        .on_slabs = true},
