@@ -79,6 +79,9 @@ PRISM_AVX2 void Tile(const int8_t* aq, const float* ad, int64_t k, const uint8_t
 #pragma GCC unroll 4
     for (int j = 0; j < NR; ++j) {
       const uint8_t* blk = w + j * rb + b * kBlockBytes;
+      // The same block of the next tile's rows: a tile's rows are short streams (1,152 bytes of Q4_0 at K =
+      // 2048) that the hardware prefetcher did not follow; decode waited on these loads at 10 GB/s.
+      _mm_prefetch(reinterpret_cast<const char*>(blk + 4 * rb), _MM_HINT_T0);
       const __m256i wv = WeightBytes<T>(blk + 2), wabs = _mm256_sign_epi8(wv, wv);
       const float dw = _cvtsh_ss(*reinterpret_cast<const uint16_t*>(blk));
 #pragma GCC unroll 2
