@@ -83,15 +83,6 @@ PRISM_PANELS void Tile(const float* ap, int64_t row_step, int64_t k_step, const 
   }
 }
 
-// Rows [m0, m1) x K values [k0, k0 + kb) of A into tiles of kMR rows, K-major, zero past m1.
-void PackActivation(const float* a, int64_t lda, int64_t m0, int64_t m1, int64_t k0, int64_t kb, float* ap) {
-  for (int64_t i0 = m0; i0 < m1; i0 += kMR, ap += kb * kMR)
-    for (int i = 0; i < kMR; ++i) {
-      const float* row = i0 + i < m1 ? a + (i0 + i) * lda + k0 : nullptr;
-      for (int64_t kk = 0; kk < kb; ++kk) ap[kk * kMR + i] = row ? row[kk] : 0.0f;
-    }
-}
-
 // The same tiles from a K-major A (PanelActivation): a tile's kMR rows within one group are kMR consecutive
 // values of each of its K rows.
 PRISM_PANELS void PackKMajor(const float* a, PanelActivation l, int64_t k, int64_t m0, int64_t m1, int64_t k0,
@@ -134,7 +125,7 @@ PRISM_PANELS void Gemm(const float* a, int64_t m, const PanelPackedWeight& w, fl
       if (!direct)
         PackKMajor(a, layout, k, m0, m1, k0, kb, apack);
       else if (m_whole < m1)
-        PackActivation(a, k, m_whole, m1, k0, kb, apack + (m_whole - m0) * kb);
+        PackActivationTiles<kMR>(a, k, m_whole, m1, k0, kb, apack + (m_whole - m0) * kb);
       for (int64_t p = n_begin / kPanelCols; p * kPanelCols < n_end; ++p) {
         const uint8_t* slice = w.data.get() + p * panel_bytes + k0 * kPanelCols * elem;
         const float* wf = reinterpret_cast<const float*>(slice);  // f32 weights are read in place

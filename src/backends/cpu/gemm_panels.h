@@ -35,6 +35,18 @@ struct PanelActivation {
   int64_t group = 0, first = 0;
 };
 
+// Rows [m0, m1) x K values [k0, k0 + kb) of a row-major A (rows lda apart) into tiles of MR rows, K-major (a
+// tile's MR values of one k together, as a register tile of MR rows broadcasts them), zero past m1.
+template <int MR>
+void PackActivationTiles(const float* a, int64_t lda, int64_t m0, int64_t m1, int64_t k0, int64_t kb,
+                         float* ap) {
+  for (int64_t i0 = m0; i0 < m1; i0 += MR, ap += kb * MR)
+    for (int i = 0; i < MR; ++i) {
+      const float* row = i0 + i < m1 ? a + (i0 + i) * lda + k0 : nullptr;
+      for (int64_t kk = 0; kk < kb; ++kk) ap[kk * MR + i] = row ? row[kk] : 0.0f;
+    }
+}
+
 // Y[m, n] = sum_k A[m, k] * W[n, k] for n in [n_begin, n_end), exactly as the reference (f32
 // products and sums) for float weights; quantized ones round the activations (Int8DotErrorBound).
 // Threads should split N at multiples of kPanelCols (quantized weights require it).

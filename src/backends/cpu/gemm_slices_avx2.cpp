@@ -11,6 +11,7 @@
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/gemm_avx2.h"
 #include "backends/cpu/gemm_blocks.h"
+#include "backends/cpu/gemm_panels.h"
 
 namespace prism {
 namespace {
@@ -59,17 +60,6 @@ PRISM_AVX2 void RunTile(int mr, const float* a, int64_t row_step, int64_t k_step
     case 2: return Tile<2>(a, row_step, k_step, w, kb, y, ldy, first);
     default: return Tile<1>(a, row_step, k_step, w, kb, y, ldy, first);
   }
-}
-
-// Rows [m0, m1) x K values [k0, k0 + kb) of A into tiles of kMR rows, K-major (zero past m1): the tile's
-// rows where they lie are K floats apart, and over a power-of-two K (every model's) all fall in one set of
-// the L1 cache, evicting each other and the slice.
-void PackActivation(const float* a, int64_t lda, int64_t m0, int64_t m1, int64_t k0, int64_t kb, float* ap) {
-  for (int64_t i0 = m0; i0 < m1; i0 += kMR, ap += kb * kMR)
-    for (int i = 0; i < kMR; ++i) {
-      const float* row = i0 + i < m1 ? a + (i0 + i) * lda + k0 : nullptr;
-      for (int64_t kk = 0; kk < kb; ++kk) ap[kk * kMR + i] = row ? row[kk] : 0.0f;
-    }
 }
 
 // An 8 x 8 block of src (rows lds apart) transposed into dst (rows ldd apart).
@@ -156,9 +146,11 @@ PRISM_AVX2 void Run(const float* a, int64_t m, int64_t k, const uint8_t* w, DTyp
     for (int64_t k0 = 0; k0 < k; k0 += kKBlock) {
       const int64_t kb = std::min(kKBlock, k - k0), kbp = (kb + 7) / 8 * 8;
       const bool first = k0 == 0;
+      // Rows where they lie are K floats apart: over a power-of-two K (every model's) a tile's rows fall in
+      // one set of the L1 cache and evict each other and the slice.
       if (pack) {
         apack.resize((size_t)((m1 - m0 + kMR - 1) / kMR * kMR * kb));
-        PackActivation(a, k, m0, m1, k0, kb, apack.data());
+        PackActivationTiles<kMR>(a, k, m0, m1, k0, kb, apack.data());
       }
       for (int64_t n = n_begin; n < n_end; n += kSliceCols) {
         const int64_t cols = std::min(kSliceCols, n_end - n);
