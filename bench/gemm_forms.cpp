@@ -90,10 +90,13 @@ int main(int argc, char** argv) {
            [&](int64_t nb, int64_t ne) { GemmBf16Panels(a.data(), m, p, y.data(), n, nb, ne); });
     }
     if (Int8DotSupported(wt, k)) int8_rows(wt, w.data);
-    if (Int8Avx2Supported(wt, k))
-      time(wt, "int8-avx2", (size_t)w.nbytes(), [&](int64_t nb, int64_t ne) {
-        GemmRowsInt8Avx2(a.data(), m, k, w.data, wt, y.data(), n, nb, ne);
-      });
+    if (Int8Avx2Supported(wt, k)) {
+      const Int8Avx2PackedWeight p = PackForInt8Avx2(w.data, wt, n, k);
+      time(
+          wt, "int8-avx2", p.bytes,
+          [&](int64_t nb, int64_t ne) { GemmRowsInt8Avx2(a.data(), m, p, y.data(), n, nb, ne); },
+          cold ? p.data.get() : nullptr);
+    }
     slices(wt, w.data, (size_t)w.nbytes());
     if (PanelGemmSupported(wt)) {
       PanelPackedWeight p = PackPanels(w.data, wt, n, k);

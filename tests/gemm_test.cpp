@@ -431,23 +431,24 @@ TEST(Gemm, Avx2SlicesMatchExactProductsOverOddShapesAndSplits) {
         }
 }
 
-// The AVX2 byte dot products (Q8_0/Q4_0 as stored, the activation rounded per 32 values): within the int8
-// forms' bound of the exact sum over odd shapes and splits, the bound not vacuous (the rounding shows), and
-// a NaN in an activation block reaches every output of its row.
+// The AVX2 byte dot products (Q8_0/Q4_0 packed in tiles of 8 rows, the activation rounded per 32 values): within the int8 forms' bound of the exact sum over odd shapes (tiles of fewer rows) and splits
+// inside a tile, the bound not vacuous (the rounding shows), and a NaN in an activation block reaches every
+// output of its row.
 TEST(Gemm, Avx2Int8StaysWithinItsActivationRoundingBound) {
   if (!GemmAvx2Supported()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C";
   for (DType wt : {DType::Q8_0, DType::Q4_0}) {
     double worst = 0;
     for (int64_t m : {1, 2, 3, 5})
-      for (int64_t n : {1, 6, 9})
+      for (int64_t n : {1, 6, 9, 21})
         for (int64_t k : {32, 96, 2048}) {
           auto a = testing::RandomFloats(m * k, 12 + m);
           HostTensor wt_tensor = HostTensor::FromFloats({n, k}, testing::RandomFloats(n * k, 13), wt);
           const uint8_t* w = static_cast<const uint8_t*>(wt_tensor.data);
+          const Int8Avx2PackedWeight packed = PackForInt8Avx2(w, wt, n, k);
           std::vector<float> y(m * n, NAN);
           const int64_t split = n / 2;
-          GemmRowsInt8Avx2(a.data(), m, k, w, wt, y.data(), n, 0, split);
-          GemmRowsInt8Avx2(a.data(), m, k, w, wt, y.data(), n, split, n);
+          GemmRowsInt8Avx2(a.data(), m, packed, y.data(), n, 0, split);
+          GemmRowsInt8Avx2(a.data(), m, packed, y.data(), n, split, n);
           for (int64_t i = 0; i < m; ++i)
             for (int64_t j = 0; j < n; ++j) {
               const Exact e = ExactDot(a.data(), k, w, wt, i, j);
@@ -457,7 +458,7 @@ TEST(Gemm, Avx2Int8StaysWithinItsActivationRoundingBound) {
               worst = std::max(worst, std::fabs(y[i * n + j] - e.sum) / e.magnitude);
             }
           a[(m - 1) * k + k / 2] = NAN;  // the last row's middle block
-          GemmRowsInt8Avx2(a.data(), m, k, w, wt, y.data(), n, 0, n);
+          GemmRowsInt8Avx2(a.data(), m, packed, y.data(), n, 0, n);
           for (int64_t j = 0; j < n; ++j) EXPECT_TRUE(std::isnan(y[(m - 1) * n + j])) << DTypeName(wt);
         }
     EXPECT_GT(worst, 1e-5) << DTypeName(wt) << ": the activation was not rounded";
@@ -1031,8 +1032,10 @@ TEST(Gemm, QuantizedWeightsRunOnInt8DotProductsUnsearched) {
         for (int f : {rounded, q8k, int8_avx2})
           if (want == 0 && GemmForms()[f].offered(wt, k)) want = f;
       if (m >= MinRows(GemmForms()[panels], wt) && GemmForms()[panels].offered(wt, k)) want = panels;
-      // Without AVX-512: the slices from 16 rows of quantized weights (f16's rows form stays ahead).
+      // Without AVX-512: the slices from 16 rows of quantized weights (f16's rows form stays ahead), but for
+      // Q8_0/Q4_0, whose int8 tiles run every row count.
       if (m >= 16 && wt != DType::F16 && GemmForms()[slices].offered(wt, k)) want = slices;
+      if (GemmForms()[int8_avx2].offered(wt, k)) want = int8_avx2;
       const std::string what = std::string(DTypeName(wt)) + " m=" + std::to_string(m);
       for (size_t kk = 0; kk < prog->kernels().kernels.size(); ++kk) {
         if (prog->kernels().kernels[kk].gemm) {

@@ -89,8 +89,13 @@ void FitAmx(AmxActivation* act, int64_t m, const void* packed) {
 void RunSlices(const GemmCall& c) { GemmSlicesAvx2(c.a, c.m, c.k, c.w, c.wt, c.y, c.n, c.nb, c.ne, c.param); }
 std::vector<int64_t> SlicesParams(DType, int64_t m, int64_t) { return SliceRowBlockChoices(m); }
 
-// AVX2 machines, Q8_0/Q4_0 weights as stored: the activation rounded to int8, byte dot products.
-void RunInt8Avx2(const GemmCall& c) { GemmRowsInt8Avx2(c.a, c.m, c.k, c.w, c.wt, c.y, c.n, c.nb, c.ne); }
+// AVX2 machines, Q8_0/Q4_0 weights in tiles of 8 rows: the activation rounded to int8, byte dot products.
+PackedGemmWeight PackInt8Avx2Form(const void* w, DType wt, int64_t n, int64_t k) {
+  return Hold(PackForInt8Avx2(w, wt, n, k));
+}
+void RunInt8Avx2(const GemmCall& c) {
+  GemmRowsInt8Avx2(c.a, c.m, *static_cast<const Int8Avx2PackedWeight*>(c.packed), c.y, c.n, c.nb, c.ne);
+}
 
 }  // namespace
 
@@ -185,11 +190,11 @@ const std::vector<GemmForm>& GemmForms() {
        .min_rows = 1,
        .offered = Int8Avx2Supported,
        .label = [](DType) -> std::string { return "template-int8-avx2"; },
-       .pack = nullptr,
+       .pack = PackInt8Avx2Form,
        .run = RunInt8Avx2,
        .rounds = Ever,
        .error_bound = RoundedActivationErrorBound,
-       .split_tile = 4,
+       .split_tile = kInt8Avx2TileRows,
        .fit_team = nullptr,
        .on_slabs = true},
   };

@@ -1,17 +1,21 @@
 // Template-tier CPU GEMM for Q8_0 and Q4_0 weights on AVX2 machines (see gemm_int8_avx2.h): decoding each
 // block to f32 took about 20 vector instructions per 32 weights, more than two cores issue at memory speed;
-// a byte dot product takes about 8 (|w| times a with w's sign, pairs summed to 16 then 32 bits).
+// byte dot products over tiles of 8 rows take about 5 for Q4_0 (unsigned nibbles) and 6 for Q8_0 (|w| times
+// a with w's sign), the 8 rows' sums reduced together and scaled by one vector of their 8 scales.
 #include "backends/cpu/gemm_int8_avx2.h"
 
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/gemm_avx2.h"
+#include "ir/error.h"
 
 namespace prism {
 namespace {
@@ -47,96 +51,156 @@ PRISM_AVX2 float QuantizeBlock(const float* x, int8_t* q) {
   return d;
 }
 
-// A block's 32 weights as signed bytes (Q4_0: low nibbles are values 0-15, high ones 16-31, offset by 8).
+// Bytes per block of a packed tile: the 8 rows' f16 scales, then their values as stored.
 template <DType T>
-PRISM_AVX2 inline __m256i WeightBytes(const uint8_t* qs) {
-  if constexpr (T == DType::Q8_0) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
-  } else {
-    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-    const __m256i v = _mm256_set_m128i(_mm_srli_epi16(x, 4), x);
-    return _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(15)), _mm256_set1_epi8(8));
-  }
-}
+constexpr int64_t kTileBlockBytes = 2 * kInt8Avx2TileRows + kInt8Avx2TileRows*(T == DType::Q8_0 ? 32 : 16);
+// The row whose sum lands in lane l of each kernel's reduction (see Q8Tile and Q4Tile).
+template <DType T>
+constexpr int kLaneRow[kInt8Avx2TileRows] = {0, 1, 2, 3, 4, 5, 6, 7};
+template <>
+constexpr int kLaneRow<DType::Q4_0>[kInt8Avx2TileRows] = {0, 2, 4, 6, 1, 3, 5, 7};
+// Activation bytes per block as each kernel reads them: Q8_0's 32 values; Q4_0's values 0-15 twice, then
+// 16-31 twice (one 32-byte load meets two rows' nibbles).
+template <DType T>
+constexpr int64_t kActBlockBytes = T == DType::Q8_0 ? 32 : 64;
 
-// MR rounded activation rows (values k apart, scales `blocks` apart) x NR weight rows into y (rows ldy
-// apart).
-template <DType T, int MR, int NR>
-PRISM_AVX2 void Tile(const int8_t* aq, const float* ad, int64_t k, const uint8_t* w, int64_t rb, float* y,
-                     int64_t ldy) {
-  constexpr int64_t kBlockBytes = T == DType::Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
-  const int64_t blocks = k / kQuantBlock;
-  __m256 acc[MR][4];
+// MR rounded activation rows (kActBlockBytes per block, rows `blocks` blocks apart; scales `ad`) against one
+// packed tile of 8 Q8_0 rows, into out[MR][8]. No software prefetch: a thread's tiles are one sequential
+// stream, and prefetching it slowed Q4_0's (1-8 KiB ahead, 8192-32768 rows: 15-17 GB/s against 21-27).
+template <int MR>
+PRISM_AVX2 void Q8Tile(const int8_t* aq, const int32_t*, const float* ad, int64_t blocks, const uint8_t* t,
+                       float* out) {
+  __m256 acc[MR];
 #pragma GCC unroll 2
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) acc[i][j] = _mm256_setzero_ps();
+  for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < blocks; ++b) {
+  for (int64_t b = 0; b < blocks; ++b, t += kTileBlockBytes<DType::Q8_0>) {
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
     __m256i av[MR];
 #pragma GCC unroll 2
-    for (int i = 0; i < MR; ++i) av[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(aq + i * k) + b);
-#pragma GCC unroll 4
-    for (int j = 0; j < NR; ++j) {
-      const uint8_t* blk = w + j * rb + b * kBlockBytes;
-      // The same block of the next tile's rows: a tile's rows are short streams (1,152 bytes of Q4_0 at K =
-      // 2048) that the hardware prefetcher did not follow; decode waited on these loads at 10 GB/s.
-      _mm_prefetch(reinterpret_cast<const char*>(blk + 4 * rb), _MM_HINT_T0);
-      const __m256i wv = WeightBytes<T>(blk + 2), wabs = _mm256_sign_epi8(wv, wv);
-      const float dw = _cvtsh_ss(*reinterpret_cast<const uint16_t*>(blk));
+    for (int i = 0; i < MR; ++i)
+      av[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(aq) + i * blocks + b);
+    __m256i d[MR][kInt8Avx2TileRows];  // 32-bit partial sums of row r
+#pragma GCC unroll 8
+    for (int r = 0; r < kInt8Avx2TileRows; ++r) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t + 16) + r),
+                    wabs = _mm256_sign_epi8(w, w);
 #pragma GCC unroll 2
-      for (int i = 0; i < MR; ++i) {
-        const __m256i dot =
-            _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(av[i], wv)), ones);  // exact
-        acc[i][j] =
-            _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * ad[i * blocks + b]), acc[i][j]);
-      }
+      for (int i = 0; i < MR; ++i)
+        d[i][r] = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(av[i], w)), ones);  // exact
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < MR; ++i) {
+      // Pairwise sums: rows 0-3 then 4-7, each 128-bit half's, then the halves added: rows 0-7 in order.
+      const __m256i g0 =
+          _mm256_hadd_epi32(_mm256_hadd_epi32(d[i][0], d[i][1]), _mm256_hadd_epi32(d[i][2], d[i][3]));
+      const __m256i g1 =
+          _mm256_hadd_epi32(_mm256_hadd_epi32(d[i][4], d[i][5]), _mm256_hadd_epi32(d[i][6], d[i][7]));
+      const __m256i dot =
+          _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20), _mm256_permute2x128_si256(g0, g1, 0x31));
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(ad[i * blocks + b])),
+                               acc[i]);
     }
   }
 #pragma GCC unroll 2
-  for (int i = 0; i < MR; ++i) {  // the four rows' sums at once
-    const __m256 s =
-        _mm256_hadd_ps(_mm256_hadd_ps(acc[i][0], acc[i][1]), _mm256_hadd_ps(acc[i][2], acc[i][3]));
-    alignas(16) float out[4];
-    _mm_store_ps(out, _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1)));
-    for (int j = 0; j < NR; ++j) y[i * ldy + j] = out[j];
-  }
+  for (int i = 0; i < MR; ++i) _mm256_storeu_ps(out + 8 * i, acc[i]);
 }
 
-template <DType T, int NR>
-PRISM_AVX2 void TileRows(int mr, const int8_t* aq, const float* ad, int64_t k, const uint8_t* w, int64_t rb,
-                         float* y, int64_t ldy) {
-  if (mr == 2) return Tile<T, 2, NR>(aq, ad, k, w, rb, y, ldy);
-  Tile<T, 1, NR>(aq, ad, k, w, rb, y, ldy);
+// The same for 8 Q4_0 rows; `sums` holds 8 times each activation block's sum (the nibbles' offset).
+template <int MR>
+PRISM_AVX2 void Q4Tile(const int8_t* aq, const int32_t* sums, const float* ad, int64_t blocks,
+                       const uint8_t* t, float* out) {
+  __m256 acc[MR];
+#pragma GCC unroll 2
+  for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
+  const __m256i nibble = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < blocks; ++b, t += kTileBlockBytes<DType::Q4_0>) {
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
+    __m256i lo[4], hi[4];  // rows 2p and 2p+1: their values 0-15 (lo) and 16-31 (hi), unsigned
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t + 16) + p);
+      lo[p] = _mm256_and_si256(v, nibble);
+      hi[p] = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < MR; ++i) {
+      const __m256i* av = reinterpret_cast<const __m256i*>(aq + (i * blocks + b) * 64);
+      const __m256i alo = _mm256_loadu_si256(av), ahi = _mm256_loadu_si256(av + 1);
+      __m256i s[4];  // 16-bit: row 2p's partial sums in the low half, row 2p+1's in the high half
+#pragma GCC unroll 4
+      for (int p = 0; p < 4; ++p)
+        s[p] = _mm256_add_epi16(_mm256_maddubs_epi16(lo[p], alo), _mm256_maddubs_epi16(hi[p], ahi));
+      // Each 16-bit lane of s is at most 4 * 15 * 128 in size, so two rounds of pairwise sums stay below
+      // 2^15; lanes come out as rows 0 2 4 6 | 1 3 5 7, the order of the packed scales.
+      const __m256i h = _mm256_hadd_epi16(_mm256_hadd_epi16(s[0], s[1]), _mm256_hadd_epi16(s[2], s[3]));
+      const __m256i dot =
+          _mm256_sub_epi32(_mm256_madd_epi16(h, ones), _mm256_set1_epi32(sums[i * blocks + b]));
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(ad[i * blocks + b])),
+                               acc[i]);
+    }
+  }
+  const __m256i natural = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+#pragma GCC unroll 2
+  for (int i = 0; i < MR; ++i) _mm256_storeu_ps(out + 8 * i, _mm256_permutevar8x32_ps(acc[i], natural));
 }
 
 template <DType T>
-PRISM_AVX2 void Gemm(const float* a, int64_t m, int64_t k, const uint8_t* w, float* y, int64_t n_total,
+PRISM_AVX2 void Gemm(const float* a, int64_t m, const Int8Avx2PackedWeight& w, float* y, int64_t n_total,
                      int64_t n_begin, int64_t n_end) {
-  const int64_t blocks = k / kQuantBlock, rb = StorageBytes(T, k);
+  constexpr int64_t kAct = kActBlockBytes<T>;
+  const int64_t blocks = w.k / kQuantBlock, tile_bytes = blocks * kTileBlockBytes<T>;
   // Every thread rounds the activation itself: it is small next to the weights it meets.
   thread_local std::vector<int8_t> q;
+  thread_local std::vector<int32_t> sums;
   thread_local std::vector<float> d;
-  q.resize((size_t)(m * k));
+  q.resize((size_t)(m * blocks * kAct));
+  sums.resize((size_t)(m * blocks));
   d.resize((size_t)(m * blocks));
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t b = 0; b < blocks; ++b)
-      d[i * blocks + b] = QuantizeBlock(a + i * k + b * kQuantBlock, q.data() + i * k + b * kQuantBlock);
-  for (int64_t n = n_begin; n < n_end; n += 4) {
-    const int nr = (int)std::min<int64_t>(4, n_end - n);
-    for (int64_t i = 0; i < m; i += 2) {
-      const int mr = (int)std::min<int64_t>(2, m - i);
-      const int8_t* aq = q.data() + i * k;
-      const float* ad = d.data() + i * blocks;
-      float* yi = y + i * n_total + n;
-      switch (nr) {
-        case 4: TileRows<T, 4>(mr, aq, ad, k, w + n * rb, rb, yi, n_total); break;
-        case 3: TileRows<T, 3>(mr, aq, ad, k, w + n * rb, rb, yi, n_total); break;
-        case 2: TileRows<T, 2>(mr, aq, ad, k, w + n * rb, rb, yi, n_total); break;
-        default: TileRows<T, 1>(mr, aq, ad, k, w + n * rb, rb, yi, n_total); break;
-      }
+  for (int64_t i = 0; i < m * blocks; ++i) {
+    if constexpr (T == DType::Q8_0) {
+      d[i] = QuantizeBlock(a + i * kQuantBlock, q.data() + i * kAct);
+    } else {
+      alignas(32) int8_t x[kQuantBlock];
+      d[i] = QuantizeBlock(a + i * kQuantBlock, x);
+      const __m128i lo = _mm_load_si128(reinterpret_cast<const __m128i*>(x)),
+                    hi = _mm_load_si128(reinterpret_cast<const __m128i*>(x) + 1);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q.data() + i * kAct), _mm256_set_m128i(lo, lo));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q.data() + i * kAct) + 1, _mm256_set_m128i(hi, hi));
+      int32_t sum = 0;
+      for (int8_t v : x) sum += v;
+      sums[i] = 8 * sum;
     }
   }
+  constexpr auto tile1 = T == DType::Q8_0 ? Q8Tile<1> : Q4Tile<1>;
+  constexpr auto tile2 = T == DType::Q8_0 ? Q8Tile<2> : Q4Tile<2>;
+  for (int64_t t = n_begin / kInt8Avx2TileRows; t * kInt8Avx2TileRows < n_end; ++t) {
+    const int64_t first = t * kInt8Avx2TileRows, c0 = std::max(n_begin, first),
+                  c1 = std::min(n_end, first + kInt8Avx2TileRows);
+    const uint8_t* tile = w.data.get() + t * tile_bytes;
+    for (int64_t i = 0; i < m; i += 2) {
+      alignas(32) float out[2][kInt8Avx2TileRows];
+      const int64_t mr = std::min<int64_t>(2, m - i), at = i * blocks;
+      (mr == 2 ? tile2 : tile1)(q.data() + at * kAct, sums.data() + at, d.data() + at, blocks, tile, out[0]);
+      for (int64_t r = 0; r < mr; ++r)
+        for (int64_t c = c0; c < c1; ++c) y[(i + r) * n_total + c] = out[r][c - first];
+    }
+  }
+}
+
+template <DType T, class Block>
+void Pack(const Block* src, int64_t n, int64_t blocks, uint8_t* dst) {
+  for (int64_t t = 0; t * kInt8Avx2TileRows < n; ++t)
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t* out = dst + (t * blocks + b) * kTileBlockBytes<T>;
+      for (int l = 0; l < kInt8Avx2TileRows; ++l) {
+        const int64_t row = t * kInt8Avx2TileRows + kLaneRow<T>[l], r = row - t * kInt8Avx2TileRows;
+        if (row >= n) continue;  // padding rows stay 0
+        std::memcpy(out + 2 * l, &src[row * blocks + b].d, 2);
+        std::memcpy(out + 2 * kInt8Avx2TileRows + r * sizeof(Block::qs), src[row * blocks + b].qs,
+                    sizeof(Block::qs));
+      }
+    }
 }
 
 }  // namespace
@@ -146,12 +210,30 @@ bool Int8Avx2Supported(DType wt, int64_t k) {
          std::string_view(GemmIsa()) == "avx2";
 }
 
-void GemmRowsInt8Avx2(const float* a, int64_t m, int64_t k, const void* w, DType wt, float* y,
-                      int64_t n_total, int64_t n_begin, int64_t n_end) {
+Int8Avx2PackedWeight PackForInt8Avx2(const void* w, DType wt, int64_t n, int64_t k) {
+  if ((wt != DType::Q8_0 && wt != DType::Q4_0) || k % kQuantBlock)
+    throw Error("int8-avx2: packs Q8_0 or Q4_0 over whole blocks, not " + std::string(DTypeName(wt)) +
+                " with K = " + std::to_string(k));
+  const int64_t blocks = k / kQuantBlock, tiles = (n + kInt8Avx2TileRows - 1) / kInt8Avx2TileRows;
+  Int8Avx2PackedWeight p;
+  p.type = wt;
+  p.n = n;
+  p.k = k;
+  p.bytes = (size_t)(tiles * blocks *
+                     (wt == DType::Q8_0 ? kTileBlockBytes<DType::Q8_0> : kTileBlockBytes<DType::Q4_0>));
+  p.data = AllocateWeightMemory(p.bytes, "int8-avx2: packed weights");  // zeroed
+  if (wt == DType::Q8_0)
+    Pack<DType::Q8_0>(static_cast<const BlockQ8_0*>(w), n, blocks, p.data.get());
+  else
+    Pack<DType::Q4_0>(static_cast<const BlockQ4_0*>(w), n, blocks, p.data.get());
+  return p;
+}
+
+void GemmRowsInt8Avx2(const float* a, int64_t m, const Int8Avx2PackedWeight& w, float* y, int64_t n_total,
+                      int64_t n_begin, int64_t n_end) {
   if (n_begin >= n_end || m <= 0) return;
-  const uint8_t* wb = static_cast<const uint8_t*>(w);
-  if (wt == DType::Q8_0) return Gemm<DType::Q8_0>(a, m, k, wb, y, n_total, n_begin, n_end);
-  if (wt == DType::Q4_0) return Gemm<DType::Q4_0>(a, m, k, wb, y, n_total, n_begin, n_end);
+  if (w.type == DType::Q8_0) return Gemm<DType::Q8_0>(a, m, w, y, n_total, n_begin, n_end);
+  Gemm<DType::Q4_0>(a, m, w, y, n_total, n_begin, n_end);
 }
 
 }  // namespace prism

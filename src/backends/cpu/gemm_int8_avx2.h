@@ -1,10 +1,11 @@
 // Template-tier CPU GEMM for Q8_0 and Q4_0 weights on AVX2 machines: the activation rounded to 8 bits per
-// 32 values (as the AVX-512 int8 forms and llama.cpp round it), then integer dot products on the weights as
-// stored (vpmaddubsw), one scale product per block.
+// 32 values (as the AVX-512 int8 forms and llama.cpp round it), then integer dot products (vpmaddubsw) over
+// weights repacked 8 rows to a tile, one scale product per block and 8 rows.
 #pragma once
 
 #include <cstdint>
 
+#include "backends/cpu/weight_memory.h"
 #include "ir/dtype.h"
 
 namespace prism {
@@ -13,9 +14,25 @@ namespace prism {
 // weights over whole blocks.
 bool Int8Avx2Supported(DType wt, int64_t k);
 
-// Y[m, n] = sum_k A[m, k] * W[n, k] for n in [n_begin, n_end), W as stored (N x K, GGUF blocks), each
-// activation block rounded by QuantizeActivationBlock's rule: within Int8DotErrorBound of the exact sum.
-void GemmRowsInt8Avx2(const float* a, int64_t m, int64_t k, const void* w, DType wt, float* y,
-                      int64_t n_total, int64_t n_begin, int64_t n_end);
+// Q8_0 or Q4_0 weights (N x K) in tiles of 8 rows (the last one padded with zero rows): block by block, the
+// 8 rows' f16 scales (in the order the kernel's sums come out; Q4_0: rows 0 2 4 6 1 3 5 7), then their
+// values as stored, row after row. As many bytes as GGUF's rows but for the padding; a thread's share is one
+// sequential stream. Q4_0's 32 nibbles are summed against the activation as unsigned bytes (vpmaddubsw
+// takes one unsigned operand) and 8 times the activation's sum taken off once per block for all 8 rows.
+struct Int8Avx2PackedWeight {
+  DType type = DType::Q8_0;
+  int64_t n = 0, k = 0;
+  size_t bytes = 0;  // all of data
+  WeightMemory data{nullptr, nullptr};
+};
+constexpr int64_t kInt8Avx2TileRows = 8;
+
+// Packs Q8_0 or Q4_0 weights as above (k a multiple of 32).
+Int8Avx2PackedWeight PackForInt8Avx2(const void* w, DType wt, int64_t n, int64_t k);
+
+// Y[m, n] = sum_k A[m, k] * W[n, k] for n in [n_begin, n_end), W packed by PackForInt8Avx2, each activation
+// block rounded by QuantizeActivationBlock's rule: within Int8DotErrorBound of the exact sum.
+void GemmRowsInt8Avx2(const float* a, int64_t m, const Int8Avx2PackedWeight& w, float* y, int64_t n_total,
+                      int64_t n_begin, int64_t n_end);
 
 }  // namespace prism
