@@ -1026,16 +1026,16 @@ TEST(Gemm, QuantizedWeightsRunOnInt8DotProductsUnsearched) {
     auto prog = Program::Compile(g);
     const HostTensor weights = testing::RandomTensors(g, Op::Weight, {}, 3).at("w");
     prog->BindWeight("w", weights);
-    for (int64_t m : {1, 2, 5, 6, 70}) {
+    for (int64_t m : {1, 2, 5, 6, 70, 130}) {
       int want = 0;
       if (IsQuantized(wt))
         for (int f : {rounded, q8k, int8_avx2})
           if (want == 0 && GemmForms()[f].offered(wt, k)) want = f;
       if (m >= MinRows(GemmForms()[panels], wt) && GemmForms()[panels].offered(wt, k)) want = panels;
       // Without AVX-512: the slices from 16 rows of quantized weights (f16's rows form stays ahead), but for
-      // Q8_0/Q4_0, whose int8 tiles run every row count.
+      // Q4_0 and Q8_0 below 128 rows: their int8 tiles.
       if (m >= 16 && wt != DType::F16 && GemmForms()[slices].offered(wt, k)) want = slices;
-      if (GemmForms()[int8_avx2].offered(wt, k)) want = int8_avx2;
+      if (GemmForms()[int8_avx2].offered(wt, k) && (wt == DType::Q4_0 || m < 128)) want = int8_avx2;
       const std::string what = std::string(DTypeName(wt)) + " m=" + std::to_string(m);
       for (size_t kk = 0; kk < prog->kernels().kernels.size(); ++kk) {
         if (prog->kernels().kernels[kk].gemm) {

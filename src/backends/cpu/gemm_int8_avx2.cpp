@@ -71,13 +71,13 @@ template <int MR>
 PRISM_AVX2 void Q8Tile(const int8_t* aq, const int32_t*, const float* ad, int64_t blocks, const uint8_t* t,
                        float* out) {
   __m256 acc[MR];
-#pragma GCC unroll 2
+#pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < blocks; ++b, t += kTileBlockBytes<DType::Q8_0>) {
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
     __m256i av[MR];
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int i = 0; i < MR; ++i)
       av[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(aq) + i * blocks + b);
     __m256i d[MR][kInt8Avx2TileRows];  // 32-bit partial sums of row r
@@ -85,11 +85,11 @@ PRISM_AVX2 void Q8Tile(const int8_t* aq, const int32_t*, const float* ad, int64_
     for (int r = 0; r < kInt8Avx2TileRows; ++r) {
       const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t + 16) + r),
                     wabs = _mm256_sign_epi8(w, w);
-#pragma GCC unroll 2
+#pragma GCC unroll 4
       for (int i = 0; i < MR; ++i)
         d[i][r] = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(av[i], w)), ones);  // exact
     }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) {
       // Pairwise sums: rows 0-3 then 4-7, each 128-bit half's, then the halves added: rows 0-7 in order.
       const __m256i g0 =
@@ -102,7 +102,7 @@ PRISM_AVX2 void Q8Tile(const int8_t* aq, const int32_t*, const float* ad, int64_
                                acc[i]);
     }
   }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) _mm256_storeu_ps(out + 8 * i, acc[i]);
 }
 
@@ -111,7 +111,7 @@ template <int MR>
 PRISM_AVX2 void Q4Tile(const int8_t* aq, const int32_t* sums, const float* ad, int64_t blocks,
                        const uint8_t* t, float* out) {
   __m256 acc[MR];
-#pragma GCC unroll 2
+#pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
   const __m256i nibble = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < blocks; ++b, t += kTileBlockBytes<DType::Q4_0>) {
@@ -123,7 +123,7 @@ PRISM_AVX2 void Q4Tile(const int8_t* aq, const int32_t* sums, const float* ad, i
       lo[p] = _mm256_and_si256(v, nibble);
       hi[p] = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
     }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) {
       const __m256i* av = reinterpret_cast<const __m256i*>(aq + (i * blocks + b) * 64);
       const __m256i alo = _mm256_loadu_si256(av), ahi = _mm256_loadu_si256(av + 1);
@@ -141,7 +141,7 @@ PRISM_AVX2 void Q4Tile(const int8_t* aq, const int32_t* sums, const float* ad, i
     }
   }
   const __m256i natural = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-#pragma GCC unroll 2
+#pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) _mm256_storeu_ps(out + 8 * i, _mm256_permutevar8x32_ps(acc[i], natural));
 }
 
@@ -174,16 +174,23 @@ PRISM_AVX2 void Gemm(const float* a, int64_t m, const Int8Avx2PackedWeight& w, f
   }
   constexpr auto tile1 = T == DType::Q8_0 ? Q8Tile<1> : Q4Tile<1>;
   constexpr auto tile2 = T == DType::Q8_0 ? Q8Tile<2> : Q4Tile<2>;
+  // Q8_0 meets 4 activation rows at a time (one thread, 512 x 2048 x 2048: 74-78 GFLOP/s against 71 at 2);
+  // Q4_0 2, its 8 registers of nibbles held across them (97 at 4 against 105).
+  constexpr int64_t kRows = T == DType::Q8_0 ? 4 : 2;
+  constexpr auto tile4 = T == DType::Q8_0 ? Q8Tile<4> : Q4Tile<2>;
   for (int64_t t = n_begin / kInt8Avx2TileRows; t * kInt8Avx2TileRows < n_end; ++t) {
     const int64_t first = t * kInt8Avx2TileRows, c0 = std::max(n_begin, first),
                   c1 = std::min(n_end, first + kInt8Avx2TileRows);
     const uint8_t* tile = w.data.get() + t * tile_bytes;
-    for (int64_t i = 0; i < m; i += 2) {
-      alignas(32) float out[2][kInt8Avx2TileRows];
-      const int64_t mr = std::min<int64_t>(2, m - i), at = i * blocks;
-      (mr == 2 ? tile2 : tile1)(q.data() + at * kAct, sums.data() + at, d.data() + at, blocks, tile, out[0]);
+    for (int64_t i = 0; i < m;) {
+      alignas(32) float out[4][kInt8Avx2TileRows];
+      const int64_t mr = m - i >= kRows ? kRows : std::min<int64_t>(2, m - i), at = i * blocks;
+      (mr == 4   ? tile4
+       : mr == 2 ? tile2
+                 : tile1)(q.data() + at * kAct, sums.data() + at, d.data() + at, blocks, tile, out[0]);
       for (int64_t r = 0; r < mr; ++r)
         for (int64_t c = c0; c < c1; ++c) y[(i + r) * n_total + c] = out[r][c - first];
+      i += mr;
     }
   }
 }
