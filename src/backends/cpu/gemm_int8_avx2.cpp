@@ -51,9 +51,10 @@ PRISM_AVX2 float QuantizeBlock(const float* x, int8_t* q) {
   return d;
 }
 
-// Bytes per block of a packed tile: the 8 rows' f16 scales, then their values as stored.
-template <DType T>
-constexpr int64_t kTileBlockBytes = 2 * kInt8Avx2TileRows + kInt8Avx2TileRows*(T == DType::Q8_0 ? 32 : 16);
+// One row's values of one block, and a packed tile's bytes per block: the 8 rows' f16 scales, then their
+// values as stored.
+constexpr int64_t RowBytes(DType t) { return t == DType::Q8_0 ? 32 : 16; }
+constexpr int64_t TileBlockBytes(DType t) { return kInt8Avx2TileRows * (2 + RowBytes(t)); }
 // The row whose sum lands in lane l of each kernel's reduction (see Q8Tile and Q4Tile).
 template <DType T>
 constexpr int kLaneRow[kInt8Avx2TileRows] = {0, 1, 2, 3, 4, 5, 6, 7};
@@ -74,7 +75,7 @@ PRISM_AVX2 void Q8Tile(const int8_t* aq, const int32_t*, const float* ad, int64_
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < blocks; ++b, t += kTileBlockBytes<DType::Q8_0>) {
+  for (int64_t b = 0; b < blocks; ++b, t += TileBlockBytes(DType::Q8_0)) {
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
     __m256i av[MR];
 #pragma GCC unroll 4
@@ -114,7 +115,7 @@ PRISM_AVX2 void Q4Tile(const int8_t* aq, const int32_t* sums, const float* ad, i
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
   const __m256i nibble = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < blocks; ++b, t += kTileBlockBytes<DType::Q4_0>) {
+  for (int64_t b = 0; b < blocks; ++b, t += TileBlockBytes(DType::Q4_0)) {
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
     __m256i lo[4], hi[4];  // rows 2p and 2p+1: their values 0-15 (lo) and 16-31 (hi), unsigned
 #pragma GCC unroll 4
@@ -149,7 +150,7 @@ template <DType T>
 PRISM_AVX2 void Gemm(const float* a, int64_t m, const Int8Avx2PackedWeight& w, float* y, int64_t n_total,
                      int64_t n_begin, int64_t n_end) {
   constexpr int64_t kAct = kActBlockBytes<T>;
-  const int64_t blocks = w.k / kQuantBlock, tile_bytes = blocks * kTileBlockBytes<T>;
+  const int64_t blocks = w.k / kQuantBlock, tile_bytes = blocks * TileBlockBytes(T);
   // Every thread rounds the activation itself: it is small next to the weights it meets.
   thread_local std::vector<int8_t> q;
   thread_local std::vector<int32_t> sums;
@@ -172,22 +173,21 @@ PRISM_AVX2 void Gemm(const float* a, int64_t m, const Int8Avx2PackedWeight& w, f
       sums[i] = 8 * sum;
     }
   }
-  constexpr auto tile1 = T == DType::Q8_0 ? Q8Tile<1> : Q4Tile<1>;
-  constexpr auto tile2 = T == DType::Q8_0 ? Q8Tile<2> : Q4Tile<2>;
   // Q8_0 meets 4 activation rows at a time (one thread, 512 x 2048 x 2048: 74-78 GFLOP/s against 71 at 2);
   // Q4_0 2, its 8 registers of nibbles held across them (97 at 4 against 105).
   constexpr int64_t kRows = T == DType::Q8_0 ? 4 : 2;
-  constexpr auto tile4 = T == DType::Q8_0 ? Q8Tile<4> : Q4Tile<2>;
+  constexpr auto wide = T == DType::Q8_0 ? Q8Tile<4> : Q4Tile<2>;
+  constexpr auto two = T == DType::Q8_0 ? Q8Tile<2> : Q4Tile<2>;
+  constexpr auto one = T == DType::Q8_0 ? Q8Tile<1> : Q4Tile<1>;
   for (int64_t t = n_begin / kInt8Avx2TileRows; t * kInt8Avx2TileRows < n_end; ++t) {
     const int64_t first = t * kInt8Avx2TileRows, c0 = std::max(n_begin, first),
                   c1 = std::min(n_end, first + kInt8Avx2TileRows);
     const uint8_t* tile = w.data.get() + t * tile_bytes;
     for (int64_t i = 0; i < m;) {
-      alignas(32) float out[4][kInt8Avx2TileRows];
-      const int64_t mr = m - i >= kRows ? kRows : std::min<int64_t>(2, m - i), at = i * blocks;
-      (mr == 4   ? tile4
-       : mr == 2 ? tile2
-                 : tile1)(q.data() + at * kAct, sums.data() + at, d.data() + at, blocks, tile, out[0]);
+      alignas(32) float out[kRows][kInt8Avx2TileRows];
+      const int64_t mr = m - i >= kRows ? kRows : m - i >= 2 ? 2 : 1, at = i * blocks;
+      const auto tile_rows = mr == kRows ? wide : mr == 2 ? two : one;
+      tile_rows(q.data() + at * kAct, sums.data() + at, d.data() + at, blocks, tile, out[0]);
       for (int64_t r = 0; r < mr; ++r)
         for (int64_t c = c0; c < c1; ++c) y[(i + r) * n_total + c] = out[r][c - first];
       i += mr;
@@ -199,13 +199,12 @@ template <DType T, class Block>
 void Pack(const Block* src, int64_t n, int64_t blocks, uint8_t* dst) {
   for (int64_t t = 0; t * kInt8Avx2TileRows < n; ++t)
     for (int64_t b = 0; b < blocks; ++b) {
-      uint8_t* out = dst + (t * blocks + b) * kTileBlockBytes<T>;
+      uint8_t* out = dst + (t * blocks + b) * TileBlockBytes(T);
       for (int l = 0; l < kInt8Avx2TileRows; ++l) {
         const int64_t row = t * kInt8Avx2TileRows + kLaneRow<T>[l], r = row - t * kInt8Avx2TileRows;
         if (row >= n) continue;  // padding rows stay 0
         std::memcpy(out + 2 * l, &src[row * blocks + b].d, 2);
-        std::memcpy(out + 2 * kInt8Avx2TileRows + r * sizeof(Block::qs), src[row * blocks + b].qs,
-                    sizeof(Block::qs));
+        std::memcpy(out + 2 * kInt8Avx2TileRows + r * RowBytes(T), src[row * blocks + b].qs, RowBytes(T));
       }
     }
 }
@@ -226,8 +225,7 @@ Int8Avx2PackedWeight PackForInt8Avx2(const void* w, DType wt, int64_t n, int64_t
   p.type = wt;
   p.n = n;
   p.k = k;
-  p.bytes = (size_t)(tiles * blocks *
-                     (wt == DType::Q8_0 ? kTileBlockBytes<DType::Q8_0> : kTileBlockBytes<DType::Q4_0>));
+  p.bytes = (size_t)(tiles * blocks * TileBlockBytes(wt));
   p.data = AllocateWeightMemory(p.bytes, "int8-avx2: packed weights");  // zeroed
   if (wt == DType::Q8_0)
     Pack<DType::Q8_0>(static_cast<const BlockQ8_0*>(w), n, blocks, p.data.get());
