@@ -431,9 +431,10 @@ TEST(Gemm, Avx2SlicesMatchExactProductsOverOddShapesAndSplits) {
         }
 }
 
-// The AVX2 byte dot products (Q8_0/Q4_0 packed in tiles of 8 rows, the activation rounded per 32 values): within the int8 forms' bound of the exact sum over odd shapes (tiles of fewer rows) and splits
-// inside a tile, the bound not vacuous (the rounding shows), and a NaN in an activation block reaches every
-// output of its row.
+// The AVX2 byte dot products (Q8_0/Q4_0 packed in tiles of 8 rows, the activation rounded per 32 values):
+// within the int8 forms' bound of the exact sum over odd shapes (tiles of fewer rows) and splits inside a
+// tile, the bound not vacuous (the rounding shows), and a NaN in an activation block reaches every output of
+// its row.
 TEST(Gemm, Avx2Int8StaysWithinItsActivationRoundingBound) {
   if (!GemmAvx2Supported()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C";
   for (DType wt : {DType::Q8_0, DType::Q4_0}) {

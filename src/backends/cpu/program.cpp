@@ -42,10 +42,9 @@ static const int kInt8Avx2Form = GemmFormIndex("int8-avx2");
 // (Zen 3, bench/gemm_forms.cpp, N = K = 2048: Q4_0 2.8x the slices at 16 rows and 1.4x at 512 on one thread,
 // 1.4x at 512 on two; Q8_0 1.5x at 16 rows on one, 1.2x at 64 on two, but 0.9-1.0x at 512 on two, where
 // each thread rounds the whole activation, and pp512 of the 1B shape 48-52 against 55-60 tok/s), the other
-// quantized types the slices from 16 rows, f32/bf16 the slices from 64 rows
-// (1.1-1.3x the rows form at 16 rows of quantized weights and 1.6-1.9x at 512, 1.2-1.3x for f32/bf16 from 64
-// rows); f16's rows form stays ahead (1.05-1.2x the slices at 64-512 rows: its weights, half the bytes of
-// f32's, stay in L1).
+// quantized types the slices from 16 rows, f32/bf16 the slices from 64 rows (1.1-1.3x the rows form at 16
+// rows of quantized weights and 1.6-1.9x at 512, 1.2-1.3x for f32/bf16 from 64 rows); f16's rows form stays
+// ahead (1.05-1.2x the slices at 64-512 rows: its weights, half the bytes of f32's, stay in L1).
 static int DefaultForm(int64_t m, DType wt, int64_t n, int64_t k) {
   if (GemmForms()[kInt8Avx2Form].offered(wt, k) && (wt == DType::Q4_0 || m < 128)) return kInt8Avx2Form;
   const bool many_rows = IsQuantized(wt) ? m >= 16 : wt != DType::F16 && m >= 64;
