@@ -67,7 +67,8 @@ constexpr int64_t kActBlockBytes = T == DType::Q8_0 ? 32 : 64;
 
 // MR rounded activation rows (kActBlockBytes per block, rows `blocks` blocks apart; scales `ad`) against one
 // packed tile of 8 Q8_0 rows, into out[MR][8]. No software prefetch: a thread's tiles are one sequential
-// stream, and prefetching it slowed Q4_0's (1-8 KiB ahead, 8192-32768 rows: 15-17 GB/s against 21-27).
+// stream, and prefetching it slowed Q4_0's (0.6-1.1 KiB ahead into L1, with or without 2-9 KiB ahead into
+// L2, 32768 rows: 14-17 GB/s against 21-27).
 template <int MR>
 PRISM_AVX2 void Q8Tile(const int8_t* aq, const int32_t*, const float* ad, int64_t blocks, const uint8_t* t,
                        float* out) {
