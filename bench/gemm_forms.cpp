@@ -69,6 +69,14 @@ int main(int argc, char** argv) {
           wt, ("rounded, prefetch=" + std::to_string(ahead)).c_str(), p.bytes,
           [&](int64_t nb, int64_t ne) { GemmRowsInt8(a.data(), m, p, y.data(), n, nb, ne, ahead); }, evict);
   };
+  auto int8_avx2 = [&](DType wt, const void* w) {
+    if (!Int8Avx2Supported(wt, k)) return;
+    const Int8Avx2PackedWeight p = PackForInt8Avx2(w, wt, n, k);
+    time(
+        wt, "int8-avx2", p.bytes,
+        [&](int64_t nb, int64_t ne) { GemmRowsInt8Avx2(a.data(), m, p, y.data(), n, nb, ne); },
+        cold ? p.data.get() : nullptr);
+  };
   auto slices = [&](DType wt, const void* w, size_t bytes) {
     if (!SliceGemmSupported(wt, k)) return;
     for (int64_t m_block : std::vector<int64_t>{0, 96, 384})
@@ -90,13 +98,7 @@ int main(int argc, char** argv) {
            [&](int64_t nb, int64_t ne) { GemmBf16Panels(a.data(), m, p, y.data(), n, nb, ne); });
     }
     if (Int8DotSupported(wt, k)) int8_rows(wt, w.data);
-    if (Int8Avx2Supported(wt, k)) {
-      const Int8Avx2PackedWeight p = PackForInt8Avx2(w.data, wt, n, k);
-      time(
-          wt, "int8-avx2", p.bytes,
-          [&](int64_t nb, int64_t ne) { GemmRowsInt8Avx2(a.data(), m, p, y.data(), n, nb, ne); },
-          cold ? p.data.get() : nullptr);
-    }
+    int8_avx2(wt, w.data);
     slices(wt, w.data, (size_t)w.nbytes());
     if (PanelGemmSupported(wt)) {
       PanelPackedWeight p = PackPanels(w.data, wt, n, k);
@@ -121,6 +123,7 @@ int main(int argc, char** argv) {
         GemmRowsBlockQ8K(a.data(), m, k, w.data, wt, y.data(), n, nb, ne);
       });
     if (Int8DotSupported(wt, k)) int8_rows(wt, w.data);
+    int8_avx2(wt, w.data);
     slices(wt, w.data, (size_t)w.nbytes());
     if (PanelGemmSupported(wt)) {
       PanelPackedWeight p = PackPanels(w.data, wt, n, k);

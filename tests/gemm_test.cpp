@@ -431,19 +431,24 @@ TEST(Gemm, Avx2SlicesMatchExactProductsOverOddShapesAndSplits) {
         }
 }
 
-// The AVX2 byte dot products (Q8_0/Q4_0 packed in tiles of 8 rows, the activation rounded per 32 values):
-// within the int8 forms' bound of the exact sum over odd shapes (tiles of fewer rows) and splits inside a
-// tile, the bound not vacuous (the rounding shows), and a NaN in an activation block reaches every output of
-// its row.
+// The AVX2 byte dot products (Q8_0, Q4_0, Q4_K, Q6_K packed in tiles of 8 rows, the activation rounded per
+// 32 values): within the int8 forms' bound of the exact sum over odd shapes (tiles of fewer rows) and splits
+// inside a tile, the bound not vacuous (the rounding shows), and a NaN in an activation block reaches every
+// output of its row. The K-quants over one, three (an odd count) and eight 256-value super-blocks.
 TEST(Gemm, Avx2Int8StaysWithinItsActivationRoundingBound) {
   if (!GemmAvx2Supported()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C";
-  for (DType wt : {DType::Q8_0, DType::Q4_0}) {
+  for (DType wt : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
     double worst = 0;
+    const bool k_quant = BlockElems(wt) == 256;
+    const std::vector<int64_t> ks =
+        k_quant ? std::vector<int64_t>{256, 768, 2048} : std::vector<int64_t>{32, 96, 2048};
     for (int64_t m : {1, 2, 3, 5})
       for (int64_t n : {1, 6, 9, 21})
-        for (int64_t k : {32, 96, 2048}) {
+        for (int64_t k : ks) {
           auto a = testing::RandomFloats(m * k, 12 + m);
-          HostTensor wt_tensor = HostTensor::FromFloats({n, k}, testing::RandomFloats(n * k, 13), wt);
+          HostTensor wt_tensor = k_quant
+                                     ? testing::RandomBlocks(wt, {n, k}, 13 + n)
+                                     : HostTensor::FromFloats({n, k}, testing::RandomFloats(n * k, 13), wt);
           const uint8_t* w = static_cast<const uint8_t*>(wt_tensor.data);
           const Int8Avx2PackedWeight packed = PackForInt8Avx2(w, wt, n, k);
           std::vector<float> y(m * n, NAN);
@@ -1034,9 +1039,10 @@ TEST(Gemm, QuantizedWeightsRunOnInt8DotProductsUnsearched) {
           if (want == 0 && GemmForms()[f].offered(wt, k)) want = f;
       if (m >= MinRows(GemmForms()[panels], wt) && GemmForms()[panels].offered(wt, k)) want = panels;
       // Without AVX-512: the slices from 16 rows of quantized weights (f16's rows form stays ahead), but for
-      // Q4_0 and Q8_0 below 128 rows: their int8 tiles.
+      // Q4_0 and Q4_K at every row count and Q8_0 and Q6_K below 128 rows: their int8 tiles.
       if (m >= 16 && wt != DType::F16 && GemmForms()[slices].offered(wt, k)) want = slices;
-      if (GemmForms()[int8_avx2].offered(wt, k) && (wt == DType::Q4_0 || m < 128)) want = int8_avx2;
+      const bool nibbles = wt == DType::Q4_0 || wt == DType::Q4_K;
+      if (GemmForms()[int8_avx2].offered(wt, k) && (nibbles || m < 128)) want = int8_avx2;
       const std::string what = std::string(DTypeName(wt)) + " m=" + std::to_string(m);
       for (size_t kk = 0; kk < prog->kernels().kernels.size(); ++kk) {
         if (prog->kernels().kernels[kk].gemm) {

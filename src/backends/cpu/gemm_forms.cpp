@@ -89,7 +89,8 @@ void FitAmx(AmxActivation* act, int64_t m, const void* packed) {
 void RunSlices(const GemmCall& c) { GemmSlicesAvx2(c.a, c.m, c.k, c.w, c.wt, c.y, c.n, c.nb, c.ne, c.param); }
 std::vector<int64_t> SlicesParams(DType, int64_t m, int64_t) { return SliceRowBlockChoices(m); }
 
-// AVX2 machines, Q8_0/Q4_0 weights in tiles of 8 rows: the activation rounded to int8, byte dot products.
+// AVX2 machines, Q8_0/Q4_0/Q4_K/Q6_K weights in tiles of 8 rows: the activation rounded to int8, byte dot
+// products.
 PackedGemmWeight PackInt8Avx2Form(const void* w, DType wt, int64_t n, int64_t k) {
   return Hold(PackForInt8Avx2(w, wt, n, k));
 }

@@ -1,6 +1,6 @@
-// Template-tier CPU GEMM for Q8_0 and Q4_0 weights on AVX2 machines: the activation rounded to 8 bits per
-// 32 values (as the AVX-512 int8 forms and llama.cpp round it), then integer dot products (vpmaddubsw) over
-// weights repacked 8 rows to a tile, one scale product per block and 8 rows.
+// Template-tier CPU GEMM for Q8_0, Q4_0, Q4_K and Q6_K weights on AVX2 machines: the activation rounded to 8
+// bits per 32 values (as the AVX-512 int8 forms and llama.cpp's Q8_0 round it), then integer dot products
+// (vpmaddubsw) over weights repacked 8 rows to a tile, one scale product per block and 8 rows.
 #pragma once
 
 #include <cstdint>
@@ -10,8 +10,8 @@
 
 namespace prism {
 
-// True on the AVX2 tier (AVX2, FMA, F16C; no AVX-512 templates, or PRISM_GEMM_ISA=avx2) for Q8_0 and Q4_0
-// weights over whole blocks.
+// True on the AVX2 tier (AVX2, FMA, F16C; no AVX-512 templates, or PRISM_GEMM_ISA=avx2) for Q8_0, Q4_0, Q4_K
+// and Q6_K weights over whole blocks.
 bool Int8Avx2Supported(DType wt, int64_t k);
 
 // Q8_0 or Q4_0 weights (N x K) in tiles of 8 rows (the last one padded with zero rows): block by block, the
@@ -19,6 +19,11 @@ bool Int8Avx2Supported(DType wt, int64_t k);
 // values as stored, row after row. As many bytes as GGUF's rows but for the padding; a thread's share is one
 // sequential stream. Q4_0's 32 nibbles are summed against the activation as unsigned bytes (vpmaddubsw
 // takes one unsigned operand) and 8 times the activation's sum taken off once per block for all 8 rows.
+// Q4_K per 256 values: the 8 rows' d and dmin, their 6-bit scales and mins unpacked to bytes, then each
+// 32-value sub-block's nibbles laid out as Q4_0's (4 bytes more per row and super-block than GGUF's 144).
+// Q6_K per 256 values: the 8 rows' d and signed scales, then per 32 values their low nibbles as Q4_0's and
+// their high 2 bits; its values enter vpmaddubsw unsigned (0-63) and 32 times the activation's sums, times
+// each 16-value sub-block's scale, are taken off.
 struct Int8Avx2PackedWeight {
   DType type = DType::Q8_0;
   int64_t n = 0, k = 0;
@@ -27,7 +32,7 @@ struct Int8Avx2PackedWeight {
 };
 constexpr int64_t kInt8Avx2TileRows = 8;
 
-// Packs Q8_0 or Q4_0 weights as above (k a multiple of 32).
+// Packs Q8_0 or Q4_0 (k a multiple of 32) or Q4_K or Q6_K weights (k a multiple of 256) as above.
 Int8Avx2PackedWeight PackForInt8Avx2(const void* w, DType wt, int64_t n, int64_t k);
 
 // Y[m, n] = sum_k A[m, k] * W[n, k] for n in [n_begin, n_end), W packed by PackForInt8Avx2, each activation
