@@ -64,7 +64,7 @@ constexpr int64_t kK4Scales = 4 * kInt8Avx2TileRows, kK4Mins = kK4Scales + 8 * k
                   kK4TileBytes = kK4Values + 8 * kInt8Avx2TileRows * RowBytes(DType::Q4_K);
 // Q6_K's tile per super-block: the 8 rows' d (f16) and signed scales (sub-block by sub-block), then per
 // 32-value block the 8 rows' low nibbles as Q4_0's and their high 2 bits, 16 bytes a pair of rows (see
-// PackQ6K): as many bytes as GGUF's.
+// PackKQuant): as many bytes as GGUF's.
 constexpr int64_t kK6Scales = 2 * kInt8Avx2TileRows, kK6Values = kK6Scales + 16 * kInt8Avx2TileRows,
                   kK6BlockBytes = kInt8Avx2TileRows * 24, kK6TileBytes = kK6Values + 8 * kK6BlockBytes;
 // A tile's bytes over K values.
@@ -73,15 +73,9 @@ constexpr int64_t TileBytes(DType t, int64_t k) {
          : t == DType::Q6_K ? k / kSuperBlock * kK6TileBytes
                             : k / kQuantBlock * TileBlockBytes(t);
 }
-// The row whose sum lands in lane l of each kernel's reduction (see Q8Tile and Q4Tile).
-template <DType T>
-constexpr int kLaneRow[kInt8Avx2TileRows] = {0, 1, 2, 3, 4, 5, 6, 7};
-template <>
-constexpr int kLaneRow<DType::Q4_0>[kInt8Avx2TileRows] = {0, 2, 4, 6, 1, 3, 5, 7};
-template <>
-constexpr int kLaneRow<DType::Q4_K>[kInt8Avx2TileRows] = {0, 2, 4, 6, 1, 3, 5, 7};
-template <>
-constexpr int kLaneRow<DType::Q6_K>[kInt8Avx2TileRows] = {0, 2, 4, 6, 1, 3, 5, 7};
+// The row whose sum lands in lane l of each kernel's reduction: Q8_0's in order (see Q8Tile), the nibble
+// kernels' as rows 0 2 4 6 1 3 5 7 (see NibbleDots).
+constexpr int LaneRow(DType t, int l) { return t == DType::Q8_0 ? l : l % 4 * 2 + l / 4; }
 // Activation bytes per block as each kernel reads them: Q8_0's 32 values; the others' values 0-15 twice,
 // then 16-31 twice (one 32-byte load meets two rows' nibbles).
 template <DType T>
@@ -386,7 +380,7 @@ void Pack(const Block* src, int64_t n, int64_t blocks, uint8_t* dst) {
     for (int64_t b = 0; b < blocks; ++b) {
       uint8_t* out = dst + (t * blocks + b) * TileBlockBytes(T);
       for (int l = 0; l < kInt8Avx2TileRows; ++l) {
-        const int64_t row = t * kInt8Avx2TileRows + kLaneRow<T>[l], r = row - t * kInt8Avx2TileRows;
+        const int64_t row = t * kInt8Avx2TileRows + LaneRow(T, l), r = row - t * kInt8Avx2TileRows;
         if (row >= n) continue;  // padding rows stay 0
         std::memcpy(out + 2 * l, &src[row * blocks + b].d, 2);
         std::memcpy(out + 2 * kInt8Avx2TileRows + r * RowBytes(T), src[row * blocks + b].qs, RowBytes(T));
@@ -394,63 +388,46 @@ void Pack(const Block* src, int64_t n, int64_t blocks, uint8_t* dst) {
     }
 }
 
-// Q4_K: per super-block d, dmin, scales and mins in lane order, then each sub-block's 32 nibbles (sub-block
-// j's value l is nibble j % 2 of qs[32 * (j / 2) + l]) as Q4_0 stores them: byte l holds values l and l + 16.
-void PackQ4K(const BlockQ4_K* src, int64_t n, int64_t super_blocks, uint8_t* dst) {
+// Q4_K and Q6_K: per super-block the lanes' header (Q4_K: d, dmin, then the 6-bit scales and mins as bytes,
+// sub-block by sub-block; Q6_K: d and the 16 signed scales), then per 32-value block the rows' low nibbles as
+// Q4_0's (byte l: values l and l + 16) and, for Q6_K, per pair of rows 16 bytes of high bits: byte l holds
+// bits 4-5 of row 2p's values l and l + 16 in bits 0-1 and 2-3, row 2p+1's in bits 4-5 and 6-7.
+template <DType T, class Block>
+void PackKQuant(const Block* src, int64_t n, int64_t super_blocks, uint8_t* dst) {
+  constexpr bool k4 = T == DType::Q4_K;
+  constexpr int64_t tile_bytes = k4 ? kK4TileBytes : kK6TileBytes, values = k4 ? kK4Values : kK6Values,
+                    block_bytes = k4 ? kInt8Avx2TileRows * RowBytes(T) : kK6BlockBytes;
   for (int64_t t = 0; t * kInt8Avx2TileRows < n; ++t)
     for (int64_t b = 0; b < super_blocks; ++b) {
-      uint8_t* out = dst + (t * super_blocks + b) * kK4TileBytes;
+      uint8_t* out = dst + (t * super_blocks + b) * tile_bytes;
       for (int l = 0; l < kInt8Avx2TileRows; ++l) {
-        const int64_t row = t * kInt8Avx2TileRows + kLaneRow<DType::Q4_K>[l];
+        const int64_t row = t * kInt8Avx2TileRows + LaneRow(T, l);
         if (row >= n) continue;  // padding rows stay 0
-        const BlockQ4_K& x = src[row * super_blocks + b];
+        const Block& x = src[row * super_blocks + b];
         std::memcpy(out + 2 * l, &x.d, 2);
-        std::memcpy(out + 2 * kInt8Avx2TileRows + 2 * l, &x.dmin, 2);
-        for (int j = 0; j < 8; ++j) {
-          int scale, min;
-          ScaleMinK4(x.scales, j, &scale, &min);
-          out[kK4Scales + 8 * j + l] = (uint8_t)scale;
-          out[kK4Mins + 8 * j + l] = (uint8_t)min;
+        if constexpr (k4) {
+          std::memcpy(out + 2 * kInt8Avx2TileRows + 2 * l, &x.dmin, 2);
+          for (int j = 0; j < 8; ++j) {
+            int scale, min;
+            ScaleMinK4(x.scales, j, &scale, &min);
+            out[kK4Scales + 8 * j + l] = (uint8_t)scale;
+            out[kK4Mins + 8 * j + l] = (uint8_t)min;
+          }
+        } else {
+          for (int j = 0; j < 16; ++j) out[kK6Scales + 8 * j + l] = (uint8_t)x.scales[j];
         }
       }
       for (int64_t r = 0; r < kInt8Avx2TileRows && t * kInt8Avx2TileRows + r < n; ++r) {
-        const BlockQ4_K& x = src[(t * kInt8Avx2TileRows + r) * super_blocks + b];
+        uint8_t q[kSuperBlock];  // Q4_K 0-15, Q6_K 0-63, in value order
+        float scale[kSuperBlock / 16], offset[kSuperBlock / 16];
+        BlockFormatInts(T, &src[(t * kInt8Avx2TileRows + r) * super_blocks + b], q, scale, offset);
         for (int j = 0; j < 8; ++j) {
-          uint8_t* v = out + kK4Values + (j * kInt8Avx2TileRows + r) * RowBytes(DType::Q4_K);
-          const auto value = [&](int l) { return (x.qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 15; };
-          for (int l = 0; l < 16; ++l) v[l] = (uint8_t)(value(l) | value(l + 16) << 4);
-        }
-      }
-    }
-}
-
-// Q6_K: per super-block d and the 16 scales in lane order, then per 32-value block the rows' low nibbles as
-// Q4_0's (byte l: values l and l + 16), then per pair of rows 16 bytes of high bits: byte l holds bits 4-5
-// of row 2p's values l and l + 16 in bits 0-1 and 2-3, row 2p+1's in bits 4-5 and 6-7.
-void PackQ6K(const BlockQ6_K* src, int64_t n, int64_t super_blocks, uint8_t* dst) {
-  for (int64_t t = 0; t * kInt8Avx2TileRows < n; ++t)
-    for (int64_t b = 0; b < super_blocks; ++b) {
-      uint8_t* out = dst + (t * super_blocks + b) * kK6TileBytes;
-      for (int l = 0; l < kInt8Avx2TileRows; ++l) {
-        const int64_t row = t * kInt8Avx2TileRows + kLaneRow<DType::Q6_K>[l];
-        if (row >= n) continue;  // padding rows stay 0
-        const BlockQ6_K& x = src[row * super_blocks + b];
-        std::memcpy(out + 2 * l, &x.d, 2);
-        for (int j = 0; j < 16; ++j) out[kK6Scales + 8 * j + l] = (uint8_t)x.scales[j];
-      }
-      for (int64_t r = 0; r < kInt8Avx2TileRows && t * kInt8Avx2TileRows + r < n; ++r) {
-        const BlockQ6_K& x = src[(t * kInt8Avx2TileRows + r) * super_blocks + b];
-        const auto value = [&](int j) {  // 0-63, as ggml lays it out
-          const int half = j / 128, g = (j % 128) / 32, l = j % 32;
-          const uint8_t q = x.ql[half * 64 + l + 32 * (g % 2)];
-          return (g < 2 ? q & 15 : q >> 4) | ((x.qh[half * 32 + l] >> (2 * g)) & 3) << 4;
-        };
-        for (int j = 0; j < 8; ++j) {
-          uint8_t* v = out + kK6Values + j * kK6BlockBytes;
+          uint8_t* v = out + values + j * block_bytes;
+          const uint8_t* x = q + 32 * j;
           for (int l = 0; l < 16; ++l) {
-            const int low = value(32 * j + l), high = value(32 * j + l + 16);
-            v[16 * r + l] = (uint8_t)((low & 15) | (high & 15) << 4);
-            v[128 + 16 * (r / 2) + l] |= (uint8_t)(((low >> 4) | (high >> 4) << 2) << (4 * (r % 2)));
+            v[16 * r + l] = (uint8_t)((x[l] & 15) | (x[l + 16] & 15) << 4);
+            if constexpr (!k4)
+              v[128 + 16 * (r / 2) + l] |= (uint8_t)(((x[l] >> 4) | (x[l + 16] >> 4) << 2) << (4 * (r % 2)));
           }
         }
       }
@@ -483,9 +460,9 @@ Int8Avx2PackedWeight PackForInt8Avx2(const void* w, DType wt, int64_t n, int64_t
   else if (wt == DType::Q4_0)
     Pack<DType::Q4_0>(static_cast<const BlockQ4_0*>(w), n, blocks, p.data.get());
   else if (wt == DType::Q4_K)
-    PackQ4K(static_cast<const BlockQ4_K*>(w), n, k / kSuperBlock, p.data.get());
+    PackKQuant<DType::Q4_K>(static_cast<const BlockQ4_K*>(w), n, k / kSuperBlock, p.data.get());
   else
-    PackQ6K(static_cast<const BlockQ6_K*>(w), n, k / kSuperBlock, p.data.get());
+    PackKQuant<DType::Q6_K>(static_cast<const BlockQ6_K*>(w), n, k / kSuperBlock, p.data.get());
   return p;
 }
 
