@@ -97,8 +97,8 @@ struct ActRows {
   }
 };
 
-// MR rounded activation rows (kActBlockBytes per block, rows `blocks` blocks apart; scales `ad`) against one
-// packed tile of 8 Q8_0 rows, into out[MR][8]. No software prefetch: a thread's tiles are one sequential
+// MR rounded activation rows (ActRows, from the first of them) against one packed tile of 8 Q8_0 rows, into
+// out[MR][8]. No software prefetch: a thread's tiles are one sequential
 // stream, and prefetching it slowed Q4_0's (0.6-1.1 KiB ahead into L1, with or without 2-9 KiB ahead into
 // L2, 32768 rows: 14-17 GB/s against 21-27).
 template <int MR>
