@@ -1039,9 +1039,9 @@ TEST(Gemm, QuantizedWeightsRunOnInt8DotProductsUnsearched) {
           if (want == 0 && GemmForms()[f].offered(wt, k)) want = f;
       if (m >= MinRows(GemmForms()[panels], wt) && GemmForms()[panels].offered(wt, k)) want = panels;
       // Without AVX-512: the slices from 16 rows of quantized weights (f16's rows form stays ahead), but for
-      // Q4_0, Q4_K and Q6_K at every row count and Q8_0 below 128 rows: their int8 tiles.
+      // Q8_0, Q4_0, Q4_K and Q6_K at every row count: their int8 tiles.
       if (m >= 16 && wt != DType::F16 && GemmForms()[slices].offered(wt, k)) want = slices;
-      if (GemmForms()[int8_avx2].offered(wt, k) && (wt != DType::Q8_0 || m < 128)) want = int8_avx2;
+      if (GemmForms()[int8_avx2].offered(wt, k)) want = int8_avx2;
       const std::string what = std::string(DTypeName(wt)) + " m=" + std::to_string(m);
       for (size_t kk = 0; kk < prog->kernels().kernels.size(); ++kk) {
         if (prog->kernels().kernels[kk].gemm) {

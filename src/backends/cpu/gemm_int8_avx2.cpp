@@ -91,51 +91,6 @@ struct ActRows {
   }
 };
 
-// MR rounded activation rows (ActRows, from the first of them) against one packed tile of 8 Q8_0 rows, into
-// out[MR][8]. No software prefetch: a thread's tiles are one sequential
-// stream, and prefetching it slowed Q4_0's (0.6-1.1 KiB ahead into L1, with or without 2-9 KiB ahead into
-// L2, 32768 rows: 14-17 GB/s against 21-27).
-template <int MR>
-PRISM_AVX2 void Q8Tile(const ActRows& a, const uint8_t* t, float* out) {
-  const int8_t* aq = a.q;
-  const float* ad = a.d;
-  const int64_t blocks = a.blocks;
-  __m256 acc[MR];
-#pragma GCC unroll 4
-  for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < blocks; ++b, t += TileBlockBytes(DType::Q8_0)) {
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
-    __m256i av[MR];
-#pragma GCC unroll 4
-    for (int i = 0; i < MR; ++i)
-      av[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(aq) + i * blocks + b);
-    __m256i d[MR][kInt8Avx2TileRows];  // 32-bit partial sums of row r
-#pragma GCC unroll 8
-    for (int r = 0; r < kInt8Avx2TileRows; ++r) {
-      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t + 16) + r),
-                    wabs = _mm256_sign_epi8(w, w);
-#pragma GCC unroll 4
-      for (int i = 0; i < MR; ++i)
-        d[i][r] = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(av[i], w)), ones);  // exact
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < MR; ++i) {
-      // Pairwise sums: rows 0-3 then 4-7, each 128-bit half's, then the halves added: rows 0-7 in order.
-      const __m256i g0 =
-          _mm256_hadd_epi32(_mm256_hadd_epi32(d[i][0], d[i][1]), _mm256_hadd_epi32(d[i][2], d[i][3]));
-      const __m256i g1 =
-          _mm256_hadd_epi32(_mm256_hadd_epi32(d[i][4], d[i][5]), _mm256_hadd_epi32(d[i][6], d[i][7]));
-      const __m256i dot =
-          _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20), _mm256_permute2x128_si256(g0, g1, 0x31));
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(ad[i * blocks + b])),
-                               acc[i]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < MR; ++i) _mm256_storeu_ps(out + 8 * i, acc[i]);
-}
-
 // 4 activation bytes (values 4g to 4g + 3 of a block) in every 32-bit lane, to meet 8 rows' values 4g to
 // 4g + 3 (one 32-bit lane a row): vpmaddubsw then leaves each row's sums in its own lane, and no reduction
 // across lanes is needed (vphaddw, at 2 cycles on Zen 3, had been the Q6_K kernel's bound).
@@ -143,6 +98,44 @@ PRISM_AVX2 PRISM_INLINE __m256i Four(const int8_t* a) {
   int32_t four;
   std::memcpy(&four, a, 4);
   return _mm256_set1_epi32(four);
+}
+
+// MR rounded activation rows (ActRows, from the first of them) against one packed tile of 8 Q8_0 rows, into
+// out[MR][8]: per group of 4 values, the rows' |w| against the 4 broadcast activation bytes given w's signs
+// (vpmaddubsw takes one unsigned operand), each product's pair sums widened to 32 bits (two would overflow
+// 16). No software prefetch: a thread's tiles are one sequential stream, and prefetching it slowed Q4_0's
+// (0.6-1.1 KiB ahead into L1, with or without 2-9 KiB ahead into L2, 32768 rows: 14-17 GB/s against 21-27).
+template <int MR>
+PRISM_AVX2 void Q8Tile(const ActRows& a, const uint8_t* t, float* out) {
+  __m256 acc[MR];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < a.blocks; ++b, t += TileBlockBytes(DType::Q8_0)) {
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
+    __m256i w[8], wabs[8];
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      w[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t + 16) + g);
+      wabs[g] = _mm256_sign_epi8(w[g], w[g]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      const int64_t at = i * a.blocks + b;
+      const int8_t* av = a.q + at * kQuantBlock;
+      __m256i p[8];
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g)
+        p[g] =
+            _mm256_madd_epi16(_mm256_maddubs_epi16(wabs[g], _mm256_sign_epi8(Four(av + 4 * g), w[g])), ones);
+      const __m256i dot =
+          _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3])),
+                           _mm256_add_epi32(_mm256_add_epi32(p[4], p[5]), _mm256_add_epi32(p[6], p[7])));
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(a.d[at])), acc[i]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) _mm256_storeu_ps(out + 8 * i, acc[i]);
 }
 
 // 8 bytes (one per row, signed or below 128) as 16-bit values, each in both halves of its row's 32-bit lane.
@@ -350,13 +343,9 @@ void Pack(const Block* src, int64_t n, int64_t blocks, uint8_t* dst) {
       for (int r = 0; r < kInt8Avx2TileRows && t * kInt8Avx2TileRows + r < n; ++r) {  // padding rows stay 0
         const Block& x = src[(t * kInt8Avx2TileRows + r) * blocks + b];
         std::memcpy(out + 2 * r, &x.d, 2);
-        if constexpr (T ==
-                      DType::Q4_0) {  // GGUF's byte l holds values l and l + 16: group h, bytes 4h to 4h + 3
-          for (int h = 0; h < 4; ++h)
-            std::memcpy(out + 2 * kInt8Avx2TileRows + 32 * h + 4 * r, x.qs + 4 * h, 4);
-        } else {
-          std::memcpy(out + 2 * kInt8Avx2TileRows + r * RowBytes(T), x.qs, RowBytes(T));
-        }
+        // Group h: each row's bytes 4h to 4h + 3 (Q4_0's: its values 4h to 4h + 3 and 4h + 16 to 4h + 19).
+        for (int h = 0; h < RowBytes(T) / 4; ++h)
+          std::memcpy(out + 2 * kInt8Avx2TileRows + 32 * h + 4 * r, x.qs + 4 * h, 4);
       }
     }
 }

@@ -38,16 +38,15 @@ static const int kInt8Avx2Form = GemmFormIndex("int8-avx2");
 // thread) 0.98-1.4x the rows form's GFLOP/s at 6 to 512 rows of a 2048-square product (1.3-1.4x at 6-12 and
 // 128-512 rows, even at 16-32) and 1.2-4x over a convolution's (K = 27, 288, 576), the rows form ahead
 // only over few columns (0.7x at N = 10). -1: the kernel's own default (the rows form), or no such form
-// on this CPU. Without AVX-512, Q4_0, Q4_K and Q6_K take the AVX2 int8 tiles at every row count, Q8_0
-// below 128 rows (Zen 3, bench/gemm_forms.cpp, N = K = 2048, against the slices: at 512 rows on two
-// threads Q4_0 and Q4_K 1.6x, Q6_K 1.1x; Q4_0 2.8x at 16 rows on one; Q4_K 2x the q8k form at one row;
-// Q8_0 1.5x at 16 rows on one, 1.2x at 64 on two, but 0.9-1.0x at 512 on two, where
-// each thread rounds the whole activation, and pp512 of the 1B shape 48-52 against 55-60 tok/s), the other
-// quantized types the slices from 16 rows, f32/bf16 the slices from 64 rows (1.1-1.3x the rows form at 16
-// rows of quantized weights and 1.6-1.9x at 512, 1.2-1.3x for f32/bf16 from 64 rows); f16's rows form stays
-// ahead (1.05-1.2x the slices at 64-512 rows: its weights, half the bytes of f32's, stay in L1).
+// on this CPU. Without AVX-512, Q8_0, Q4_0, Q4_K and Q6_K take the AVX2 int8 tiles at every row count
+// (Zen 3, bench/gemm_forms.cpp, N = K = 2048, against the slices: at 512 rows on two threads Q4_0 and Q4_K
+// 1.6x, Q6_K 1.1x (1.6x on one since the broadcast tiles), Q8_0 1.2-1.4x on one; Q4_0 2.8x at 16 rows on one;
+// Q4_K 2x the q8k form at one row; pp512 of the 1B shape in Q8_0 70-75 tok/s against the slices' 56-60), the
+// other quantized types the slices from 16 rows, f32/bf16 the slices from 64 rows (1.1-1.3x the rows form at
+// 16 rows of quantized weights and 1.6-1.9x at 512, 1.2-1.3x for f32/bf16 from 64 rows); f16's rows form
+// stays ahead (1.05-1.2x the slices at 64-512 rows: its weights, half the bytes of f32's, stay in L1).
 static int DefaultForm(int64_t m, DType wt, int64_t n, int64_t k) {
-  if (GemmForms()[kInt8Avx2Form].offered(wt, k) && (wt != DType::Q8_0 || m < 128)) return kInt8Avx2Form;
+  if (GemmForms()[kInt8Avx2Form].offered(wt, k)) return kInt8Avx2Form;
   const bool many_rows = IsQuantized(wt) ? m >= 16 : wt != DType::F16 && m >= 64;
   if (many_rows && GemmForms()[kSlicesForm].offered(wt, k)) return kSlicesForm;
   const GemmForm& panels = GemmForms()[kPanelsForm];
