@@ -1,7 +1,7 @@
 // Template-tier CPU GEMM for Q8_0, Q4_0, Q4_K and Q6_K weights on AVX2 machines (see gemm_int8_avx2.h):
 // decoding each block to f32 took about 20 vector instructions per 32 weights, more than two cores issue at
 // memory speed; byte dot products over tiles of 8 rows take about 4 for Q4_0 and Q4_K (unsigned nibbles),
-// 6 for Q8_0 (|w| times a with w's sign) and 8 for Q6_K, and come out as one vector of the 8 rows' sums
+// 6 for Q8_0 (|w| times a with w's sign) and 9 for Q6_K, and come out as one vector of the 8 rows' sums
 // scaled by one vector of their 8 scales.
 #include "backends/cpu/gemm_int8_avx2.h"
 
@@ -144,7 +144,7 @@ PRISM_AVX2 PRISM_INLINE __m256i Twice(const uint8_t* s) {
   return _mm256_blend_epi16(x, _mm256_slli_epi32(x, 16), 0xAA);
 }
 
-// 8 rows' nibbles of one 32-value block as packed (see PackNibbles): w[g] holds values 4g to 4g + 3 of
+// 8 rows' nibbles of one 32-value block as packed (see Pack, PackKQuant): w[g] holds values 4g to 4g + 3 of
 // each row (row r in bytes 4r to 4r + 3), unsigned.
 PRISM_AVX2 PRISM_INLINE void Nibbles(const uint8_t* v, __m256i w[8]) {
   const __m256i nibble = _mm256_set1_epi8(15);
