@@ -12,6 +12,7 @@
 //                            bf16_dot     AVX512_BF16 vdpbf16ps   32 pairs x 2 flops, fp32 accumulate
 //                            fp16_fma     AVX512_FP16 vfmadd231ph 32 lanes x 2 flops
 //                            int8_vnni    AVX512_VNNI vpdpbusd    64 u8*s8 products x 2 ops
+//                            int8_avx2    AVX2      vpmaddubsw    32 u8*s8 products x 2 ops (pairs summed)
 //                            amx_bf16     AMX-BF16  tdpbf16ps     16 x 16 x 32 products x 2 flops
 //                            amx_int8     AMX-INT8  tdpbssd       16 x 16 x 64 products x 2 ops
 //                          Each runs only where the CPU has the instructions (and, for AMX, Linux
@@ -196,6 +197,7 @@ int main(int argc, char** argv) {
       {"bf16_dot", "vdpbf16ps zmm (AVX512_BF16)", "GFLOP/s", PeakLoop::Bf16Dot},
       {"fp16_fma", "vfmadd231ph zmm (AVX512_FP16)", "GFLOP/s", PeakLoop::Fp16Fma},
       {"int8_vnni", "vpdpbusd zmm (AVX512_VNNI)", "GOP/s", PeakLoop::Int8Vnni},
+      {"int8_avx2", "vpmaddubsw ymm (AVX2)", "GOP/s", PeakLoop::Int8Avx2},
       {"amx_bf16", "tdpbf16ps (AMX-BF16)", "GFLOP/s", PeakLoop::AmxBf16},
       {"amx_int8", "tdpbssd (AMX-INT8)", "GOP/s", PeakLoop::AmxInt8},
   };

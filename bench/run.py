@@ -234,15 +234,15 @@ def prefill_flops(st, n):
 # one multiply-add of the dtype takes; a prefill's bound is the fastest of them that this CPU has
 # ("the dtype's best path"). bf16 lists fp32 FMA too: widening bf16 to f32 is exact, and on some CPUs
 # vdpbf16ps issues slower than two FMA ports; AMX tiles multiply bf16 pairs, and f32/f16 values split
-# into two bf16 parts at three products each (near f32 accuracy). Q8_0/Q4_0 dot products run on VNNI
-# or AMX int8 after quantizing activations to 8 bits, as llama.cpp does.
+# into two bf16 parts at three products each (near f32 accuracy). Quantized dot products run on VNNI,
+# AMX int8 or, without AVX-512, AVX2's vpmaddubsw, after rounding activations to 8 bits as llama.cpp does.
 CEILING = {"f32": [("fp32_fma", 1), ("fp32_fma256", 1), ("amx_bf16", 3)],
            "f16": [("fp16_fma", 1), ("fp32_fma", 1), ("fp32_fma256", 1), ("amx_bf16", 3)],
            "bf16": [("amx_bf16", 1), ("bf16_dot", 1), ("fp32_fma", 1), ("fp32_fma256", 1)],
-           "q8_0": [("amx_int8", 1), ("int8_vnni", 1), ("fp32_fma", 1), ("fp32_fma256", 1)],
-           "q4_0": [("amx_int8", 1), ("int8_vnni", 1), ("fp32_fma", 1), ("fp32_fma256", 1)],
-           "q4_k_m": [("int8_vnni", 1), ("fp32_fma", 1), ("fp32_fma256", 1)],
-           "q6_k": [("int8_vnni", 1), ("fp32_fma", 1), ("fp32_fma256", 1)]}
+           "q8_0": [("amx_int8", 1), ("int8_vnni", 1), ("int8_avx2", 1), ("fp32_fma", 1), ("fp32_fma256", 1)],
+           "q4_0": [("amx_int8", 1), ("int8_vnni", 1), ("int8_avx2", 1), ("fp32_fma", 1), ("fp32_fma256", 1)],
+           "q4_k_m": [("int8_vnni", 1), ("int8_avx2", 1), ("fp32_fma", 1), ("fp32_fma256", 1)],
+           "q6_k": [("int8_vnni", 1), ("int8_avx2", 1), ("fp32_fma", 1), ("fp32_fma256", 1)]}
 
 CACHE_RESIDENT_BYTES = 32 << 20  # weights this small live in cache: DRAM bandwidth bounds nothing
 

@@ -62,6 +62,8 @@ PRISM_PEAK_LOOP(Bf16DotLoop, "avx512f,avx512bf16", __m512, _mm512_set1_ps(0.01f 
                 32 * 2)
 PRISM_PEAK_LOOP(VnniLoop, "avx512f,avx512vnni", __m512i, _mm512_set1_epi32(i),
                 _mm512_dpbusd_epi32(a, _mm512_set1_epi8(1), _mm512_set1_epi8(1)), 64 * 2)
+PRISM_PEAK_LOOP(Int8Avx2Loop, "avx2", __m256i, _mm256_set1_epi8((char)(i + 1)),
+                _mm256_maddubs_epi16(a, _mm256_set1_epi8(1)), 32 * 2)
 #undef PRISM_PEAK_LOOP
 
 // One thread's read of n floats as S interleaved sequential streams (the range cut into S parts read
@@ -132,6 +134,7 @@ MachinePeaks Measure(int threads) {
   m.fp16_gflops = peak(PeakLoop::Fp16Fma, 1'000'000);
   m.bf16_dot_gflops = peak(PeakLoop::Bf16Dot, 1'000'000);
   m.int8_vnni_gops = peak(PeakLoop::Int8Vnni, 1'000'000);
+  m.int8_avx2_gops = peak(PeakLoop::Int8Avx2, 2'000'000);
   m.amx_bf16_gflops = peak(PeakLoop::AmxBf16, 20'000);
   m.amx_int8_gops = peak(PeakLoop::AmxInt8, 20'000);
   m.read_gbps = MeasureReadBandwidth(threads, (size_t)256 << 20, 3).gbps;
@@ -200,6 +203,7 @@ bool PeakLoopSupported(PeakLoop loop) {
     case PeakLoop::Fp16Fma: return __builtin_cpu_supports("avx512fp16");
     case PeakLoop::Bf16Dot: return __builtin_cpu_supports("avx512bf16");
     case PeakLoop::Int8Vnni: return __builtin_cpu_supports("avx512vnni");
+    case PeakLoop::Int8Avx2: return __builtin_cpu_supports("avx2");
     default: return AmxUsable();
   }
 }
@@ -212,6 +216,7 @@ double RunPeakLoop(PeakLoop loop, int64_t iters) {
     case PeakLoop::Fp16Fma: return Fp16Loop(iters);
     case PeakLoop::Bf16Dot: return Bf16DotLoop(iters);
     case PeakLoop::Int8Vnni: return VnniLoop(iters);
+    case PeakLoop::Int8Avx2: return Int8Avx2Loop(iters);
     case PeakLoop::AmxBf16: return AmxPeakLoop(false, iters);
     default: return AmxPeakLoop(true, iters);
   }
@@ -225,9 +230,9 @@ double MachinePeaks::GemmPeak(DType wt) const {
     case DType::F16: return std::max({fp32_gflops, fp16_gflops, amx_split});
     case DType::BF16: return std::max({fp32_gflops, bf16_dot_gflops, amx_bf16_gflops});
     case DType::Q8_0:
-    case DType::Q4_0: return std::max({fp32_gflops, int8_vnni_gops, amx_int8_gops});
+    case DType::Q4_0: return std::max({fp32_gflops, int8_vnni_gops, amx_int8_gops, int8_avx2_gops});
     // GGUF's block formats: the int8 panels and the q8k form's integer dot products, or f32 FMAs.
-    default: return IsQuantized(wt) ? std::max(fp32_gflops, int8_vnni_gops) : fp32_gflops;
+    default: return IsQuantized(wt) ? std::max({fp32_gflops, int8_vnni_gops, int8_avx2_gops}) : fp32_gflops;
   }
 }
 
@@ -237,6 +242,7 @@ const char* MachinePeaks::GemmPeakBasis(DType wt) const {
   if (peak == amx_bf16_gflops / 3) return "amx_bf16/3 (split f32)";
   if (peak == amx_int8_gops) return "amx_int8";
   if (peak == int8_vnni_gops) return "int8_vnni";
+  if (peak == int8_avx2_gops) return "int8_avx2";
   if (peak == bf16_dot_gflops) return "bf16_dot";
   if (peak == fp16_gflops) return "fp16_fma";
   return "fp32_fma";

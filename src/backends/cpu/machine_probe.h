@@ -17,8 +17,10 @@ struct MachinePeaks {
   double read_gbps = 0;    // streaming read bandwidth, GB/s
   double fp32_gflops = 0;  // f32 fused multiply-add rate (AVX-512, else AVX2), GFLOP/s
   // Rates of the other multiply-add instructions where the CPU has them (0 where not): AVX512_FP16
-  // FMA, AVX512_BF16 dot products, AVX512-VNNI int8 dot products, AMX bf16 and int8 tile products.
+  // FMA, AVX512_BF16 dot products, AVX512-VNNI int8 dot products, AMX bf16 and int8 tile products, and
+  // AVX2's byte products (vpmaddubsw: u8 x s8, pairs summed to 16 bits; the AVX2 int8 tiles' bound).
   double fp16_gflops = 0, bf16_dot_gflops = 0, int8_vnni_gops = 0, amx_bf16_gflops = 0, amx_int8_gops = 0;
+  double int8_avx2_gops = 0;
 
   // The fastest rate at which this CPU can multiply an activation by weights of this type (for a
   // GEMM's roofline floor; f32/f16 on AMX count three bf16 products each), and where it comes from.
@@ -29,7 +31,7 @@ struct MachinePeaks {
 // The probe's register-only loops, one per multiply-add instruction: `iters` rounds over independent
 // accumulators (enough to cover latency x issue ports); each returns the operations it did (2 per
 // multiply-add), or 0 where this CPU lacks the instruction (AMX: or the kernel withholds it).
-enum class PeakLoop { Fp32Fma, Fp32Fma256, Fp16Fma, Bf16Dot, Int8Vnni, AmxBf16, AmxInt8 };
+enum class PeakLoop { Fp32Fma, Fp32Fma256, Fp16Fma, Bf16Dot, Int8Vnni, Int8Avx2, AmxBf16, AmxInt8 };
 bool PeakLoopSupported(PeakLoop loop);
 double RunPeakLoop(PeakLoop loop, int64_t iters);
 
