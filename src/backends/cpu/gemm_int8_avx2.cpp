@@ -55,10 +55,10 @@ PRISM_AVX2 float QuantizeBlock(const float* x, int8_t* q) {
 }
 
 // One row's values of one 32-value block, and a packed tile's bytes per block: the 8 rows' f16 scales, then
-// their values (Q8_0: row after row; Q4_0: in 4 groups of 32 bytes, group h holding each row's bytes 4h to
-// 4h + 3, i.e. its values 4h to 4h + 3 and 4h + 16 to 4h + 19 as nibbles; see Nibbles). Q4_K's tile per
-// 256-value super-block: the 8 rows' d and dmin (f16), their 6-bit scales and mins as bytes (sub-block by
-// sub-block), then 8 sub-blocks of values laid out as Q4_0's. Rows in order throughout.
+// their values in groups of 32 bytes, group h holding each row's bytes 4h to 4h + 3 (Q8_0: 8 groups, its
+// values 4h to 4h + 3; Q4_0: 4 groups, its values 4h to 4h + 3 and 4h + 16 to 4h + 19 as nibbles). Q4_K's
+// tile per 256-value super-block: the 8 rows' d and dmin (f16), their 6-bit scales and mins as bytes
+// (sub-block by sub-block), then 8 sub-blocks of values laid out as Q4_0's. Rows in order throughout.
 constexpr int64_t RowBytes(DType t) { return t == DType::Q8_0 ? 32 : 16; }
 constexpr int64_t TileBlockBytes(DType t) { return kInt8Avx2TileRows * (2 + RowBytes(t)); }
 constexpr int64_t kK4Scales = 4 * kInt8Avx2TileRows, kK4Mins = kK4Scales + 8 * kInt8Avx2TileRows,
@@ -305,8 +305,8 @@ PRISM_AVX2 void Gemm(const float* a, int64_t m, const Int8Avx2PackedWeight& w, f
   d.resize((size_t)(m * blocks));
   dsum.resize((size_t)(m * blocks));
   for (int64_t i = 0; i < m * blocks; ++i) {
-    const int8_t* x = q.data() + i * kQuantBlock;
-    d[i] = QuantizeBlock(a + i * kQuantBlock, q.data() + i * kQuantBlock);
+    int8_t* x = q.data() + i * kQuantBlock;
+    d[i] = QuantizeBlock(a + i * kQuantBlock, x);
     if constexpr (T == DType::Q8_0) continue;
     int32_t low = 0, high = 0;
     for (int l = 0; l < 16; ++l) low += x[l], high += x[l + 16];

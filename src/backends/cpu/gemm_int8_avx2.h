@@ -15,16 +15,15 @@ namespace prism {
 bool Int8Avx2Supported(DType wt, int64_t k);
 
 // Q8_0 or Q4_0 weights (N x K) in tiles of 8 rows (the last one padded with zero rows): block by block, the
-// 8 rows' f16 scales, then their values (Q8_0 row after row; Q4_0 in groups of 4 bytes, 8 rows' bytes 0-3,
-// then 4-7, ..., so that one 32-bit lane of a vector is one row's and the 4 activation bytes they meet are
-// broadcast). As many bytes as GGUF's rows but for the padding; a thread's share is one sequential stream.
-// Q4_0's nibbles are summed against the activation as unsigned bytes (vpmaddubsw takes one unsigned
-// operand) and 8 times the activation's sum taken off once per block for all 8 rows. Q4_K per 256 values:
-// the 8 rows' d and dmin, their 6-bit scales and mins unpacked to bytes, then each 32-value sub-block's
-// nibbles laid out as Q4_0's (4 bytes more per row and super-block than GGUF's 144). Q6_K per 256 values:
-// the 8 rows' d and signed scales, then per 32 values their low nibbles as Q4_0's and their high 2 bits;
-// its values enter vpmaddubsw unsigned (0-63) and 32 times the activation's sums, times each 16-value
-// sub-block's scale, are taken off.
+// 8 rows' f16 scales, then their values in groups of 4 bytes (8 rows' bytes 0-3, then 4-7, ...), so that one
+// 32-bit lane of a vector is one row's and the 4 activation bytes they meet are broadcast. As many bytes as
+// GGUF's rows but for the padding; a thread's share is one sequential stream. Q4_0's nibbles are summed
+// against the activation as unsigned bytes (vpmaddubsw takes one unsigned operand) and 8 times the
+// activation's sum taken off once per block for all 8 rows. Q4_K per 256 values: the 8 rows' d and dmin,
+// their 6-bit scales and mins unpacked to bytes, then each 32-value sub-block's nibbles laid out as Q4_0's (4
+// bytes more per row and super-block than GGUF's 144). Q6_K per 256 values: the 8 rows' d and signed scales,
+// then per 32 values their low nibbles as Q4_0's and their high 2 bits; its values enter vpmaddubsw unsigned
+// (0-63) and 32 times the activation's sums, times each 16-value sub-block's scale, are taken off.
 struct Int8Avx2PackedWeight {
   DType type = DType::Q8_0;
   int64_t n = 0, k = 0;
