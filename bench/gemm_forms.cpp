@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
     std::printf("| %s | %s | %.3f | %.1f | %.1f |\n", std::string(DTypeName(wt)).c_str(), form, best * 1e3,
                 weight_bytes / best / 1e9, 2.0 * m * n * k / best / 1e9);
   };
-  // The int8 rows at the default prefetch distance, then at each the search times.
+  // The int8 rows at the default prefetch distance, then at each the search times (int8-avx2 likewise).
   auto int8_rows = [&](DType wt, const void* w) {
     Int8PackedWeight p = PackForInt8Dot(w, wt, n, k);
     const void* evict = cold ? p.data.get() : nullptr;
@@ -76,6 +76,11 @@ int main(int argc, char** argv) {
         wt, "int8-avx2", p.bytes,
         [&](int64_t nb, int64_t ne) { GemmRowsInt8Avx2(a.data(), m, p, y.data(), n, nb, ne); },
         cold ? p.data.get() : nullptr);
+    for (int64_t ahead : Int8Avx2PrefetchChoices(wt, k))
+      time(
+          wt, ("int8-avx2, prefetch=" + std::to_string(ahead)).c_str(), p.bytes,
+          [&](int64_t nb, int64_t ne) { GemmRowsInt8Avx2(a.data(), m, p, y.data(), n, nb, ne, ahead); },
+          cold ? p.data.get() : nullptr);
   };
   auto slices = [&](DType wt, const void* w, size_t bytes) {
     if (!SliceGemmSupported(wt, k)) return;

@@ -670,14 +670,38 @@ TEST(Gemm, Int8PanelSlicesChangeOnlyTheSpeedAndAreSearched) {
   EXPECT_EQ(ChoiceFromJson(older).param, 0);
 }
 
-// The int8 rows' prefetch distance is a template parameter the search times over the whole step: every
-// distance (none, short, past the end of the weights) gives bitwise the same sums; a negative one is an
-// error; a decode step's search times the step at each distance, and a distance chosen (here written into
-// the tuning database) reaches the step's int8 rows GEMMs and no other kernel.
+// The int8 GEMMs' prefetch distance (the int8 rows' with VNNI, int8-avx2's on the AVX2 tier) is a template
+// parameter the search times over the whole step: every distance (none, short, past the end of the weights)
+// gives bitwise the same sums; a negative one is an error; a decode step's search times the step at each
+// distance, and a distance chosen (here written into the tuning database) reaches the step's int8 GEMMs and
+// no other kernel.
 TEST(Gemm, Int8PrefetchDistancesChangeOnlyTheSpeedAndAreSearchedPerStep) {
-  if (!HasAvx512Vnni()) GTEST_SKIP() << "this CPU has no AVX512-VNNI";
+  for (DType wt : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+    const int64_t n = 29, k = 1536;
+    if (!Int8Avx2Supported(wt, k)) continue;
+    const HostTensor w = wt == DType::Q8_0 || wt == DType::Q4_0
+                             ? HostTensor::FromFloats({n, k}, testing::RandomFloats(n * k, 44), wt)
+                             : testing::RandomBlocks(wt, {n, k}, 44);
+    const Int8Avx2PackedWeight packed = PackForInt8Avx2(w.data, wt, n, k);
+    for (int64_t m : {1, 3, 6}) {  // the first pass over a tile prefetches; later ones find it in cache
+      auto a = testing::RandomFloats(m * k, 43);
+      std::vector<float> want(m * n, NAN);
+      GemmRowsInt8Avx2(a.data(), m, packed, want.data(), n, 0, n);
+      for (int64_t ahead : {kInt8NoPrefetch, (int64_t)64, (int64_t)1024, (int64_t)4096, (int64_t)1 << 24}) {
+        std::vector<float> y(m * n, NAN);
+        GemmRowsInt8Avx2(a.data(), m, packed, y.data(), n, 0, 8, ahead);
+        GemmRowsInt8Avx2(a.data(), m, packed, y.data(), n, 8, n, ahead);
+        for (int64_t i = 0; i < m * n; ++i)
+          ASSERT_EQ(std::memcmp(&y[i], &want[i], sizeof(float)), 0) << DTypeName(wt) << " int8-avx2 prefetch "
+                                                                    << ahead << " at " << i << ": " << y[i]
+                                                                    << " vs " << want[i];
+      }
+      EXPECT_THROW(GemmRowsInt8Avx2(a.data(), m, packed, want.data(), n, 0, n, -64), Error);
+    }
+  }
   for (DType wt : {DType::Q8_0, DType::Q4_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K,
                   DType::IQ4_NL, DType::IQ4_XS}) {
+    if (!HasAvx512Vnni()) break;
     const int64_t n = 23, k = 1536, m = 3;
     auto a = testing::RandomFloats(m * k, 43);
     const HostTensor w = wt == DType::Q8_0 || wt == DType::Q4_0
@@ -697,9 +721,15 @@ TEST(Gemm, Int8PrefetchDistancesChangeOnlyTheSpeedAndAreSearchedPerStep) {
     EXPECT_THROW(GemmRowsInt8(a.data(), m, packed, want.data(), n, 0, n, -64), Error);
   }
   EXPECT_TRUE(Int8PrefetchChoices(DType::BF16, 4096).empty()) << "bf16's rounded rows take no prefetch";
-  if (!RoundedActivationSupported(DType::Q4_K, 2048)) GTEST_SKIP() << "no int8 forms on this tier: " << GemmIsa();
+  EXPECT_TRUE(Int8Avx2PrefetchChoices(DType::BF16, 4096).empty()) << "int8-avx2 takes no bf16";
+  // The int8 form a Q4_K product takes in decode on this tier, and the distances it offers.
+  const bool vnni = RoundedActivationSupported(DType::Q4_K, 2048) && HasAvx512Vnni();
+  const int int8_form = GemmFormIndex(vnni ? "rounded" : "int8-avx2");
+  const std::vector<int64_t> choices =
+      vnni ? Int8PrefetchChoices(DType::Q4_K, 2048) : Int8Avx2PrefetchChoices(DType::Q4_K, 2048);
+  if (choices.empty()) GTEST_SKIP() << "no int8 forms on this tier: " << GemmIsa();
 
-  // Two products: one over Q4_K weights (int8 rows in decode), one over f32 weights.
+  // Two products: one over Q4_K weights (an int8 form in decode), one over f32 weights.
   Graph g;
   Tensor x{&g, g.Input("x", DType::F32, {Expr::Sym("seq"), Expr(2048)})};
   Tensor wq{&g, g.Weight("wq", DType::Q4_K, {Expr(96), Expr(2048)})};
@@ -726,31 +756,31 @@ TEST(Gemm, Int8PrefetchDistancesChangeOnlyTheSpeedAndAreSearchedPerStep) {
   for (const auto& r : receipts)
     if (r.value("scope", "") == "step")
       for (const auto& c : r["candidates"]) variants.insert(c["candidate"]), step_key = r["key"];
-  for (const char* v : {"team, int8 rows prefetch=1", "team, int8 rows prefetch=1024",
-                        "team, int8 rows prefetch=16384"})
-    EXPECT_TRUE(variants.count(v)) << v;
+  const std::string variant = "team, int8 rows prefetch=";
+  for (int64_t ahead : choices) EXPECT_TRUE(variants.count(variant + std::to_string(ahead))) << ahead;
   ASSERT_FALSE(step_key.empty());
 
   nlohmann::json entries = nlohmann::json::parse(std::ifstream(db));
   ASSERT_TRUE(entries.contains(step_key)) << entries.dump();
-  entries[step_key]["candidate"] = "team, int8 rows prefetch=16384";
+  const int64_t far = choices.back();
+  entries[step_key]["candidate"] = variant + std::to_string(far);
   std::ofstream(db) << entries.dump();
   auto [again, applied] = search(0);
   const std::vector<KernelChoice>& chosen = applied->choices().at("decode");
-  int int8_rows = 0;
+  int int8_gemms = 0;
   for (size_t k = 0; k < chosen.size(); ++k) {
     const auto& gm = applied->kernels().kernels[k].gemm;
     const bool q4k = gm && applied->kernels().buffers[gm->w_buffer].dtype == DType::Q4_K;
-    if (q4k && chosen[k].use_template && chosen[k].form == GemmFormIndex("rounded")) {
-      EXPECT_EQ(chosen[k].param, 16384) << applied->kernels().kernels[k].name;
-      ++int8_rows;
+    if (q4k && chosen[k].use_template && chosen[k].form == int8_form) {
+      EXPECT_EQ(chosen[k].param, far) << applied->kernels().kernels[k].name;
+      ++int8_gemms;
     } else {
-      // The step's distance is the int8 rows' alone; another form's own parameter (gemv_rows for the f32
+      // The step's distance is the int8 GEMMs' alone; another form's own parameter (gemv_rows for the f32
       // product) is that kernel's searched decision.
-      EXPECT_NE(chosen[k].param, 16384) << applied->kernels().kernels[k].name;
+      EXPECT_NE(chosen[k].param, far) << applied->kernels().kernels[k].name;
     }
   }
-  EXPECT_EQ(int8_rows, 1) << "the Q4_K product in decode runs the int8 rows";
+  EXPECT_EQ(int8_gemms, 1) << "the Q4_K product in decode runs an int8 form";
 }
 
 // GGUF's block formats as int8 panels (bytes 0..255 with per-16 or per-32 scales and offsets, the

@@ -206,9 +206,10 @@ class CpuScheduleSpace : public ScheduleSpace {
   // The whole step on the team (with its barriers) against thread 0 alone: for a small model the barriers
   // can cost more than splitting gains. Splitting every GEMM is tried too: a GEMM timed alone wakes the
   // team for each run, which favours keeping small ones on one thread.
-  // The int8 rows' prefetch distance is a step's choice too: timed alone, each GEMM's distances came out
-  // within a few percent of one another (and the search chose by that noise), while in the step, its
-  // kernels back to back, no prefetching decoded the 1B Q4_K_M shape 8% slower than the default.
+  // A form's step parameter (GemmForm::step_param_values: the int8 GEMMs' prefetch distance) is a step's
+  // choice too: timed alone, each GEMM's distances came out within a few percent of one another (and the
+  // search chose by that noise), while in the step, its kernels back to back, no prefetching decoded the 1B
+  // Q4_K_M shape 8% slower than the default.
   std::vector<std::string> StepVariants(const std::string& bucket) override {
     std::vector<std::string> names = {"team"};
     if (threads_ >= 2) {
@@ -264,7 +265,7 @@ class CpuScheduleSpace : public ScheduleSpace {
 
   // The step's choices under a whole-step variant: the kernels' own on the team; the same with every
   // template GEMM split across the team; every kernel on thread 0 alone; or the kernels' own with every
-  // int8 rows GEMM prefetching its weights that many bytes ahead (gemm_int8.h).
+  // GEMM whose form takes a step parameter at that value (the int8 GEMMs' prefetch distance in bytes).
   std::vector<KernelChoice> Variant(const std::string& name, std::vector<KernelChoice> cs) const {
     int64_t ahead = 0;  // a name the database holds that does not parse leaves the kernels' own
     const std::string_view tail =
@@ -276,26 +277,26 @@ class CpuScheduleSpace : public ScheduleSpace {
       if (name == "one thread") cs[k].threading = Threading::OneThread;
       if (name == "team, every GEMM split" && p_.kp_.kernels[k].gemm && cs[k].use_template)
         cs[k].threading = Threading::Team;
-      if (prefetch && Int8Rows(k, cs[k])) cs[k].param = ahead;
+      if (prefetch && !PrefetchChoicesOf(k, cs[k]).empty()) cs[k].param = ahead;
     }
     return cs;
   }
 
+  // (The name predates int8-avx2's distance and is kept for the databases that hold it.)
   static constexpr std::string_view kPrefetchVariant = "team, int8 rows prefetch=";
-  // Whether kernel k runs the int8 rows under choice c.
-  bool Int8Rows(size_t k, const KernelChoice& c) const {
+  // The step parameter's values kernel k's GEMM offers under choice c (none for another kernel or form).
+  std::vector<int64_t> PrefetchChoicesOf(size_t k, const KernelChoice& c) const {
     const auto& gm = p_.kp_.kernels[k].gemm;
-    return gm && c.use_template && c.form == GemmFormIndex("rounded") &&
-           Int8DotSupported(p_.kp_.buffers[gm->w_buffer].dtype, gm->k);
+    if (!gm || !c.use_template || c.form < 0 || c.form >= (int)GemmForms().size()) return {};
+    const GemmForm& form = GemmForms()[c.form];
+    return form.step_param_values ? form.step_param_values(p_.kp_.buffers[gm->w_buffer].dtype, gm->k)
+                                  : std::vector<int64_t>{};
   }
-  // The distances worth timing: those the int8 rows offer for the first such kernel of the step (none
-  // when it has none).
+  // The distances worth timing: those of the first kernel of the step that offers any.
   std::vector<int64_t> PrefetchChoices(const std::string& bucket) const {
     const std::vector<KernelChoice>& cs = p_.choices_.at(bucket);
     for (size_t k = 0; k < cs.size() && k < p_.kp_.kernels.size(); ++k)
-      if (Int8Rows(k, cs[k]))
-        return Int8PrefetchChoices(p_.kp_.buffers[p_.kp_.kernels[k].gemm->w_buffer].dtype,
-                                   p_.kp_.kernels[k].gemm->k);
+      if (std::vector<int64_t> c = PrefetchChoicesOf(k, cs[k]); !c.empty()) return c;
     return {};
   }
 

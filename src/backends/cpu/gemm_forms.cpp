@@ -95,7 +95,8 @@ PackedGemmWeight PackInt8Avx2Form(const void* w, DType wt, int64_t n, int64_t k)
   return Hold(PackForInt8Avx2(w, wt, n, k));
 }
 void RunInt8Avx2(const GemmCall& c) {
-  GemmRowsInt8Avx2(c.a, c.m, *static_cast<const Int8Avx2PackedWeight*>(c.packed), c.y, c.n, c.nb, c.ne);
+  GemmRowsInt8Avx2(c.a, c.m, *static_cast<const Int8Avx2PackedWeight*>(c.packed), c.y, c.n, c.nb, c.ne,
+                   c.param);
 }
 
 }  // namespace
@@ -125,7 +126,8 @@ const std::vector<GemmForm>& GemmForms() {
        .error_bound = RoundedActivationErrorBound,
        .split_tile = 4,
        .fit_team = nullptr,
-       .on_slabs = true},  // the int8 rows' prefetch distance is a step's choice (cpu_schedule_space.cpp)
+       .on_slabs = true,
+       .step_param_values = Int8PrefetchChoices},
       {.name = "panels",
        .min_rows = 6,
        .offered = PanelsOffered,
@@ -197,7 +199,8 @@ const std::vector<GemmForm>& GemmForms() {
        .error_bound = RoundedActivationErrorBound,
        .split_tile = kInt8Avx2TileRows,
        .fit_team = nullptr,
-       .on_slabs = true},
+       .on_slabs = true,
+       .step_param_values = Int8Avx2PrefetchChoices},
   };
   return forms;
 }

@@ -16,6 +16,7 @@
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/gemm_avx2.h"
+#include "backends/cpu/gemm_int8.h"
 #include "ir/error.h"
 #include "ir/quant_formats.h"
 
@@ -91,6 +92,9 @@ struct ActRows {
   }
 };
 
+// How far ahead a GEMM prefetches its weights by default (GemmRowsInt8Avx2's prefetch 0).
+constexpr int64_t kDefaultAhead = 2048;
+
 // 4 activation bytes (values 4g to 4g + 3 of a block) in every 32-bit lane, to meet 8 rows' values 4g to
 // 4g + 3 (one 32-bit lane a row): vpmaddubsw then leaves each row's sums in its own lane, and no reduction
 // across lanes is needed (vphaddw, at 2 cycles on Zen 3, had been the Q6_K kernel's bound).
@@ -100,18 +104,29 @@ PRISM_AVX2 PRISM_INLINE __m256i Four(const int8_t* a) {
   return _mm256_set1_epi32(four);
 }
 
+// Into L1 the weight bytes `ahead` bytes past [t, t + bytes) (none where ahead is 0). A thread's tiles are
+// one sequential stream, yet the hardware prefetcher alone left a one-row GEMM on 2 Zen 3 threads at medians
+// of 20.5-23.4 GB/s over the four types where 2 KiB ahead read 23.5-27.4 (65536 x 2048, 30 cold runs
+// interleaved with the other distances; 1 KiB and 3-4 KiB in between). An earlier measurement, runs not
+// interleaved on a host whose bandwidth drifts, had found prefetching slower.
+PRISM_AVX2 PRISM_INLINE void PrefetchAhead(const uint8_t* t, int64_t bytes, int64_t ahead) {
+  if (ahead)
+    for (int64_t o = 0; o < bytes; o += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(t + ahead + o), _MM_HINT_T0);
+}
+
 // MR rounded activation rows (ActRows, from the first of them) against one packed tile of 8 Q8_0 rows, into
 // out[MR][8]: per group of 4 values, the rows' |w| against the 4 broadcast activation bytes given w's signs
 // (vpmaddubsw takes one unsigned operand), each product's pair sums widened to 32 bits (two would overflow
-// 16). No software prefetch: a thread's tiles are one sequential stream, and prefetching it slowed Q4_0's
-// (0.6-1.1 KiB ahead into L1, with or without 2-9 KiB ahead into L2, 32768 rows: 14-17 GB/s against 21-27).
+// 16). The tile's bytes `ahead` bytes on are prefetched as it goes (PrefetchAhead).
 template <int MR>
-PRISM_AVX2 void Q8Tile(const ActRows& a, const uint8_t* t, float* out) {
+PRISM_AVX2 void Q8Tile(const ActRows& a, const uint8_t* t, int64_t ahead, float* out) {
   __m256 acc[MR];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < a.blocks; ++b, t += TileBlockBytes(DType::Q8_0)) {
+    PrefetchAhead(t, TileBlockBytes(DType::Q8_0), ahead);
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
     __m256i w[8], wabs[8];
 #pragma GCC unroll 8
@@ -168,12 +183,13 @@ PRISM_AVX2 PRISM_INLINE __m256i NibbleDots(const __m256i w[8], const int8_t* av)
 
 // The same for 8 Q4_0 rows, their nibbles unsigned: 8 times each activation block's sum taken off.
 template <int MR>
-PRISM_AVX2 void Q4Tile(const ActRows& a, const uint8_t* t, float* out) {
+PRISM_AVX2 void Q4Tile(const ActRows& a, const uint8_t* t, int64_t ahead, float* out) {
   __m256 acc[MR];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < a.blocks; ++b, t += TileBlockBytes(DType::Q4_0)) {
+    PrefetchAhead(t, TileBlockBytes(DType::Q4_0), ahead);
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
     __m256i w[8];
     Nibbles(t + 16, w);
@@ -193,7 +209,7 @@ PRISM_AVX2 void Q4Tile(const ActRows& a, const uint8_t* t, float* out) {
 // exact), times the activation block's scale; per super-block times d, less dmin times the sum over
 // sub-blocks of each row's min times the activation block's d * sum.
 template <int MR>
-PRISM_AVX2 void Q4KTile(const ActRows& a, const uint8_t* t, float* out) {
+PRISM_AVX2 void Q4KTile(const ActRows& a, const uint8_t* t, int64_t ahead, float* out) {
   __m256 acc[MR];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
@@ -202,6 +218,7 @@ PRISM_AVX2 void Q4KTile(const ActRows& a, const uint8_t* t, float* out) {
 #pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) sub[i] = _mm256_setzero_ps();
     for (int j = 0; j < 8; ++j) {
+      PrefetchAhead(t + j * kK4TileBytes / 8, kK4TileBytes / 8, ahead);
       const __m256i sc = Twice(t + kK4Scales + 8 * j);
       __m256i w[8];
       Nibbles(t + kK4Values + j * 8 * RowBytes(DType::Q4_K), w);
@@ -236,7 +253,7 @@ PRISM_AVX2 void Q4KTile(const ActRows& a, const uint8_t* t, float* out) {
 // unsigned bytes against the activation, each 16-value sub-block's pair sums times the rows' signed scales
 // (vpmaddwd, exact), less 32 times each scale times its sub-block's activation sum.
 template <int MR>
-PRISM_AVX2 void Q6KTile(const ActRows& a, const uint8_t* t, float* out) {
+PRISM_AVX2 void Q6KTile(const ActRows& a, const uint8_t* t, int64_t ahead, float* out) {
   __m256 acc[MR];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
@@ -244,6 +261,7 @@ PRISM_AVX2 void Q6KTile(const ActRows& a, const uint8_t* t, float* out) {
   for (int64_t sb = 0; sb < a.blocks / 8; ++sb, t += kK6TileBytes) {
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
     for (int j = 0; j < 8; ++j) {
+      PrefetchAhead(t + j * kK6TileBytes / 8, kK6TileBytes / 8, ahead);
       const uint8_t* sc = t + kK6Scales + 16 * j;
       const __m256i s_lo = Twice(sc), s_hi = Twice(sc + 8);
       // Each row's two scales side by side, times 32: against the activation's two sums, the offset.
@@ -294,7 +312,7 @@ constexpr auto TileKernel() {
 
 template <DType T>
 PRISM_AVX2 void Gemm(const float* a, int64_t m, const Int8Avx2PackedWeight& w, float* y, int64_t n_total,
-                     int64_t n_begin, int64_t n_end) {
+                     int64_t n_begin, int64_t n_end, int64_t prefetch) {
   const int64_t blocks = w.k / kQuantBlock, tile_bytes = TileBytes(T, w.k);
   // Every thread rounds the activation itself: it is small next to the weights it meets.
   thread_local std::vector<int8_t> q;
@@ -318,6 +336,7 @@ PRISM_AVX2 void Gemm(const float* a, int64_t m, const Int8Avx2PackedWeight& w, f
   // 4 activation rows at a time, the tile's unpacked weights held across them (one thread, 512 x 2048 x
   // 2048, GFLOP/s at 4 rows against 2: Q4_0 135 against 108, Q4_K 133 against 108; Q8_0 74-78 against 71).
   constexpr int64_t kRows = 4;
+  const int64_t ahead = prefetch == 0 ? kDefaultAhead : prefetch == kInt8NoPrefetch ? 0 : prefetch;
   constexpr auto wide = TileKernel<T, 4>(), two = TileKernel<T, 2>(), one = TileKernel<T, 1>();
   for (int64_t t = n_begin / kInt8Avx2TileRows; t * kInt8Avx2TileRows < n_end; ++t) {
     const int64_t first = t * kInt8Avx2TileRows, c0 = std::max(n_begin, first),
@@ -327,7 +346,7 @@ PRISM_AVX2 void Gemm(const float* a, int64_t m, const Int8Avx2PackedWeight& w, f
       alignas(32) float out[kRows][kInt8Avx2TileRows];
       const int64_t mr = m - i >= kRows ? kRows : m - i >= 2 ? 2 : 1;
       const auto tile_rows = mr == kRows ? wide : mr == 2 ? two : one;
-      tile_rows(act.From(i), tile, out[0]);
+      tile_rows(act.From(i), tile, i == 0 ? ahead : 0, out[0]);  // later passes find the tile in cache
       for (int64_t r = 0; r < mr; ++r)
         for (int64_t c = c0; c < c1; ++c) y[(i + r) * n_total + c] = out[r][c - first];
       i += mr;
@@ -430,12 +449,18 @@ Int8Avx2PackedWeight PackForInt8Avx2(const void* w, DType wt, int64_t n, int64_t
 }
 
 void GemmRowsInt8Avx2(const float* a, int64_t m, const Int8Avx2PackedWeight& w, float* y, int64_t n_total,
-                      int64_t n_begin, int64_t n_end) {
+                      int64_t n_begin, int64_t n_end, int64_t prefetch) {
+  if (prefetch < 0) throw Error("int8-avx2: a prefetch distance of " + std::to_string(prefetch) + " bytes");
   if (n_begin >= n_end || m <= 0) return;
-  if (w.type == DType::Q8_0) return Gemm<DType::Q8_0>(a, m, w, y, n_total, n_begin, n_end);
-  if (w.type == DType::Q4_0) return Gemm<DType::Q4_0>(a, m, w, y, n_total, n_begin, n_end);
-  if (w.type == DType::Q4_K) return Gemm<DType::Q4_K>(a, m, w, y, n_total, n_begin, n_end);
-  Gemm<DType::Q6_K>(a, m, w, y, n_total, n_begin, n_end);
+  if (w.type == DType::Q8_0) return Gemm<DType::Q8_0>(a, m, w, y, n_total, n_begin, n_end, prefetch);
+  if (w.type == DType::Q4_0) return Gemm<DType::Q4_0>(a, m, w, y, n_total, n_begin, n_end, prefetch);
+  if (w.type == DType::Q4_K) return Gemm<DType::Q4_K>(a, m, w, y, n_total, n_begin, n_end, prefetch);
+  Gemm<DType::Q6_K>(a, m, w, y, n_total, n_begin, n_end, prefetch);
+}
+
+std::vector<int64_t> Int8Avx2PrefetchChoices(DType wt, int64_t k) {
+  if (!Int8Avx2Supported(wt, k)) return {};
+  return {kInt8NoPrefetch, 1024, 4096};
 }
 
 }  // namespace prism

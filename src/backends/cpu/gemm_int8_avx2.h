@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "backends/cpu/weight_memory.h"
 #include "ir/dtype.h"
@@ -36,8 +37,13 @@ constexpr int64_t kInt8Avx2TileRows = 8;
 Int8Avx2PackedWeight PackForInt8Avx2(const void* w, DType wt, int64_t n, int64_t k);
 
 // Y[m, n] = sum_k A[m, k] * W[n, k] for n in [n_begin, n_end), W packed by PackForInt8Avx2, each activation
-// block rounded by QuantizeActivationBlock's rule: within Int8DotErrorBound of the exact sum.
+// block rounded by QuantizeActivationBlock's rule: within Int8DotErrorBound of the exact sum. `prefetch` is
+// how far ahead of its loads the first pass over each tile prefetches the weights into L1, in bytes: 0 for
+// the default (2 KiB), kInt8NoPrefetch (gemm_int8.h) for none. It changes the speed, never the sums.
 void GemmRowsInt8Avx2(const float* a, int64_t m, const Int8Avx2PackedWeight& w, float* y, int64_t n_total,
-                      int64_t n_begin, int64_t n_end);
+                      int64_t n_begin, int64_t n_end, int64_t prefetch = 0);
+
+// The prefetch distances the search times besides the default (none where the form is not offered).
+std::vector<int64_t> Int8Avx2PrefetchChoices(DType wt, int64_t k);
 
 }  // namespace prism
