@@ -434,7 +434,9 @@ TEST(Gemm, Avx2SlicesMatchExactProductsOverOddShapesAndSplits) {
 // The AVX2 byte dot products (Q8_0, Q4_0, Q4_K, Q6_K packed in tiles of 8 rows, the activation rounded per
 // 32 values): within the int8 forms' bound of the exact sum over odd shapes (tiles of fewer rows) and splits
 // inside a tile, the bound not vacuous (the rounding shows), and a NaN in an activation block reaches every
-// output of its row. The K-quants over one, three (an odd count) and eight 256-value super-blocks.
+// output of its row. The K-quants over one, three (an odd count) and eight 256-value super-blocks. Each row
+// of a many-row call is bitwise the row computed alone (Q6_K's tiles expanded once from 5 rows on, as 4, 2
+// and 1 rows at a time, against its one-row kernel).
 TEST(Gemm, Avx2Int8StaysWithinItsActivationRoundingBound) {
   if (!GemmAvx2Supported()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C";
   for (DType wt : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
@@ -442,7 +444,7 @@ TEST(Gemm, Avx2Int8StaysWithinItsActivationRoundingBound) {
     const bool k_quant = BlockElems(wt) == 256;
     const std::vector<int64_t> ks =
         k_quant ? std::vector<int64_t>{256, 768, 2048} : std::vector<int64_t>{32, 96, 2048};
-    for (int64_t m : {1, 2, 3, 5})
+    for (int64_t m : {1, 2, 3, 5, 6, 11})
       for (int64_t n : {1, 6, 9, 21})
         for (int64_t k : ks) {
           auto a = testing::RandomFloats(m * k, 12 + m);
@@ -463,6 +465,14 @@ TEST(Gemm, Avx2Int8StaysWithinItsActivationRoundingBound) {
                   << DTypeName(wt) << " m=" << m << " n=" << n << " k=" << k << " at " << i << "," << j;
               worst = std::max(worst, std::fabs(y[i * n + j] - e.sum) / e.magnitude);
             }
+          std::vector<float> alone(n, NAN);
+          for (int64_t i = 0; i < m; ++i) {
+            GemmRowsInt8Avx2(a.data() + i * k, 1, packed, alone.data(), n, 0, n);
+            for (int64_t j = 0; j < n; ++j)
+              ASSERT_EQ(std::memcmp(&alone[j], &y[i * n + j], sizeof(float)), 0)
+                  << DTypeName(wt) << " m=" << m << " n=" << n << " k=" << k << " row " << i << " alone, at "
+                  << j << ": " << alone[j] << " vs " << y[i * n + j];
+          }
           a[(m - 1) * k + k / 2] = NAN;  // the last row's middle block
           GemmRowsInt8Avx2(a.data(), m, packed, y.data(), n, 0, n);
           for (int64_t j = 0; j < n; ++j) EXPECT_TRUE(std::isnan(y[(m - 1) * n + j])) << DTypeName(wt);

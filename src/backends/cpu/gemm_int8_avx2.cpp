@@ -2,7 +2,8 @@
 // decoding each block to f32 took about 20 vector instructions per 32 weights, more than two cores issue at
 // memory speed; byte dot products over tiles of 8 rows take about 4 for Q4_0 and Q4_K (unsigned nibbles),
 // 6 for Q8_0 (|w| times a with w's sign) and 9 for Q6_K, and come out as one vector of the 8 rows' sums
-// scaled by one vector of their 8 scales.
+// scaled by one vector of their 8 scales. For a prompt, Q6_K's tiles are expanded to signed bytes once each
+// rather than unpacked again for every 4 activation rows.
 #include "backends/cpu/gemm_int8_avx2.h"
 
 #include <immintrin.h>
@@ -249,6 +250,23 @@ PRISM_AVX2 void Q4KTile(const ActRows& a, const uint8_t* t, int64_t ahead, float
   for (int i = 0; i < MR; ++i) _mm256_storeu_ps(out + 8 * i, acc[i]);
 }
 
+// Block j of a packed Q6_K tile's super-block t: the 8 rows' values 0-63 (w[g] as Nibbles lays them out: the
+// low nibbles, then the high 2 bits set in bits 4-5) and their two sub-blocks' scales (Twice's layout).
+PRISM_AVX2 PRISM_INLINE void Q6Block(const uint8_t* t, int j, __m256i w[8], __m256i& s_lo, __m256i& s_hi) {
+  const __m256i top = _mm256_set1_epi8(0x30);
+  s_lo = Twice(t + kK6Scales + 16 * j), s_hi = Twice(t + kK6Scales + 16 * j + 8);
+  const uint8_t* v = t + kK6Values + j * kK6BlockBytes;
+  Nibbles(v, w);
+#pragma GCC unroll 2
+  for (int c = 0; c < 2; ++c) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + 128) + c);
+    w[4 * c] = _mm256_or_si256(w[4 * c], _mm256_and_si256(_mm256_slli_epi16(h, 4), top));
+    w[4 * c + 1] = _mm256_or_si256(w[4 * c + 1], _mm256_and_si256(_mm256_slli_epi16(h, 2), top));
+    w[4 * c + 2] = _mm256_or_si256(w[4 * c + 2], _mm256_and_si256(h, top));
+    w[4 * c + 3] = _mm256_or_si256(w[4 * c + 3], _mm256_and_si256(_mm256_srli_epi16(h, 2), top));
+  }
+}
+
 // The same for 8 Q6_K rows: per 32-value block the rows' 6-bit values (a nibble and 2 high bits) as
 // unsigned bytes against the activation, each 16-value sub-block's pair sums times the rows' signed scales
 // (vpmaddwd, exact), less 32 times each scale times its sub-block's activation sum.
@@ -257,28 +275,16 @@ PRISM_AVX2 void Q6KTile(const ActRows& a, const uint8_t* t, int64_t ahead, float
   __m256 acc[MR];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
-  const __m256i top = _mm256_set1_epi8(0x30);
   for (int64_t sb = 0; sb < a.blocks / 8; ++sb, t += kK6TileBytes) {
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
     for (int j = 0; j < 8; ++j) {
       PrefetchAhead(t + j * kK6TileBytes / 8, kK6TileBytes / 8, ahead);
-      const uint8_t* sc = t + kK6Scales + 16 * j;
-      const __m256i s_lo = Twice(sc), s_hi = Twice(sc + 8);
+      __m256i w[8], s_lo, s_hi;
+      Q6Block(t, j, w, s_lo, s_hi);
       // Each row's two scales side by side, times 32: against the activation's two sums, the offset.
-      const __m128i sc16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc));
+      const __m128i sc16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t + kK6Scales + 16 * j));
       const __m256i s_pair =
           _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(sc16, _mm_srli_si128(sc16, 8))), 5);
-      const uint8_t* v = t + kK6Values + j * kK6BlockBytes;
-      __m256i w[8];  // values 0-63: the low nibbles, then the high 2 bits set in bits 4-5
-      Nibbles(v, w);
-#pragma GCC unroll 2
-      for (int c = 0; c < 2; ++c) {
-        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + 128) + c);
-        w[4 * c] = _mm256_or_si256(w[4 * c], _mm256_and_si256(_mm256_slli_epi16(h, 4), top));
-        w[4 * c + 1] = _mm256_or_si256(w[4 * c + 1], _mm256_and_si256(_mm256_slli_epi16(h, 2), top));
-        w[4 * c + 2] = _mm256_or_si256(w[4 * c + 2], _mm256_and_si256(h, top));
-        w[4 * c + 3] = _mm256_or_si256(w[4 * c + 3], _mm256_and_si256(_mm256_srli_epi16(h, 2), top));
-      }
 #pragma GCC unroll 4
       for (int i = 0; i < MR; ++i) {
         const int64_t at = i * a.blocks + 8 * sb + j;
@@ -294,6 +300,70 @@ PRISM_AVX2 void Q6KTile(const ActRows& a, const uint8_t* t, int64_t ahead, float
         const __m256i dot = _mm256_sub_epi32(_mm256_add_epi32(lo, hi),
                                              _mm256_madd_epi16(s_pair, _mm256_set1_epi32(a.sums[at])));
         acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, _mm256_set1_ps(a.d[at])), acc[i]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) _mm256_storeu_ps(out + 8 * i, acc[i]);
+}
+
+// A Q6_K tile expanded once for a prompt's many activation rows (Q6KTile unpacks each block again for every
+// MR of them, about 12 of its 36 vector instructions per row and block): per super-block the 8 rows' d as
+// f32, then per 32-value block their values less 32 as signed bytes (w[g] as Q6Block lays them out), the
+// sub-blocks' scales, and 128 times the sum over the block of each value times its scale (`offset`). Against
+// the activation plus 128 (unsigned, as vpmaddubsw takes it), the signed values can be its memory operand;
+// each product pair is at most 2 * 255 * 32, two of them below 2^15, and the offset takes the 128 back off.
+struct Q6Expanded {
+  __m256i w[8], s_lo, s_hi, offset;
+};
+struct Q6ExpandedSuper {
+  __m256 d;
+  Q6Expanded block[8];
+};
+
+PRISM_AVX2 void ExpandQ6Tile(const uint8_t* t, int64_t super_blocks, Q6ExpandedSuper* x) {
+  const __m256i ones = _mm256_set1_epi8(1), bias = _mm256_set1_epi8(32);
+  for (int64_t sb = 0; sb < super_blocks; ++sb, t += kK6TileBytes) {
+    x[sb].d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
+    for (int j = 0; j < 8; ++j) {
+      Q6Expanded& e = x[sb].block[j];
+      __m256i w[8];
+      Q6Block(t, j, w, e.s_lo, e.s_hi);
+      __m256i offset = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) {
+        e.w[g] = _mm256_sub_epi8(w[g], bias);
+        offset = _mm256_add_epi32(
+            offset, _mm256_madd_epi16(_mm256_maddubs_epi16(ones, e.w[g]), g < 4 ? e.s_lo : e.s_hi));
+      }
+      e.offset = _mm256_slli_epi32(offset, 7);
+    }
+  }
+}
+
+// MR activation rows, their bytes plus 128 (a.q read as unsigned), against an expanded Q6_K tile.
+template <int MR>
+PRISM_AVX2 void Q6KExpandedTile(const ActRows& a, const Q6ExpandedSuper* x, float* out) {
+  __m256 acc[MR];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t sb = 0; sb < a.blocks / 8; ++sb) {
+    for (int j = 0; j < 8; ++j) {
+      const Q6Expanded& e = x[sb].block[j];
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        const int64_t at = i * a.blocks + 8 * sb + j;
+        const int8_t* av = a.q + at * kQuantBlock;
+        __m256i p[8];
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; ++g) p[g] = _mm256_maddubs_epi16(Four(av + 4 * g), e.w[g]);
+        const __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p[0], p[1]), e.s_lo),
+                                            _mm256_madd_epi16(_mm256_add_epi16(p[2], p[3]), e.s_lo));
+        const __m256i hi = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p[4], p[5]), e.s_hi),
+                                            _mm256_madd_epi16(_mm256_add_epi16(p[6], p[7]), e.s_hi));
+        const __m256i dot = _mm256_sub_epi32(_mm256_add_epi32(lo, hi), e.offset);
+        acc[i] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(x[sb].d, _mm256_set1_ps(a.d[at])), acc[i]);
       }
     }
   }
@@ -332,10 +402,22 @@ PRISM_AVX2 void Gemm(const float* a, int64_t m, const Int8Avx2PackedWeight& w, f
                                : 8 * (low + high);
     dsum[i] = d[i] * (float)(low + high);
   }
-  const ActRows act{q.data(), sums.data(), d.data(), dsum.data(), blocks};
   // 4 activation rows at a time, the tile's unpacked weights held across them (one thread, 512 x 2048 x
   // 2048, GFLOP/s at 4 rows against 2: Q4_0 135 against 108, Q4_K 133 against 108; Q8_0 74-78 against 71).
   constexpr int64_t kRows = 4;
+  // Q6_K over more rows than one pass takes: each tile expanded once (Q6KExpandedTile), the activation's
+  // bytes plus 128.
+  const bool expand = T == DType::Q6_K && m > kRows;
+  thread_local std::vector<uint8_t> expanded_bytes;  // aligned by hand: a vector of the struct was not
+  Q6ExpandedSuper* expanded = nullptr;
+  if (expand) {
+    expanded_bytes.resize((size_t)(blocks / 8) * sizeof(Q6ExpandedSuper) + alignof(Q6ExpandedSuper));
+    expanded = reinterpret_cast<Q6ExpandedSuper*>(
+        (reinterpret_cast<uintptr_t>(expanded_bytes.data()) + alignof(Q6ExpandedSuper) - 1) &
+        ~(uintptr_t)(alignof(Q6ExpandedSuper) - 1));
+    for (int8_t& x : q) x = (int8_t)((uint8_t)x ^ 0x80);
+  }
+  const ActRows act{q.data(), sums.data(), d.data(), dsum.data(), blocks};
   const int64_t ahead = prefetch == 0 ? kDefaultAhead : prefetch == kInt8NoPrefetch ? 0 : prefetch;
   constexpr auto wide = TileKernel<T, 4>(), two = TileKernel<T, 2>(), one = TileKernel<T, 1>();
   for (int64_t t = n_begin / kInt8Avx2TileRows; t * kInt8Avx2TileRows < n_end; ++t) {
@@ -346,7 +428,14 @@ PRISM_AVX2 void Gemm(const float* a, int64_t m, const Int8Avx2PackedWeight& w, f
       alignas(32) float out[kRows][kInt8Avx2TileRows];
       const int64_t mr = m - i >= kRows ? kRows : m - i >= 2 ? 2 : 1;
       const auto tile_rows = mr == kRows ? wide : mr == 2 ? two : one;
-      tile_rows(act.From(i), tile, i == 0 ? ahead : 0, out[0]);  // later passes find the tile in cache
+      if (expand) {
+        if (i == 0) ExpandQ6Tile(tile, blocks / 8, expanded);
+        (mr == kRows ? Q6KExpandedTile<kRows>
+         : mr == 2   ? Q6KExpandedTile<2>
+                     : Q6KExpandedTile<1>)(act.From(i), expanded, out[0]);
+      } else {
+        tile_rows(act.From(i), tile, i == 0 ? ahead : 0, out[0]);  // later passes find the tile in cache
+      }
       for (int64_t r = 0; r < mr; ++r)
         for (int64_t c = c0; c < c1; ++c) y[(i + r) * n_total + c] = out[r][c - first];
       i += mr;
