@@ -267,6 +267,17 @@ PRISM_AVX2 PRISM_INLINE void Q6Block(const uint8_t* t, int j, __m256i w[8], __m2
   }
 }
 
+// A Q6_K block's 8 products (Four's groups: 0-3 the first 16-value sub-block, 4-7 the second) times the
+// sub-blocks' scales. Two products' pair sums fit 16 bits (at most 2 * 2 * 63 * 128, or 2 * 2 * 255 * 32
+// against the expanded tiles); four would not.
+PRISM_AVX2 PRISM_INLINE __m256i ScaledSubBlocks(const __m256i p[8], __m256i s_lo, __m256i s_hi) {
+  const __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p[0], p[1]), s_lo),
+                                      _mm256_madd_epi16(_mm256_add_epi16(p[2], p[3]), s_lo));
+  const __m256i hi = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p[4], p[5]), s_hi),
+                                      _mm256_madd_epi16(_mm256_add_epi16(p[6], p[7]), s_hi));
+  return _mm256_add_epi32(lo, hi);
+}
+
 // The same for 8 Q6_K rows: per 32-value block the rows' 6-bit values (a nibble and 2 high bits) as
 // unsigned bytes against the activation, each 16-value sub-block's pair sums times the rows' signed scales
 // (vpmaddwd, exact), less 32 times each scale times its sub-block's activation sum.
@@ -292,12 +303,7 @@ PRISM_AVX2 void Q6KTile(const ActRows& a, const uint8_t* t, int64_t ahead, float
         __m256i p[8];
 #pragma GCC unroll 8
         for (int g = 0; g < 8; ++g) p[g] = _mm256_maddubs_epi16(w[g], Four(av + 4 * g));
-        // Two products' pair sums fit 16 bits (2 * 2 * 63 * 128); four would not.
-        const __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p[0], p[1]), s_lo),
-                                            _mm256_madd_epi16(_mm256_add_epi16(p[2], p[3]), s_lo));
-        const __m256i hi = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p[4], p[5]), s_hi),
-                                            _mm256_madd_epi16(_mm256_add_epi16(p[6], p[7]), s_hi));
-        const __m256i dot = _mm256_sub_epi32(_mm256_add_epi32(lo, hi),
+        const __m256i dot = _mm256_sub_epi32(ScaledSubBlocks(p, s_lo, s_hi),
                                              _mm256_madd_epi16(s_pair, _mm256_set1_epi32(a.sums[at])));
         acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, _mm256_set1_ps(a.d[at])), acc[i]);
       }
@@ -357,11 +363,7 @@ PRISM_AVX2 void Q6KExpandedTile(const ActRows& a, const Q6ExpandedSuper* x, floa
         __m256i p[8];
 #pragma GCC unroll 8
         for (int g = 0; g < 8; ++g) p[g] = _mm256_maddubs_epi16(Four(av + 4 * g), e.w[g]);
-        const __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p[0], p[1]), e.s_lo),
-                                            _mm256_madd_epi16(_mm256_add_epi16(p[2], p[3]), e.s_lo));
-        const __m256i hi = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p[4], p[5]), e.s_hi),
-                                            _mm256_madd_epi16(_mm256_add_epi16(p[6], p[7]), e.s_hi));
-        const __m256i dot = _mm256_sub_epi32(_mm256_add_epi32(lo, hi), e.offset);
+        const __m256i dot = _mm256_sub_epi32(ScaledSubBlocks(p, e.s_lo, e.s_hi), e.offset);
         acc[i] =
             _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(x[sb].d, _mm256_set1_ps(a.d[at])), acc[i]);
       }
