@@ -24,7 +24,9 @@ bool Int8Avx2Supported(DType wt, int64_t k);
 // their 6-bit scales and mins unpacked to bytes, then each 32-value sub-block's nibbles laid out as Q4_0's (4
 // bytes more per row and super-block than GGUF's 144). Q6_K per 256 values: the 8 rows' d and signed scales,
 // then per 32 values their low nibbles as Q4_0's and their high 2 bits; its values enter vpmaddubsw unsigned
-// (0-63) and 32 times the activation's sums, times each 16-value sub-block's scale, are taken off.
+// (0-63) and 32 times the activation's sums, times each 16-value sub-block's scale, are taken off. For more
+// than 4 activation rows a call expands each Q6_K tile once to signed bytes (values less 32) and meets the
+// activation plus 128 instead, with the same integer sums.
 struct Int8Avx2PackedWeight {
   DType type = DType::Q8_0;
   int64_t n = 0, k = 0;
