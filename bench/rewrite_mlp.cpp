@@ -58,16 +58,18 @@ int main(int argc, char** argv) {
       }
       exe->BindWeight(n.name, weights.at(n.name));
     }
+    return exe;
+  };
+  auto tune = [&](Executable& exe, double share) {
     SearchOptions so;
     so.buckets = buckets;
-    so.budget_seconds = budget;
-    SearchSchedules(*exe, so);
-    return exe;
+    so.budget_seconds = budget * share;
+    return SearchSchedules(exe, so);
   };
   ProgramSearchOptions po;
   po.buckets = buckets;
   po.seconds_per_bucket = 2;
-  ProgramDecision d = ChooseProgram(rr, "cpu", build, po);
+  ProgramDecision d = ChooseProgram(rr, "cpu", build, tune, po);
   std::printf(
       "%d blocks, dim %lld, hidden %lld; saturation: %d iterations, %zu -> %zu e-nodes (%s), %.2f s\n",
       blocks, (long long)dim, (long long)hidden, rr.saturation.iterations, rr.saturation.nodes_start,

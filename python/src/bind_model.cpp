@@ -265,7 +265,7 @@ void BindModel(nb::module_& mod) {
       lo.device = device;
       lo.search_budget = search_budget;  // the program search times the rewritten candidates, as prism compile
       auto lm = LanguageModel::Load(path, lo);
-      receipts = lm->Tune(search_budget);  // every schedule from the database now: the receipts
+      receipts = lm->TuneRest();  // what the program search left of the budget; every schedule's receipt
       receipts.push_back(lm->program_receipt());
       lm->SaveArtifact(out, receipts);
       kernels = lm->step().kernel_count();

@@ -35,6 +35,7 @@ std::unique_ptr<LanguageModel> LanguageModel::Load(const std::string& path, cons
   lm->exact_ = opts.exact;
   lm->SetBatching(opts);
   lm->program_ = opts.program;
+  lm->search_budget_ = std::max(0.0, opts.search_budget);
   // The program and its schedules from the tuning database (and a search within the budget, if one was
   // given).
   lm->CompileProgram(opts.search_budget);
@@ -45,7 +46,7 @@ std::unique_ptr<LanguageModel> LanguageModel::Load(const std::string& path, cons
         {.threads = opts.threads, .artifact_dir = "", .graph_replay = opts.gpu_graphs, .exact = opts.exact});
     // Its schedules from the tuning database (its own device's decisions), searched like the step's.
     std::swap(lm->step_, lm->prefill_);
-    lm->Tune(std::max(0.0, opts.search_budget));
+    lm->Tune(std::max(0.0, lm->search_budget_ - lm->search_seconds_));
     std::swap(lm->step_, lm->prefill_);
     lm->kv_on_ = lm->step_.get();
   }
@@ -56,7 +57,15 @@ std::unique_ptr<LanguageModel> LanguageModel::Load(const std::string& path, cons
 nlohmann::json LanguageModel::Tune(
     double budget_seconds, const std::string& only_kernel, bool replay,
     const std::function<void(const std::string&, size_t, size_t, double)>& progress) {
-  return TuneOn(*step_, budget_seconds, only_kernel, replay, progress);
+  const auto t0 = std::chrono::steady_clock::now();
+  nlohmann::json receipts = TuneOn(*step_, budget_seconds, only_kernel, replay, progress);
+  search_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return receipts;
+}
+
+nlohmann::json LanguageModel::TuneRest(
+    const std::function<void(const std::string&, size_t, size_t, double)>& progress) {
+  return Tune(std::max(0.0, search_budget_ - search_seconds_), "", false, progress);
 }
 
 nlohmann::json LanguageModel::TuneOn(
@@ -130,9 +139,13 @@ void LanguageModel::CompileProgram(double search_budget) {
     if (b.first == "decode" || b.first == "prefill") po.buckets.push_back(b);
   const RewriteResult rr =
       program_ == "as written" ? AsWritten(StepGraph(false), "not run: asked for as written") : Rewrites();
-  ProgramDecision d =
-      CompileModelProgram(*device_, rr, *files_.weights, req, &derived_weights_, po,
-                          [&](Executable& exe) { TuneOn(exe, std::max(0.0, search_budget)); });
+  ProgramDecision d = CompileModelProgram(
+      *device_, rr, *files_.weights, req, &derived_weights_, po, [&](Executable& exe, double share) {
+        const auto t0 = std::chrono::steady_clock::now();
+        nlohmann::json receipts = TuneOn(exe, std::max(0.0, search_budget) * share);
+        search_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        return receipts;
+      });
   step_ = std::move(d.exe);
   program_ = rr.candidates[d.chosen].name;
   program_receipt_ = std::move(d.receipt);
@@ -184,6 +197,7 @@ std::unique_ptr<LanguageModel> LanguageModel::LoadArtifact(const std::string& di
   lm->exact_ = opts.exact;
   lm->SetBatching(opts);
   lm->program_ = m.value("program", "as written");
+  lm->search_budget_ = std::max(0.0, opts.search_budget);
   if (lm->kv_block_ > 0)  // the artifact holds the one-sequence step: compile the batched one (same program)
     lm->CompileProgram(opts.search_budget);
   else
@@ -252,16 +266,12 @@ std::unique_ptr<Executable> CompileModelGraph(Device& device, const Graph& g, co
 ProgramDecision CompileModelProgram(Device& device, const RewriteResult& rr, const WeightStore& store,
                                     const CompileRequest& req, std::map<std::string, HostTensor>* derived,
                                     const ProgramSearchOptions& po,
-                                    const std::function<void(Executable&)>& tune) {
-  auto build = [&](const Graph& g) {
-    std::unique_ptr<Executable> exe = CompileModelGraph(device, g, store, req, derived);
-    tune(*exe);
-    return exe;
-  };
+                                    const std::function<nlohmann::json(Executable&, double share)>& tune) {
+  auto build = [&](const Graph& g) { return CompileModelGraph(device, g, store, req, derived); };
   // Where the decision holds: the device, the host's CPU (which runs it, or feeds a GPU) and the team's size.
   const std::string identity =
       device.name() + "|" + CpuModelName() + "|threads " + std::to_string(req.threads);
-  ProgramDecision d = ChooseProgram(rr, identity, build, po);
+  ProgramDecision d = ChooseProgram(rr, identity, build, tune, po);
   // Merged weights only the candidates not chosen read are let go.
   for (auto it = derived->begin(); it != derived->end();) {
     bool used = false;

@@ -79,12 +79,13 @@ std::unique_ptr<Executable> CompileModelGraph(Device& device, const Graph& g, co
 
 // A model's graph as the program search chooses it among its rewritten candidates `rr`
 // (search/program_search.h): each compiled as CompileModelGraph does (merged weights kept in `derived`) and
-// tuned by `tune`, checked and timed at po's buckets (po.measure), else the tuning database's choice or
-// po.force's. Merged weights the chosen program does not read are let go.
+// tuned by `tune` within its share of the search budget (ChooseProgram), checked and timed at po's buckets
+// (po.measure), else the tuning database's choice or po.force's. Merged weights the chosen program does not
+// read are let go.
 ProgramDecision CompileModelProgram(Device& device, const RewriteResult& rr, const WeightStore& store,
                                     const CompileRequest& req, std::map<std::string, HostTensor>* derived,
                                     const ProgramSearchOptions& po,
-                                    const std::function<void(Executable&)>& tune);
+                                    const std::function<nlohmann::json(Executable&, double share)>& tune);
 
 class LanguageModel {
  public:
@@ -139,6 +140,13 @@ class LanguageModel {
   // `replay`: search again what the tuning database already decided (only_kernel's, or every one).
   nlohmann::json Tune(double budget_seconds, const std::string& only_kernel = "", bool replay = false,
                       const std::function<void(const std::string&, size_t, size_t, double)>& progress = {});
+  // Tune within what the load's search budget has left (its program search spent part of it): the kernels
+  // that search did not reach are searched now, and every kernel's receipt comes back. A budget is the whole
+  // compile's seconds of schedule search, however many candidate programs shared it.
+  nlohmann::json TuneRest(
+      const std::function<void(const std::string&, size_t, size_t, double)>& progress = {});
+  // Seconds of schedule search spent so far (the program search's and Tune's).
+  double search_seconds() const { return search_seconds_; }
   // Writes a compiled artifact folder: manifest, generated source, compiled kernels, the chosen
   // schedules and the receipts. `prism run DIR` loads it without compiling.
   void SaveArtifact(const std::string& dir, const nlohmann::json& receipts) const;
@@ -186,6 +194,7 @@ class LanguageModel {
 
   std::string path_, tokenizer_path_;
   double compile_seconds_ = 0;
+  double search_budget_ = 0, search_seconds_ = 0;  // LoadOptions::search_budget, and the seconds spent of it
   ModelFiles files_;
   int64_t max_context_ = 0;
   int threads_ = 0;

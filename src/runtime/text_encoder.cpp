@@ -44,9 +44,10 @@ std::unique_ptr<Executable> TextEncoder::Compile(const LmGraphOptions& go, const
   po.buckets = {{"prefill", bucket}};
   const RewriteResult rr = opts.program == "as written" ? AsWritten(g, "not run: asked for as written")
                                                         : RewriteProgramKept(g, ro);
-  ProgramDecision d =
-      CompileModelProgram(*device_, rr, *files_.weights, req, derived, po,
-                          [&](Executable& exe) { TuneOn(exe, bucket, std::max(0.0, opts.search_budget)); });
+  ProgramDecision d = CompileModelProgram(
+      *device_, rr, *files_.weights, req, derived, po, [&](Executable& exe, double share) {
+        return TuneOn(exe, bucket, std::max(0.0, opts.search_budget) * share);
+      });
   if (receipt) *receipt = std::move(d.receipt);
   return std::move(d.exe);
 }
@@ -70,11 +71,13 @@ std::unique_ptr<TextEncoder> TextEncoder::Load(const std::string& path, const Lo
   go.max_context = limit;
   go.pooling = enc->files_.pooling;
   go.encoder_batch = true;
+  LoadOptions each = opts;  // one search budget: half of it each where there are two steps
+  if (limit > kPackedTokens) each.search_budget = opts.search_budget / 2;
   enc->packed_ =
-      enc->Compile(go, enc->PackedBucket(), opts, &enc->packed_derived_weights_, &enc->program_receipt_);
+      enc->Compile(go, enc->PackedBucket(), each, &enc->packed_derived_weights_, &enc->program_receipt_);
   if (limit > kPackedTokens) {  // a packed step's mask is [tokens, tokens]: long inputs run alone
     go.encoder_batch = false;
-    enc->exe_ = enc->Compile(go, enc->Bucket(), opts, &enc->derived_weights_, nullptr);
+    enc->exe_ = enc->Compile(go, enc->Bucket(), each, &enc->derived_weights_, nullptr);
   }
   enc->compile_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return enc;

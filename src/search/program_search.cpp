@@ -71,8 +71,15 @@ bool TimesPrograms(const std::string& device) {
 
 ProgramDecision ChooseProgram(const RewriteResult& rr, const std::string& device_identity,
                               const std::function<std::unique_ptr<Executable>(const Graph&)>& build,
+                              const std::function<nlohmann::json(Executable&, double share)>& tune,
                               const ProgramSearchOptions& opts) {
   ProgramDecision d;
+  bool all_saved = !opts.db_path.empty();  // every decision of the candidates' searches in the database
+  auto made = [&](const Graph& g, double share) {
+    std::unique_ptr<Executable> exe = build(g);
+    for (const nlohmann::json& t : tune(*exe, share)) all_saved &= t.value("saved", true);
+    return exe;
+  };
   const std::string key = TuningDb::ProgramKey(rr.candidates[0].graph.ToText(),
                                                RulesFingerprint(DefaultRules()), device_identity);
   nlohmann::json r{{"kernel", "(program)"}, {"scope", "program"}, {"key", key}};
@@ -98,7 +105,7 @@ ProgramDecision ChooseProgram(const RewriteResult& rr, const std::string& device
   if (!opts.force.empty()) {
     for (size_t i = 0; i < rr.candidates.size(); ++i)
       if (rr.candidates[i].name == opts.force) {
-        d.exe = build(rr.candidates[i].graph);
+        d.exe = made(rr.candidates[i].graph, 1);
         finish(i, "asked for by name");
         return d;
       }
@@ -113,14 +120,14 @@ ProgramDecision ChooseProgram(const RewriteResult& rr, const std::string& device
     const std::string name = e->value("candidate", "");
     for (size_t i = 0; i < rr.candidates.size(); ++i)
       if (rr.candidates[i].name == name) {
-        d.exe = build(rr.candidates[i].graph);
+        d.exe = made(rr.candidates[i].graph, 1);
         r["timed"] = e->value("timed", nlohmann::json::array());
         finish(i, "tuning database");
         return d;
       }
   }
   if (!opts.measure || rr.candidates.size() == 1) {
-    d.exe = build(rr.candidates[0].graph);
+    d.exe = made(rr.candidates[0].graph, 1);
     finish(0, rr.candidates.size() == 1 ? "no rewrite the cost model prefers"
                                         : "nothing timed (no search budget): the graph as written");
     return d;
@@ -128,7 +135,9 @@ ProgramDecision ChooseProgram(const RewriteResult& rr, const std::string& device
   BusyMeter busy;
   std::vector<std::unique_ptr<Executable>> exes;
   std::vector<std::string> broken(rr.candidates.size());
-  for (const ProgramCandidate& c : rr.candidates) exes.push_back(build(c.graph));
+  const double share = 1.0 / (double)rr.candidates.size();
+  for (const ProgramCandidate& c : rr.candidates) exes.push_back(made(c.graph, share));
+  for (size_t i = 0; i + 1 < exes.size() && all_saved; ++i) tune(*exes[i], 0);  // the later ones' decisions
   // The check: every candidate's outputs against the graph as written, same inputs, one step per bucket.
   for (const auto& [bucket, sizes] : opts.buckets) {
     const auto in = RandomInputs(exes[0]->graph(), sizes, 11);
@@ -185,6 +194,7 @@ ProgramDecision ChooseProgram(const RewriteResult& rr, const std::string& device
     timed.push_back(t);
   }
   r["timed"] = timed;
+  r["budget_share_each"] = share;
   const double others = busy.OthersFraction();
   r["others_cpu_fraction"] = others;
   if (others <= opts.busy_limit) {

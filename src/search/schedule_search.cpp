@@ -71,17 +71,28 @@ class Search {
     };
 
     if (opts_.budget_seconds <= 0) {  // apply what the database knows, at the cost of hashing each kernel
-      for (size_t k = 0; k < n; ++k)
-        if (searched[k] && Known(keys_[k])) FromDatabase(bucket, k, {});
+      for (size_t k = 0; k < n; ++k) {
+        if (!searched[k]) continue;
+        if (Known(keys_[k])) {
+          FromDatabase(bucket, k, {});
+        } else {
+          nlohmann::json r = KernelReceipt(bucket, k);
+          r.update({{"chosen", "default"},
+                    {"reason", "not in the tuning database, no search budget: default kept"}});
+          receipts_.push_back(r);
+        }
+      }
       if (!inherits) StepFromDatabase(bucket, step_key, 0);
       return;
     }
     // What is timed: only those need buffers of random values (a recompile of a 1B model whose decisions
-    // are all known spent most of its time making them).
+    // are all known spent most of its time making them), and none once the budget is spent (a bucket
+    // reached after it still made them: a 1B model's compile spent twice its budget).
+    const bool spent = Left() <= 0;
     std::vector<bool> timed(n, false);
-    for (size_t k = 0; k < n; ++k) timed[k] = searched[k] && selected(k) && !Known(keys_[k]);
-    const bool step_search =
-        !inherits && opts_.only_kernel.empty() && !Known(step_key) && !sp_.StepVariants(bucket).empty();
+    for (size_t k = 0; k < n; ++k) timed[k] = !spent && searched[k] && selected(k) && !Known(keys_[k]);
+    const bool step_search = !spent && !inherits && opts_.only_kernel.empty() && !Known(step_key) &&
+                             !sp_.StepVariants(bucket).empty();
     SearchBuffers bufs = sp_.Prepare(sizes, timed, step_search, opts_.seed + started_.size());
     written_.clear();
     std::vector<double> floors_us(n, 0);
