@@ -86,9 +86,8 @@ Runner AddCompileCommand(CLI::App& app) {
         defaults++;
     }
     std::printf(
-        "%s -> %s: %zu kernels, %d schedule decisions searched, %d from the tuning database, %d left at "
-        "their "
-        "defaults, %.1f s of search, %.2f s\n",
+        "%s -> %s: %zu kernels, %d schedule decisions searched, %d from the tuning database, "
+        "%d left at their defaults, %.1f s of search, %.2f s\n",
         path.c_str(), o->out.c_str(), lm->step().kernel_count(), searched, from_db, defaults,
         lm->search_seconds(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return 0;

@@ -46,7 +46,7 @@ std::unique_ptr<LanguageModel> LanguageModel::Load(const std::string& path, cons
         {.threads = opts.threads, .artifact_dir = "", .graph_replay = opts.gpu_graphs, .exact = opts.exact});
     // Its schedules from the tuning database (its own device's decisions), searched like the step's.
     std::swap(lm->step_, lm->prefill_);
-    lm->Tune(std::max(0.0, lm->search_budget_ - lm->search_seconds_));
+    lm->TuneRest();
     std::swap(lm->step_, lm->prefill_);
     lm->kv_on_ = lm->step_.get();
   }
@@ -57,10 +57,7 @@ std::unique_ptr<LanguageModel> LanguageModel::Load(const std::string& path, cons
 nlohmann::json LanguageModel::Tune(
     double budget_seconds, const std::string& only_kernel, bool replay,
     const std::function<void(const std::string&, size_t, size_t, double)>& progress) {
-  const auto t0 = std::chrono::steady_clock::now();
-  nlohmann::json receipts = TuneOn(*step_, budget_seconds, only_kernel, replay, progress);
-  search_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return receipts;
+  return TuneOn(*step_, budget_seconds, only_kernel, replay, progress);
 }
 
 nlohmann::json LanguageModel::TuneRest(
@@ -81,7 +78,10 @@ nlohmann::json LanguageModel::TuneOn(
   so.buckets = Buckets();
   if (kv_block_ == 0 && so.buckets.back().first == "prefill-long")
     so.inherit["prefill-long"] = {"prefill", "past"};
-  return SearchSchedules(exe, so);
+  const auto t0 = std::chrono::steady_clock::now();
+  nlohmann::json receipts = SearchSchedules(exe, so);
+  search_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return receipts;
 }
 
 std::vector<std::pair<std::string, SymbolBindings>> LanguageModel::Buckets() const {
@@ -140,12 +140,8 @@ void LanguageModel::CompileProgram(double search_budget) {
   const RewriteResult rr =
       program_ == "as written" ? AsWritten(StepGraph(false), "not run: asked for as written") : Rewrites();
   ProgramDecision d = CompileModelProgram(
-      *device_, rr, *files_.weights, req, &derived_weights_, po, [&](Executable& exe, double share) {
-        const auto t0 = std::chrono::steady_clock::now();
-        nlohmann::json receipts = TuneOn(exe, std::max(0.0, search_budget) * share);
-        search_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        return receipts;
-      });
+      *device_, rr, *files_.weights, req, &derived_weights_, po,
+      [&](Executable& exe, double share) { return TuneOn(exe, std::max(0.0, search_budget) * share); });
   step_ = std::move(d.exe);
   program_ = rr.candidates[d.chosen].name;
   program_receipt_ = std::move(d.receipt);

@@ -165,7 +165,8 @@ class LanguageModel {
   // program search (with a search budget; else the tuning database's choice or the graph as written), the
   // chosen one's schedules tuned; sets step_, program_ and program_receipt_.
   void CompileProgram(double search_budget);
-  // Tune's search on another executable of this model's step (a candidate of the program search).
+  // Tune's search on another executable of this model's step (a candidate of the program search); its
+  // seconds count against the load's search budget.
   nlohmann::json TuneOn(
       Executable& exe, double budget_seconds, const std::string& only_kernel = "", bool replay = false,
       const std::function<void(const std::string&, size_t, size_t, double)>& progress = {}) const;
@@ -194,7 +195,8 @@ class LanguageModel {
 
   std::string path_, tokenizer_path_;
   double compile_seconds_ = 0;
-  double search_budget_ = 0, search_seconds_ = 0;  // LoadOptions::search_budget, and the seconds spent of it
+  double search_budget_ = 0;           // LoadOptions::search_budget: the whole compile's
+  mutable double search_seconds_ = 0;  // spent of it (TuneOn's searches)
   ModelFiles files_;
   int64_t max_context_ = 0;
   int threads_ = 0;
