@@ -326,7 +326,7 @@ TEST(Search, DecisionsTimedOnABusyMachineAreUsedButNotSaved) {
 // each candidate but the last is tuned again with none of it, applying what the later ones decided, so the
 // kernels they share are timed under the same schedules. Where a decision was not saved nothing is tuned
 // again: a search with no budget puts back the defaults of what the database lacks.
-TEST(Search, TheProgramSearchsCandidatesShareOneBudget) {
+TEST(Search, TheProgramSearchCandidatesShareOneBudget) {
   testing::FreshCache cache("budget");
   Graph g;  // two products of one input: merge-linears gives a second program
   Tensor x{&g, g.Input("x", DType::F32, {Expr::Sym("seq"), 48})};
