@@ -182,7 +182,8 @@ def compile(
     tokenizer: Optional[str] = None,
 ) -> CompileResult:
     """`prism compile`: compiles a model, times its rewritten programs and searches their kernels'
-    schedules for up to search_budget seconds each (decisions the tuning database holds cost nothing),
+    schedules within search_budget seconds in all, the programs sharing it (decisions the tuning database
+    holds cost nothing),
     writes an artifact folder that prism.load reads without compiling, and returns the receipts."""
     path = os.fspath(path) if path is not None else default_model()
     receipts, kernels = _prism._compile(path, os.fspath(out), float(search_budget), threads, ctx, device,
