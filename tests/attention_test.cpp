@@ -396,43 +396,52 @@ TEST(AttentionTemplate, PagedReadsScatteredBlocksWhereTheyLie) {
 }
 
 // The kernel itself against a double-precision loop, including queries that see no key (offset 0):
-// those are NaN in the unfused graph, and must be here too.
+// those are NaN in the unfused graph, and must be here too. Blocks of many rows (a prompt) and of at most 4
+// (decode steps' group heads, whose AVX2 kernel puts keys in the lanes), over head sizes with a partial
+// vector and key counts past whole vectors.
 TEST(AttentionTemplate, KernelMatchesClosedFormAndKeepsNaNForRowsWithoutKeys) {
   if (!AttentionTemplateSupported()) GTEST_SKIP() << "no AVX2 or AVX-512 here";
-  const AttentionDims a{2, 3, 24, 9, 13, 0, 0.3f, 1.4426950408889634f};
-  const int64_t hd = a.heads_kv * a.head_dim, hq = a.heads_kv * a.group;
-  auto q = testing::RandomFloats(a.seq * hq * a.head_dim, 1, -2, 2);
-  auto k = testing::RandomFloats(a.total * hd, 2, -2, 2), v = testing::RandomFloats(a.total * hd, 3, -2, 2);
-  for (int64_t offset : {0, 4}) {
-    AttentionDims d = a;
-    d.offset = offset;
-    std::vector<float> out(a.seq * hq * a.head_dim, 0);
-    for (int t = 0; t < 2; ++t) CausalAttentionF32(q.data(), k.data(), v.data(), out.data(), d, t, 2);
-    for (int64_t h = 0; h < a.heads_kv; ++h)
-      for (int64_t gi = 0; gi < a.group; ++gi)
-        for (int64_t s = 0; s < a.seq; ++s) {
-          const int64_t n = std::min(a.total, s + offset);
-          std::vector<double> w(n);
-          double mx = -INFINITY, z = 0;
-          for (int64_t t = 0; t < n; ++t) {
-            double dot = 0;
-            for (int64_t e = 0; e < a.head_dim; ++e)
-              dot += (double)q[(s * hq + h * a.group + gi) * a.head_dim + e] * k[t * hd + h * a.head_dim + e];
-            w[t] = a.scale * dot;
-            mx = std::max(mx, w[t]);
+  for (const AttentionDims& a : {AttentionDims{2, 3, 24, 9, 13, 0, 0.3f, 1.4426950408889634f},
+                                 AttentionDims{2, 2, 13, 1, 13, 0, 0.3f, 1.4426950408889634f},
+                                 AttentionDims{3, 4, 8, 1, 21, 0, 0.4f, 1.4426950408889634f},
+                                 AttentionDims{1, 2, 40, 2, 30, 0, 0.2f, 1.4426950408889634f}}) {
+    SCOPED_TRACE("G=" + std::to_string(a.group) + " D=" + std::to_string(a.head_dim) +
+                 " seq=" + std::to_string(a.seq) + " total=" + std::to_string(a.total));
+    const int64_t hd = a.heads_kv * a.head_dim, hq = a.heads_kv * a.group;
+    auto q = testing::RandomFloats(a.seq * hq * a.head_dim, 1, -2, 2);
+    auto k = testing::RandomFloats(a.total * hd, 2, -2, 2), v = testing::RandomFloats(a.total * hd, 3, -2, 2);
+    for (int64_t offset : {int64_t{0}, int64_t{4}, a.total}) {
+      AttentionDims d = a;
+      d.offset = offset;
+      std::vector<float> out(a.seq * hq * a.head_dim, 0);
+      for (int t = 0; t < 2; ++t) CausalAttentionF32(q.data(), k.data(), v.data(), out.data(), d, t, 2);
+      for (int64_t h = 0; h < a.heads_kv; ++h)
+        for (int64_t gi = 0; gi < a.group; ++gi)
+          for (int64_t s = 0; s < a.seq; ++s) {
+            const int64_t n = std::min(a.total, s + offset);
+            std::vector<double> w(n);
+            double mx = -INFINITY, z = 0;
+            for (int64_t t = 0; t < n; ++t) {
+              double dot = 0;
+              for (int64_t e = 0; e < a.head_dim; ++e)
+                dot +=
+                    (double)q[(s * hq + h * a.group + gi) * a.head_dim + e] * k[t * hd + h * a.head_dim + e];
+              w[t] = a.scale * dot;
+              mx = std::max(mx, w[t]);
+            }
+            for (int64_t t = 0; t < n; ++t) z += (w[t] = std::exp(w[t] - mx));
+            for (int64_t e = 0; e < a.head_dim; ++e) {
+              double o = 0;
+              for (int64_t t = 0; t < n; ++t) o += w[t] / z * v[t * hd + h * a.head_dim + e];
+              const float got = out[((h * a.group + gi) * a.seq + s) * a.head_dim + e];
+              if (n == 0)
+                EXPECT_TRUE(std::isnan(got)) << "s=" << s;
+              else
+                EXPECT_NEAR(got, o, 2e-5 * (1 + std::fabs(o)))
+                    << "h=" << h << " g=" << gi << " s=" << s << " e=" << e;
+            }
           }
-          for (int64_t t = 0; t < n; ++t) z += (w[t] = std::exp(w[t] - mx));
-          for (int64_t e = 0; e < a.head_dim; ++e) {
-            double o = 0;
-            for (int64_t t = 0; t < n; ++t) o += w[t] / z * v[t * hd + h * a.head_dim + e];
-            const float got = out[((h * a.group + gi) * a.seq + s) * a.head_dim + e];
-            if (n == 0)
-              EXPECT_TRUE(std::isnan(got)) << "s=" << s;
-            else
-              EXPECT_NEAR(got, o, 2e-5 * (1 + std::fabs(o)))
-                  << "h=" << h << " g=" << gi << " s=" << s << " e=" << e;
-          }
-        }
+    }
   }
 }
 

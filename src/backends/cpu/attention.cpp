@@ -156,7 +156,7 @@ PRISM_ATTN void AttentionBlock(const float* q, const float* k, const float* v, f
       s0 = _mm512_fmadd_ps(_mm512_loadu_ps(qt + e * kRows), _mm512_set1_ps(k0[e]), s0);
     _mm512_storeu_ps(p + t * kRows, s0);
   }
-  AddMask<kRows>(p, keys, a, row0, b);
+  AddMask(p, kRows, 1, keys, a, row0, b);
   // Softmax down the keys, 16 rows at once; keys a row does not see become probability 0.
   const __m512i nv = _mm512_load_si512(n);
   __m512 m = _mm512_set1_ps(-INFINITY);

@@ -89,14 +89,14 @@ BlockSetup SetUpBlock(const float* q, const AttentionDims& a, int64_t h, int64_t
   return b;
 }
 
-// Adds the mask to the block's scores p [keys][R] over keys [b.first, b.first + keys) (rows past the block's
-// keep theirs).
-template <int R>
-void AddMask(float* p, int64_t keys, const AttentionDims& a, int64_t row0, const BlockSetup& b) {
+// Adds the mask to the block's scores over keys [b.first, b.first + keys): row r's key t at
+// p[t * key_step + r * row_step] (rows past the block's keep theirs).
+inline void AddMask(float* p, int64_t key_step, int64_t row_step, int64_t keys, const AttentionDims& a,
+                    int64_t row0, const BlockSetup& b) {
   if (!a.mask || b.plain) return;
   for (int r = 0; r < b.rows; ++r) {
     const float* m = a.mask + (row0 + r) / a.group * a.mask_row + b.first;
-    for (int64_t t = 0; t < keys; ++t) p[t * R + r] += m[t];
+    for (int64_t t = 0; t < keys; ++t) p[t * key_step + r * row_step] += m[t];
   }
 }
 
