@@ -145,8 +145,8 @@ TEST(Gemm, ActivationRegroupedByAReshapeIsReadFromItsSourceBuffer) {
 }
 
 // An NCHW image's im2col [n, C, taps, h, w] read as rows of pixels [n, h, w, C * taps]: the template reads
-// it K-major where it lies (no kernel transposes it into rows), in every form in the table (panels itself,
-// the others from rows gathered for them), the bias as its epilogue, on one and two threads, over sizes
+// it K-major where it lies (no kernel transposes it into rows), in every form in the table (panels and
+// slices themselves, the others from rows gathered for them), the bias as its epilogue, on one and two threads, over sizes
 // whose groups of pixels end inside register tiles: the same results as the plan that transposes (same
 // roundings), and the interpreter's where the form is exact.
 TEST(Gemm, KMajorActivationIsReadWhereItLiesInEveryForm) {

@@ -86,7 +86,9 @@ void FitAmx(AmxActivation* act, int64_t m, const void* packed) {
 }
 
 // AVX2 machines over many rows: the weights as stored, decoded to f32 slices once per row block.
-void RunSlices(const GemmCall& c) { GemmSlicesAvx2(c.a, c.m, c.k, c.w, c.wt, c.y, c.n, c.nb, c.ne, c.param); }
+void RunSlices(const GemmCall& c) {
+  GemmSlicesAvx2(c.a, c.m, c.k, c.w, c.wt, c.y, c.n, c.nb, c.ne, c.param, {c.a_group, c.a_first});
+}
 std::vector<int64_t> SlicesParams(DType, int64_t m, int64_t) { return SliceRowBlockChoices(m); }
 
 // AVX2 machines, Q8_0/Q4_0/Q4_K/Q6_K weights in tiles of 8 rows: the activation rounded to int8, byte dot
@@ -187,6 +189,7 @@ const std::vector<GemmForm>& GemmForms() {
        .split_tile = kSliceCols,
        .fit_team = nullptr,
        .on_slabs = true,
+       .reads_kmajor = Ever,
        .param = "m_block",
        .param_values = SlicesParams},
       {.name = "int8-avx2",

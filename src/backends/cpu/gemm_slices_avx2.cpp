@@ -24,9 +24,11 @@ constexpr int64_t kDefaultMBlock = 192;  // rows per block: 192 KB of activation
 
 // MR activation rows (row i's value kk at a[i * row_step + kk * k_step]: packed K-major, or where they lie) x
 // the slice's 16 columns over kb values of K, stored into y (rows ldy apart) when first, else added to it.
+// Not cloned: GCC's clone for the thread's own slice buffer found its address inside every tile, spilling
+// and reloading all 12 accumulators around it (10% of a convolution's product over K = 27).
 template <int MR>
-PRISM_AVX2 void Tile(const float* a, int64_t row_step, int64_t k_step, const float* w, int64_t kb, float* y,
-                     int64_t ldy, bool first) {
+PRISM_AVX2 __attribute__((noclone)) void Tile(const float* a, int64_t row_step, int64_t k_step,
+                                              const float* w, int64_t kb, float* y, int64_t ldy, bool first) {
   __m256 acc[MR][2];
 #pragma GCC unroll 6
   for (int i = 0; i < MR; ++i) {
@@ -130,13 +132,14 @@ PRISM_AVX2 void DecodeRow(const uint8_t* row, DType wt, int64_t k0, int64_t kb, 
 }
 
 PRISM_AVX2 void Run(const float* a, int64_t m, int64_t k, const uint8_t* w, DType wt, float* y,
-                    int64_t n_total, int64_t n_begin, int64_t n_end, int64_t m_block) {
+                    int64_t n_total, int64_t n_begin, int64_t n_end, int64_t m_block,
+                    PanelActivation layout) {
   alignas(32) static thread_local float rows[kSliceCols * kKBlock], slice[kKBlock * kSliceCols];
   static thread_local std::vector<float> apack;
   alignas(32) float edge[kMR * kSliceCols];
-  // Few columns (a convolution's few output channels over many pixels) read A where it lies: packing it
-  // would double its traffic for one or two slices.
-  const bool pack = n_end - n_begin > 2 * kSliceCols;
+  // Few columns (a convolution's few output channels over many pixels) read a row-major A where it lies:
+  // packing it would double its traffic for one or two slices. A K-major A is always packed.
+  const bool pack = n_end - n_begin > 2 * kSliceCols || layout.group > 0;
   const int64_t rb = StorageBytes(wt, k);
   // Equal row blocks, whole tiles each.
   const int64_t blocks = (m + m_block - 1) / m_block;
@@ -150,7 +153,10 @@ PRISM_AVX2 void Run(const float* a, int64_t m, int64_t k, const uint8_t* w, DTyp
       // one set of the L1 cache and evict each other and the slice.
       if (pack) {
         apack.resize((size_t)((m1 - m0 + kMR - 1) / kMR * kMR * kb));
-        PackActivationTiles<kMR>(a, k, m0, m1, k0, kb, apack.data());
+        if (layout.group > 0)
+          PackKMajorTiles<kMR>(a, layout, k, m0, m1, k0, kb, apack.data());
+        else
+          PackActivationTiles<kMR>(a, k, m0, m1, k0, kb, apack.data());
       }
       for (int64_t n = n_begin; n < n_end; n += kSliceCols) {
         const int64_t cols = std::min(kSliceCols, n_end - n);
@@ -191,10 +197,10 @@ bool SliceGemmSupported(DType wt, int64_t k) {
 }
 
 void GemmSlicesAvx2(const float* a, int64_t m, int64_t k, const void* w, DType wt, float* y, int64_t n_total,
-                    int64_t n_begin, int64_t n_end, int64_t m_block) {
+                    int64_t n_begin, int64_t n_end, int64_t m_block, PanelActivation layout) {
   if (n_begin >= n_end || m <= 0) return;
   Run(a, m, k, static_cast<const uint8_t*>(w), wt, y, n_total, n_begin, n_end,
-      m_block > 0 ? m_block : kDefaultMBlock);
+      m_block > 0 ? m_block : kDefaultMBlock, layout);
 }
 
 std::vector<int64_t> SliceRowBlockChoices(int64_t m) {
