@@ -47,27 +47,6 @@ void PackActivationTiles(const float* a, int64_t lda, int64_t m0, int64_t m1, in
     }
 }
 
-// The same tiles from a K-major A (PanelActivation): rows [m0, m1) of the call, which are the activation's
-// rows l.first + m0 ...; a tile's rows within one group are consecutive values of each of its K rows.
-template <int MR>
-void PackKMajorTiles(const float* a, PanelActivation l, int64_t k, int64_t m0, int64_t m1, int64_t k0,
-                     int64_t kb, float* ap) {
-  for (int64_t i0 = m0; i0 < m1; i0 += MR, ap += kb * MR) {
-    const int64_t r = l.first + i0, p = r % l.group;
-    if (i0 + MR <= m1 && p + MR <= l.group) {  // a whole tile within one group: MR values of each K row
-      const float* src = a + (r / l.group * k + k0) * l.group + p;
-      for (int64_t kk = 0; kk < kb; ++kk)
-        for (int i = 0; i < MR; ++i) ap[kk * MR + i] = src[kk * l.group + i];
-      continue;
-    }
-    for (int i = 0; i < MR; ++i) {
-      const float* src =
-          i0 + i < m1 ? a + ((r + i) / l.group * k + k0) * l.group + (r + i) % l.group : nullptr;
-      for (int64_t kk = 0; kk < kb; ++kk) ap[kk * MR + i] = src ? src[kk * l.group] : 0.0f;
-    }
-  }
-}
-
 // Y[m, n] = sum_k A[m, k] * W[n, k] for n in [n_begin, n_end), exactly as the reference (f32
 // products and sums) for float weights; quantized ones round the activations (Int8DotErrorBound).
 // Threads should split N at multiples of kPanelCols (quantized weights require it).

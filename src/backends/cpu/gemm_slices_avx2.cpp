@@ -88,6 +88,69 @@ PRISM_AVX2 void Transpose8(const float* src, int64_t lds, float* dst, int64_t ld
   }
 }
 
+// Rows [m0, m1) of the call x K values [k0, k0 + kb) into tiles of kMR rows, K-major (a tile's kMR values of
+// one k together), zero past m1: from a row-major A (rows k apart) or a K-major one (layout). Whole tiles
+// move as vectors, 8 values of K at a time transposed from a row-major A, one 8-wide load per k from a
+// K-major one (the scalar copies had cost a convolution's product a third of its time); each k's store spills
+// two lanes into the next k's place, which that k's store then overwrites, and the tile's last k is masked.
+PRISM_AVX2 void PackTiles(const float* a, PanelActivation l, int64_t k, int64_t m0, int64_t m1, int64_t k0,
+                          int64_t kb, float* ap) {
+  static_assert(kMR == 6, "the vector paths move 6 rows in 8 lanes");
+  const __m256i six = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
+  for (int64_t i0 = m0; i0 < m1; i0 += kMR, ap += kb * kMR) {
+    const int64_t r = l.first + i0, p = l.group > 0 ? r % l.group : 0;
+    const bool whole = i0 + kMR <= m1 && (l.group == 0 || p + kMR <= l.group);
+    int64_t kk = 0;
+    if (whole && l.group > 0) {
+      const float* src = a + (r / l.group * k + k0) * l.group + p;
+      const bool room = p + 8 <= l.group;  // the two values past the tile are in this row of the group
+      for (; kk + 1 < kb; ++kk)
+        _mm256_storeu_ps(ap + kk * kMR, room ? _mm256_loadu_ps(src + kk * l.group)
+                                             : _mm256_maskload_ps(src + kk * l.group, six));
+      _mm256_maskstore_ps(ap + kk * kMR, six, _mm256_maskload_ps(src + kk * l.group, six));
+      continue;
+    }
+    if (whole) {
+      const float* row = a + i0 * k + k0;
+      for (; kk + 8 <= kb; kk += 8) {
+        __m256 t[8], u[8];
+#pragma GCC unroll 6
+        for (int i = 0; i < kMR; ++i) t[i] = _mm256_loadu_ps(row + i * k + kk);
+        t[6] = t[7] = _mm256_setzero_ps();
+#pragma GCC unroll 4
+        for (int i = 0; i < 8; i += 2) {
+          u[i] = _mm256_unpacklo_ps(t[i], t[i + 1]);
+          u[i + 1] = _mm256_unpackhi_ps(t[i], t[i + 1]);
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < 8; h += 4) {
+          t[h] = _mm256_shuffle_ps(u[h], u[h + 2], _MM_SHUFFLE(1, 0, 1, 0));
+          t[h + 1] = _mm256_shuffle_ps(u[h], u[h + 2], _MM_SHUFFLE(3, 2, 3, 2));
+          t[h + 2] = _mm256_shuffle_ps(u[h + 1], u[h + 3], _MM_SHUFFLE(1, 0, 1, 0));
+          t[h + 3] = _mm256_shuffle_ps(u[h + 1], u[h + 3], _MM_SHUFFLE(3, 2, 3, 2));
+        }
+        // Value kk + c of the 6 rows: lanes of t[c % 4] (c < 4) or their high halves (c >= 4).
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; ++c) {
+          const __m256 col = _mm256_permute2f128_ps(t[c % 4], t[c % 4 + 4], c < 4 ? 0x20 : 0x31);
+          if (kk + c + 1 < kb)
+            _mm256_storeu_ps(ap + (kk + c) * kMR, col);
+          else
+            _mm256_maskstore_ps(ap + (kk + c) * kMR, six, col);
+        }
+      }
+    }
+    for (int i = 0; i < kMR; ++i) {  // what is left: a partial tile, one across groups, a K tail
+      const int64_t ri = r + i;
+      const float* src = i0 + i >= m1  ? nullptr
+                         : l.group > 0 ? a + (ri / l.group * k + k0) * l.group + ri % l.group
+                                       : a + (i0 + i) * k + k0;
+      const int64_t step = l.group > 0 ? l.group : 1;
+      for (int64_t j = kk; j < kb; ++j) ap[j * kMR + i] = src ? src[j * step] : 0.0f;
+    }
+  }
+}
+
 // Values [k0, k0 + kb) of one weight row as f32, exactly.
 PRISM_AVX2 void DecodeRow(const uint8_t* row, DType wt, int64_t k0, int64_t kb, float* out) {
   if (wt == DType::F32 || wt == DType::F16 || wt == DType::BF16) {
@@ -153,10 +216,7 @@ PRISM_AVX2 void Run(const float* a, int64_t m, int64_t k, const uint8_t* w, DTyp
       // one set of the L1 cache and evict each other and the slice.
       if (pack) {
         apack.resize((size_t)((m1 - m0 + kMR - 1) / kMR * kMR * kb));
-        if (layout.group > 0)
-          PackKMajorTiles<kMR>(a, layout, k, m0, m1, k0, kb, apack.data());
-        else
-          PackActivationTiles<kMR>(a, k, m0, m1, k0, kb, apack.data());
+        PackTiles(a, layout, k, m0, m1, k0, kb, apack.data());
       }
       for (int64_t n = n_begin; n < n_end; n += kSliceCols) {
         const int64_t cols = std::min(kSliceCols, n_end - n);
