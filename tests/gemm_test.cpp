@@ -412,7 +412,7 @@ TEST(Gemm, Avx2SlicesMatchExactProductsOverOddShapesAndSplits) {
   for (DType wt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K,
                    DType::Q5_1, DType::IQ4_XS})
     for (int64_t m : {1, 5, 13, 200})  // 200: row blocks of 96 and of the default, the last tile partial
-      for (int64_t n : {1, 17, 40})
+      for (int64_t n : {1, 17, 40, 70})  // 70: a range past two slices packs the activation
         for (int64_t k : {1, 17, 96, 512}) {  // 512: two slices of K
           if (k % BlockElems(wt)) continue;
           auto a = testing::RandomFloats(m * k, 9);
