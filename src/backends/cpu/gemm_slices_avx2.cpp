@@ -64,16 +64,15 @@ PRISM_AVX2 void RunTile(int mr, const float* a, int64_t row_step, int64_t k_step
   }
 }
 
-// An 8 x 8 block of src (rows lds apart) transposed into dst (rows ldd apart).
-PRISM_AVX2 void Transpose8(const float* src, int64_t lds, float* dst, int64_t ldd) {
-  __m256 r[8], t[8], s[8];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
+// The 8 x 8 block r (row i in r[i]) transposed in place: r[c] becomes its column c.
+PRISM_AVX2 inline void Transpose8x8(__m256* r) {
+  __m256 t[8];
 #pragma GCC unroll 4
   for (int i = 0; i < 8; i += 2) {
     t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);      // a0 b0 a1 b1 | a4 b4 a5 b5
     t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);  // a2 b2 a3 b3 | a6 b6 a7 b7
   }
+  __m256 s[8];
 #pragma GCC unroll 2
   for (int h = 0; h < 8; h += 4) {                                          // rows 0-3, then 4-7
     s[h] = _mm256_shuffle_ps(t[h], t[h + 2], _MM_SHUFFLE(1, 0, 1, 0));      // column 0 | 4
@@ -83,9 +82,19 @@ PRISM_AVX2 void Transpose8(const float* src, int64_t lds, float* dst, int64_t ld
   }
 #pragma GCC unroll 4
   for (int c = 0; c < 4; ++c) {
-    _mm256_storeu_ps(dst + c * ldd, _mm256_permute2f128_ps(s[c], s[c + 4], 0x20));
-    _mm256_storeu_ps(dst + (c + 4) * ldd, _mm256_permute2f128_ps(s[c], s[c + 4], 0x31));
+    r[c] = _mm256_permute2f128_ps(s[c], s[c + 4], 0x20);
+    r[c + 4] = _mm256_permute2f128_ps(s[c], s[c + 4], 0x31);
   }
+}
+
+// An 8 x 8 block of src (rows lds apart) transposed into dst (rows ldd apart).
+PRISM_AVX2 void Transpose8(const float* src, int64_t lds, float* dst, int64_t ldd) {
+  __m256 r[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
+  Transpose8x8(r);
+#pragma GCC unroll 8
+  for (int c = 0; c < 8; ++c) _mm256_storeu_ps(dst + c * ldd, r[c]);
 }
 
 // Rows [m0, m1) of the call x K values [k0, k0 + kb) into tiles of kMR rows, K-major (a tile's kMR values of
@@ -113,30 +122,17 @@ PRISM_AVX2 void PackTiles(const float* a, PanelActivation l, int64_t k, int64_t 
     if (whole) {
       const float* row = a + i0 * k + k0;
       for (; kk + 8 <= kb; kk += 8) {
-        __m256 t[8], u[8];
+        __m256 t[8];  // the 6 rows' values kk.. (and two zero rows), then value kk + c of the 6 rows in t[c]
 #pragma GCC unroll 6
         for (int i = 0; i < kMR; ++i) t[i] = _mm256_loadu_ps(row + i * k + kk);
         t[6] = t[7] = _mm256_setzero_ps();
-#pragma GCC unroll 4
-        for (int i = 0; i < 8; i += 2) {
-          u[i] = _mm256_unpacklo_ps(t[i], t[i + 1]);
-          u[i + 1] = _mm256_unpackhi_ps(t[i], t[i + 1]);
-        }
-#pragma GCC unroll 2
-        for (int h = 0; h < 8; h += 4) {
-          t[h] = _mm256_shuffle_ps(u[h], u[h + 2], _MM_SHUFFLE(1, 0, 1, 0));
-          t[h + 1] = _mm256_shuffle_ps(u[h], u[h + 2], _MM_SHUFFLE(3, 2, 3, 2));
-          t[h + 2] = _mm256_shuffle_ps(u[h + 1], u[h + 3], _MM_SHUFFLE(1, 0, 1, 0));
-          t[h + 3] = _mm256_shuffle_ps(u[h + 1], u[h + 3], _MM_SHUFFLE(3, 2, 3, 2));
-        }
-        // Value kk + c of the 6 rows: lanes of t[c % 4] (c < 4) or their high halves (c >= 4).
+        Transpose8x8(t);
 #pragma GCC unroll 8
         for (int c = 0; c < 8; ++c) {
-          const __m256 col = _mm256_permute2f128_ps(t[c % 4], t[c % 4 + 4], c < 4 ? 0x20 : 0x31);
           if (kk + c + 1 < kb)
-            _mm256_storeu_ps(ap + (kk + c) * kMR, col);
+            _mm256_storeu_ps(ap + (kk + c) * kMR, t[c]);
           else
-            _mm256_maskstore_ps(ap + (kk + c) * kMR, six, col);
+            _mm256_maskstore_ps(ap + (kk + c) * kMR, six, t[c]);
         }
       }
     }
