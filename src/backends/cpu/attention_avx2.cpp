@@ -73,19 +73,15 @@ PRISM_AVX2 inline __m256 HorizontalMax(__m256 x) {
 // more of each vector idle, and the softmax's exp runs once per 8 keys per row instead of once per key):
 // each row's score against 8 keys is 8 dot products over D, summed across lanes at once. Returns each row's
 // probabilities (0 past the keys it sees; a buffer of this thread's) and leaves 1 / sum in inv_l.
-PRISM_AVX2 Probabilities SoftmaxAcrossKeys(const float* q, const float* kh, int64_t k_row, KeyRows kr,
-                                           const AttentionDims& a, int64_t h, int64_t row0,
-                                           const BlockSetup& b, const int32_t* n, float* inv_l) {
+PRISM_AVX2 Probabilities SoftmaxAcrossKeys(const float* kh, int64_t k_row, KeyRows kr, const AttentionDims& a,
+                                           int64_t row0, const BlockSetup& b, const int32_t* n,
+                                           float* inv_l) {
   const int64_t D = a.head_dim, keys = b.keys, kp = (keys + 7) / 8 * 8, dp = (D + 7) / 8 * 8;
-  const AttentionLayout lay = LayoutOf(a);
   static thread_local std::vector<float> buf;
   buf.assign((size_t)(4 * dp + dp + 4 * kp), 0.0f);
   float *qs = buf.data(), *zero = qs + 4 * dp, *s = zero + dp;  // [4][dp] scaled queries; a zero row; [4][kp]
-  for (int r = 0; r < b.rows; ++r) {
-    const float* qr =
-        q + (row0 + r) / a.group * lay.q_row + (h * a.group + (row0 + r) % a.group) * lay.q_head;
-    for (int64_t e = 0; e < D; ++e) qs[r * dp + e] = qr[e] * a.scale;
-  }
+  for (int r = 0; r < b.rows; ++r)                              // the block's queries, transposed back
+    for (int64_t e = 0; e < D; ++e) qs[r * dp + e] = b.qt[e * kRows + r];
   alignas(32) int32_t tail_bits[8];
   for (int j = 0; j < 8; ++j) tail_bits[j] = D % 8 == 0 || j < D % 8 ? -1 : 0;
   const __m256i tail = _mm256_load_si256(reinterpret_cast<const __m256i*>(tail_bits));
@@ -266,7 +262,7 @@ PRISM_AVX2 void AttentionBlockAvx2(const float* q, const float* k, const float* 
   const KeyRows kr{a.key_rows, b.first};  // keys from b.first on
   const float* kh = k + h * lay.k_head;
   alignas(32) float inv_l[kRows];
-  const Probabilities pr = rows <= 4 ? SoftmaxAcrossKeys(q, kh, lay.k_row, kr, a, h, row0, b, n, inv_l)
+  const Probabilities pr = rows <= 4 ? SoftmaxAcrossKeys(kh, lay.k_row, kr, a, row0, b, n, inv_l)
                                      : SoftmaxAcrossRows(qt, kh, lay.k_row, kr, a, row0, b, n, p, inv_l);
   for (int r0 = 0; r0 < rows; r0 += 4) {
     const int rr = std::min(4, rows - r0);
