@@ -2,7 +2,8 @@
 // group head) rows of one K/V head keeps its queries transposed in a D x 16 panel, so each key's scores for
 // all 16 rows are one FMA chain of broadcast key elements; the scores of the block then sit as [key][row],
 // where the softmax's max, exp and sum run down the keys for 16 rows at once; P·V reads each value row once
-// per 4 rows. Keys past a row's causal limit are never computed.
+// per 4 rows. Keys past a row's causal limit are never computed. A block of at most 4 rows (a decode step's
+// group heads) puts 16 keys in the lanes instead, for its scores and softmax (below head size 32, AVX2's 8).
 #include "backends/cpu/attention.h"
 
 // GCC 12 warns inside its own AVX-512 intrinsics (_mm512_undefined_ps in max/roundscale/scalef).
@@ -41,16 +42,164 @@ PRISM_ATTN inline __m512 Exp2(__m512 x) {
   return _mm512_maskz_scalef_ps(normal, _mm512_mul_ps(p, _mm512_set1_ps(1.4142135623730951f)), xi);
 }
 
-// out rows [r, r + rows) of the block (rows <= 4; always computed 4 wide, so the accumulators stay in
-// registers): sum over keys of p[t][lane] * v[t, :], over one strip of at most 64 value columns
-// starting at d0, scaled by 1 / l.
-template <int NC>
-PRISM_ATTN void ValueStrip(const float* p, const float* v, int64_t v_stride, KeyRows kr, int64_t keys,
-                           int lane0, int rows, int64_t d0, int64_t width, const float* inv_l,
-                           float* const* out_rows) {
-  __m512 acc[4][NC];  // fully unrolled below: the accumulators live in registers
+// Lane j: the sum of x[j]'s 16 lanes. Four rounds of pairwise adds of halves leave lane 4c + m holding
+// x[4m + c]'s sum; one permute puts it in lane 4m + c.
+PRISM_ATTN inline __m512 LaneSums(const __m512* x) {
+  __m512 y[8], z[4], w[2];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i)  // 256-bit halves: y[i] holds 8 partial sums of x[2i], then 8 of x[2i + 1]
+    y[i] = _mm512_add_ps(_mm512_shuffle_f32x4(x[2 * i], x[2 * i + 1], 0x44),
+                         _mm512_shuffle_f32x4(x[2 * i], x[2 * i + 1], 0xEE));
 #pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < 4; ++i)  // 128-bit quarters: quarter c of z[i] holds 4 partial sums of x[4i + c]
+    z[i] = _mm512_add_ps(_mm512_shuffle_f32x4(y[2 * i], y[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(y[2 * i], y[2 * i + 1], 0xDD));
+#pragma GCC unroll 2
+  for (int i = 0; i < 2; ++i)  // within quarters: 2 partial sums each of x[8i + c] and x[8i + 4 + c]
+    w[i] = _mm512_add_ps(_mm512_shuffle_ps(z[2 * i], z[2 * i + 1], 0x44),
+                         _mm512_shuffle_ps(z[2 * i], z[2 * i + 1], 0xEE));
+  const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD));
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
+}
+
+// Keys [t0, t0 + 16) that a row seeing n keys sees.
+PRISM_ATTN inline __mmask16 Visible(int64_t n, int64_t t0) {
+  return _mm512_cmpgt_epi32_mask(
+      _mm512_set1_epi32((int32_t)n),
+      _mm512_add_epi32(_mm512_set1_epi32((int32_t)t0),
+                       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)));
+}
+
+// Scores and softmax of a block of at most 4 rows (a decode step's group heads) with 16 keys in the lanes:
+// each row's scores against 16 keys are 16 dot products over D, summed across lanes at once, and the
+// softmax's exp runs once per 16 keys per row (row lanes would leave 12 or more of 16 idle). Returns each
+// row's probabilities (0 past the keys it sees; a buffer of this thread's) and leaves 1 / sum in inv_l.
+PRISM_ATTN Probabilities SoftmaxAcrossKeys(const float* kh, int64_t k_row, KeyRows kr, const AttentionDims& a,
+                                           int64_t row0, const BlockSetup& b, const int32_t* n,
+                                           float* inv_l) {
+  const int64_t D = a.head_dim, keys = b.keys, kp = (keys + 15) / 16 * 16, dp = (D + 15) / 16 * 16;
+  static thread_local std::vector<float> buf;
+  buf.assign((size_t)(4 * dp + dp + 4 * kp), 0.0f);
+  float *qs = buf.data(), *zero = qs + 4 * dp, *s = zero + dp;  // [4][dp] scaled queries; a zero row; [4][kp]
+  for (int r = 0; r < b.rows; ++r)                              // the block's queries, transposed back
+    for (int64_t e = 0; e < D; ++e) qs[r * dp + e] = b.qt[e * kRows + r];
+  const __mmask16 tail = (__mmask16)((1u << (D - (dp - 16))) - 1);  // the last 1..16 elements
+  for (int64_t t0 = 0; t0 < keys; t0 += 16) {
+    const float* kt[16];  // keys past the last read the zero row (their lanes are hidden below)
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) kt[j] = t0 + j < keys ? kh + kr(t0 + j) * k_row : zero;
+    if (kr.rows)  // paged: its blocks lie anywhere
+      for (int64_t u = t0 + 2 * kAhead; u < std::min(keys, t0 + 2 * kAhead + 16); ++u)
+        PrefetchRow(kh + kr(u) * k_row, D);
+    for (int r = 0; r < b.rows; ++r) {
+      __m512 acc[16];
+      const float* qr = qs + r * dp;
+#pragma GCC unroll 2
+      for (int half = 0; half < 2; ++half) {  // 8 key pointers at a time stay in registers
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) acc[8 * half + j] = _mm512_setzero_ps();
+        const float* const* kk = kt + 8 * half;
+        for (int64_t e = 0; e + 16 < dp + 1; e += 16) {
+          const __m512 qv = _mm512_loadu_ps(qr + e);
+          if (e + 16 <= D) {
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; ++j)
+              acc[8 * half + j] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kk[j] + e), acc[8 * half + j]);
+          } else {  // K's rows may end at D (the pool's last): the tail loads only D's elements
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; ++j)
+              acc[8 * half + j] =
+                  _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(tail, kk[j] + e), acc[8 * half + j]);
+          }
+        }
+      }
+      _mm512_storeu_ps(s + r * kp + t0, LaneSums(acc));
+    }
+  }
+  AddMask(s, 1, kp, keys, a, row0, b);
+  const __m512 c = _mm512_set1_ps(a.exp_scale);
+  for (int r = 0; r < b.rows; ++r) {
+    float* sr = s + r * kp;
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    for (int64_t t0 = 0; t0 < n[r]; t0 += 16)
+      m = _mm512_mask_max_ps(m, Visible(n[r], t0), m, _mm512_loadu_ps(sr + t0));
+    m = _mm512_set1_ps(_mm512_reduce_max_ps(m));
+    __m512 l = _mm512_setzero_ps();
+    for (int64_t t0 = 0; t0 < keys; t0 += 16) {
+      const __m512 x = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(sr + t0), m), c);
+      const __m512 e = _mm512_maskz_mov_ps(Visible(n[r], t0), Exp2(x));
+      l = _mm512_add_ps(l, e);
+      _mm512_storeu_ps(sr + t0, e);
+    }
+    // A row that sees no key divides 0 by 0: NaN, as the unfused softmax gives.
+    inv_l[r] = 1.0f / _mm512_reduce_add_ps(l);
+  }
+  return {s, 1, kp};
+}
+
+// Scores and softmax of a block with its rows in the lanes: leaves the probabilities in p [keys][16] (0 past
+// the keys each row sees) and 1 / sum per row in inv_l.
+PRISM_ATTN Probabilities SoftmaxAcrossRows(const float* qt, const float* kh, int64_t k_row, KeyRows kr,
+                                           const AttentionDims& a, int64_t row0, const BlockSetup& b,
+                                           const int32_t* n, float* p, float* inv_l) {
+  const int64_t D = a.head_dim, keys = b.keys;
+  int64_t t = 0;
+  for (; t + 4 <= keys; t += 4) {
+    if (kr.rows)  // paged: its blocks lie anywhere
+      for (int64_t u = t + kAhead; u < std::min(keys, t + kAhead + 4); ++u)
+        PrefetchRow(kh + kr(u) * k_row, D);
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    const float *k0 = kh + kr(t) * k_row, *k1 = kh + kr(t + 1) * k_row, *k2 = kh + kr(t + 2) * k_row,
+                *k3 = kh + kr(t + 3) * k_row;
+    for (int64_t e = 0; e < D; ++e) {
+      const __m512 qe = _mm512_loadu_ps(qt + e * kRows);
+      s0 = _mm512_fmadd_ps(qe, _mm512_set1_ps(k0[e]), s0);
+      s1 = _mm512_fmadd_ps(qe, _mm512_set1_ps(k1[e]), s1);
+      s2 = _mm512_fmadd_ps(qe, _mm512_set1_ps(k2[e]), s2);
+      s3 = _mm512_fmadd_ps(qe, _mm512_set1_ps(k3[e]), s3);
+    }
+    _mm512_storeu_ps(p + (t + 0) * kRows, s0);
+    _mm512_storeu_ps(p + (t + 1) * kRows, s1);
+    _mm512_storeu_ps(p + (t + 2) * kRows, s2);
+    _mm512_storeu_ps(p + (t + 3) * kRows, s3);
+  }
+  for (; t < keys; ++t) {
+    __m512 s0 = _mm512_setzero_ps();
+    const float* k0 = kh + kr(t) * k_row;
+    for (int64_t e = 0; e < D; ++e)
+      s0 = _mm512_fmadd_ps(_mm512_loadu_ps(qt + e * kRows), _mm512_set1_ps(k0[e]), s0);
+    _mm512_storeu_ps(p + t * kRows, s0);
+  }
+  AddMask(p, kRows, 1, keys, a, row0, b);
+  // Softmax down the keys, 16 rows at once; keys a row does not see become probability 0.
+  const __m512i nv = _mm512_load_si512(n);
+  __m512 m = _mm512_set1_ps(-INFINITY);
+  for (t = 0; t < keys; ++t) {
+    const __mmask16 vis = _mm512_cmpgt_epi32_mask(nv, _mm512_set1_epi32((int32_t)t));
+    m = _mm512_mask_max_ps(m, vis, m, _mm512_loadu_ps(p + t * kRows));
+  }
+  const __m512 c = _mm512_set1_ps(a.exp_scale);
+  __m512 l = _mm512_setzero_ps();
+  for (t = 0; t < keys; ++t) {
+    const __mmask16 vis = _mm512_cmpgt_epi32_mask(nv, _mm512_set1_epi32((int32_t)t));
+    const __m512 x = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(p + t * kRows), m), c);
+    const __m512 e = _mm512_maskz_mov_ps(vis, Exp2(x));
+    l = _mm512_add_ps(l, e);
+    _mm512_storeu_ps(p + t * kRows, e);
+  }
+  // A row that sees no key divides 0 by 0: NaN, as the unfused softmax gives.
+  _mm512_store_ps(inv_l, _mm512_div_ps(_mm512_set1_ps(1.0f), l));
+  return {p, kRows, 1};
+}
+
+// out rows [lane0, lane0 + RW) of the block (RW <= 4): sum over keys of p's (key, row) * v[t, :], over one
+// strip of at most 64 value columns starting at d0, scaled by 1 / l.
+template <int NC, int RW>
+PRISM_ATTN void ValueStrip(Probabilities p, const float* v, int64_t v_stride, KeyRows kr, int64_t keys,
+                           int lane0, int64_t d0, int64_t width, const float* inv_l, float* const* out_rows) {
+  __m512 acc[RW][NC];  // fully unrolled below: the accumulators live in registers
+#pragma GCC unroll 4
+  for (int i = 0; i < RW; ++i)
 #pragma GCC unroll 4
     for (int c = 0; c < NC; ++c) acc[i][c] = _mm512_setzero_ps();
   const __mmask16 tail = (__mmask16)((1u << (width - 16 * (NC - 1))) - 1);
@@ -61,17 +210,16 @@ PRISM_ATTN void ValueStrip(const float* p, const float* v, int64_t v_stride, Key
 #pragma GCC unroll 4
     for (int c = 0; c < NC; ++c)
       vv[c] = c == NC - 1 ? _mm512_maskz_loadu_ps(tail, vr + 16 * c) : _mm512_loadu_ps(vr + 16 * c);
-    const float* pt = p + t * kRows + lane0;
+    const float* pt = p.p + t * p.key_step + lane0 * p.row_step;
 #pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) {  // all 4 (a lane past the block's rows holds probability 0)
-      const __m512 pi = _mm512_set1_ps(pt[i]);
+    for (int i = 0; i < RW; ++i) {
+      const __m512 pi = _mm512_set1_ps(pt[i * p.row_step]);
 #pragma GCC unroll 4
       for (int c = 0; c < NC; ++c) acc[i][c] = _mm512_fmadd_ps(pi, vv[c], acc[i][c]);
     }
   }
 #pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {  // constant trip count: a variable one sends acc to the stack
-    if (i >= rows) break;
+  for (int i = 0; i < RW; ++i) {
     const __m512 s = _mm512_set1_ps(inv_l[lane0 + i]);
     float* o = out_rows[i] + d0;
 #pragma GCC unroll 4
@@ -82,6 +230,19 @@ PRISM_ATTN void ValueStrip(const float* p, const float* v, int64_t v_stride, Key
       else
         _mm512_storeu_ps(o + 16 * c, r);
     }
+  }
+}
+
+// ValueStrip over rr (1..4) rows: no lane past the block's rows is read.
+template <int NC>
+PRISM_ATTN void ValueStripOf(int rr, Probabilities p, const float* v, int64_t v_stride, KeyRows kr,
+                             int64_t keys, int lane0, int64_t d0, int64_t width, const float* inv_l,
+                             float* const* out_rows) {
+  switch (rr) {
+    case 1: return ValueStrip<NC, 1>(p, v, v_stride, kr, keys, lane0, d0, width, inv_l, out_rows);
+    case 2: return ValueStrip<NC, 2>(p, v, v_stride, kr, keys, lane0, d0, width, inv_l, out_rows);
+    case 3: return ValueStrip<NC, 3>(p, v, v_stride, kr, keys, lane0, d0, width, inv_l, out_rows);
+    default: return ValueStrip<NC, 4>(p, v, v_stride, kr, keys, lane0, d0, width, inv_l, out_rows);
   }
 }
 
@@ -118,72 +279,30 @@ PRISM_ATTN void ValueColumnsOf(int64_t D, std::integer_sequence<int, Ds...>, con
 PRISM_ATTN void AttentionBlock(const float* q, const float* k, const float* v, float* out,
                                const AttentionDims& a, int64_t h, int64_t row0, std::vector<float>& scratch) {
   const int64_t G = a.group, D = a.head_dim, S = a.seq;
+  // A decode step's block of narrow heads: AVX2's 8 keys in the lanes need fewer operations per score than
+  // 16 (a 16-lane sum costs more than the dot products it saves below 32 elements).
+  if (S * G - row0 <= 4 && D < 32) return AttentionBlockAvx2(q, k, v, out, a, h, row0, scratch);
   const AttentionLayout lay = LayoutOf(a);
   const int64_t So = a.out_seq > 0 ? a.out_seq : S;  // out rows per (head, group head)
   // Row r of the block is query (row0 + r) / G of group head (row0 + r) % G; it sees n[r] keys.
   alignas(64) int32_t n[kRows];
   const BlockSetup b = SetUpBlock<kRows>(q, a, h, row0, n, scratch);
   const int rows = b.rows;
-  const int64_t keys = b.keys;
   float *qt = b.qt,
         *p = b.p;  // [D][16] queries, transposed, pre-scaled; [keys][16] scores, then probabilities
   const KeyRows kr{a.key_rows, b.first};  // keys from b.first on
   const float* kh = k + h * lay.k_head;
-  int64_t t = 0;
-  for (; t + 4 <= keys; t += 4) {
-    if (kr.rows)  // paged: its blocks lie anywhere
-      for (int64_t u = t + kAhead; u < std::min(keys, t + kAhead + 4); ++u)
-        PrefetchRow(kh + kr(u) * lay.k_row, D);
-    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    const float *k0 = kh + kr(t) * lay.k_row, *k1 = kh + kr(t + 1) * lay.k_row,
-                *k2 = kh + kr(t + 2) * lay.k_row, *k3 = kh + kr(t + 3) * lay.k_row;
-    for (int64_t e = 0; e < D; ++e) {
-      const __m512 qe = _mm512_loadu_ps(qt + e * kRows);
-      s0 = _mm512_fmadd_ps(qe, _mm512_set1_ps(k0[e]), s0);
-      s1 = _mm512_fmadd_ps(qe, _mm512_set1_ps(k1[e]), s1);
-      s2 = _mm512_fmadd_ps(qe, _mm512_set1_ps(k2[e]), s2);
-      s3 = _mm512_fmadd_ps(qe, _mm512_set1_ps(k3[e]), s3);
-    }
-    _mm512_storeu_ps(p + (t + 0) * kRows, s0);
-    _mm512_storeu_ps(p + (t + 1) * kRows, s1);
-    _mm512_storeu_ps(p + (t + 2) * kRows, s2);
-    _mm512_storeu_ps(p + (t + 3) * kRows, s3);
-  }
-  for (; t < keys; ++t) {
-    __m512 s0 = _mm512_setzero_ps();
-    const float* k0 = kh + kr(t) * lay.k_row;
-    for (int64_t e = 0; e < D; ++e)
-      s0 = _mm512_fmadd_ps(_mm512_loadu_ps(qt + e * kRows), _mm512_set1_ps(k0[e]), s0);
-    _mm512_storeu_ps(p + t * kRows, s0);
-  }
-  AddMask(p, kRows, 1, keys, a, row0, b);
-  // Softmax down the keys, 16 rows at once; keys a row does not see become probability 0.
-  const __m512i nv = _mm512_load_si512(n);
-  __m512 m = _mm512_set1_ps(-INFINITY);
-  for (t = 0; t < keys; ++t) {
-    const __mmask16 vis = _mm512_cmpgt_epi32_mask(nv, _mm512_set1_epi32((int32_t)t));
-    m = _mm512_mask_max_ps(m, vis, m, _mm512_loadu_ps(p + t * kRows));
-  }
-  const __m512 c = _mm512_set1_ps(a.exp_scale);
-  __m512 l = _mm512_setzero_ps();
-  for (t = 0; t < keys; ++t) {
-    const __mmask16 vis = _mm512_cmpgt_epi32_mask(nv, _mm512_set1_epi32((int32_t)t));
-    const __m512 x = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(p + t * kRows), m), c);
-    const __m512 e = _mm512_maskz_mov_ps(vis, Exp2(x));
-    l = _mm512_add_ps(l, e);
-    _mm512_storeu_ps(p + t * kRows, e);
-  }
-  // A row that sees no key divides 0 by 0: NaN, as the unfused softmax gives.
   alignas(64) float inv_l[kRows];
-  _mm512_store_ps(inv_l, _mm512_div_ps(_mm512_set1_ps(1.0f), l));
-  if (D <= 16) {
+  const Probabilities pr = rows <= 4 ? SoftmaxAcrossKeys(kh, lay.k_row, kr, a, row0, b, n, inv_l)
+                                     : SoftmaxAcrossRows(qt, kh, lay.k_row, kr, a, row0, b, n, p, inv_l);
+  if (D <= 16) {  // rows <= 4 went to AVX2's block above: p is [keys][16]
     float* out_rows[kRows];
     for (int r = 0; r < rows; ++r) {
       const int64_t s = (row0 + r) / G, g = (row0 + r) % G;
       out_rows[r] = out + ((h * G + g) * So + a.out_row0 + s) * D;
     }
-    ValueColumnsOf(D, std::make_integer_sequence<int, 16>{}, p, v + h * lay.v_head, lay.v_row, kr, keys, rows,
-                   inv_l, out_rows);
+    ValueColumnsOf(D, std::make_integer_sequence<int, 16>{}, p, v + h * lay.v_head, lay.v_row, kr, b.keys,
+                   rows, inv_l, out_rows);
     return;
   }
   for (int r0 = 0; r0 < rows; r0 += 4) {
@@ -195,14 +314,16 @@ PRISM_ATTN void AttentionBlock(const float* q, const float* k, const float* v, f
       out_rows[i] = out + ((h * G + g) * So + a.out_row0 + s) * D;
       chunk_keys = std::max<int64_t>(chunk_keys, n[r0 + i]);
     }
+    const float* vh = v + h * lay.v_head;
     for (int64_t d0 = 0; d0 < D; d0 += 64) {
       const int64_t width = std::min<int64_t>(64, D - d0);
-      const float* vh = v + h * lay.v_head;
       switch ((width + 15) / 16) {
-        case 1: ValueStrip<1>(p, vh, lay.v_row, kr, chunk_keys, r0, rr, d0, width, inv_l, out_rows); break;
-        case 2: ValueStrip<2>(p, vh, lay.v_row, kr, chunk_keys, r0, rr, d0, width, inv_l, out_rows); break;
-        case 3: ValueStrip<3>(p, vh, lay.v_row, kr, chunk_keys, r0, rr, d0, width, inv_l, out_rows); break;
-        default: ValueStrip<4>(p, vh, lay.v_row, kr, chunk_keys, r0, rr, d0, width, inv_l, out_rows); break;
+        case 1: ValueStripOf<1>(rr, pr, vh, lay.v_row, kr, chunk_keys, r0, d0, width, inv_l, out_rows); break;
+        case 2: ValueStripOf<2>(rr, pr, vh, lay.v_row, kr, chunk_keys, r0, d0, width, inv_l, out_rows); break;
+        case 3: ValueStripOf<3>(rr, pr, vh, lay.v_row, kr, chunk_keys, r0, d0, width, inv_l, out_rows); break;
+        default:
+          ValueStripOf<4>(rr, pr, vh, lay.v_row, kr, chunk_keys, r0, d0, width, inv_l, out_rows);
+          break;
       }
     }
   }

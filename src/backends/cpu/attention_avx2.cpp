@@ -37,12 +37,6 @@ PRISM_AVX2 inline __m256 Exp2(__m256 x) {
   return _mm256_blendv_ps(r, x, nan);
 }
 
-// A block's probabilities: row r's key t at p[t * key_step + r * row_step].
-struct Probabilities {
-  const float* p;
-  int64_t key_step, row_step;
-};
-
 // Lanes [0, 8) as int32: which of 8 keys from t0 a row seeing n keys sees is n > t0 + lane.
 PRISM_AVX2 inline __m256 Visible(int64_t n, int64_t t0) {
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);

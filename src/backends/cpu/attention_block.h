@@ -89,6 +89,12 @@ BlockSetup SetUpBlock(const float* q, const AttentionDims& a, int64_t h, int64_t
   return b;
 }
 
+// A block's probabilities: row r's key t at p[t * key_step + r * row_step].
+struct Probabilities {
+  const float* p;
+  int64_t key_step, row_step;
+};
+
 // Adds the mask to the block's scores over keys [b.first, b.first + keys): row r's key t at
 // p[t * key_step + r * row_step] (rows past the block's keep theirs).
 inline void AddMask(float* p, int64_t key_step, int64_t row_step, int64_t keys, const AttentionDims& a,
@@ -116,6 +122,7 @@ inline void MaskSpans(const AttentionDims& a, std::vector<AttentionDims::MaskSpa
 }
 
 constexpr int kAvx2AttentionRows = 8;
+// AVX2's block; a block of at most 4 rows with head size below 32 runs it on AVX-512 CPUs too.
 void AttentionBlockAvx2(const float* q, const float* k, const float* v, float* out, const AttentionDims& a,
                         int64_t h, int64_t row0, std::vector<float>& scratch);
 
