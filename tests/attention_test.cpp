@@ -398,7 +398,8 @@ TEST(AttentionTemplate, PagedReadsScatteredBlocksWhereTheyLie) {
 // The kernel itself against a double-precision loop, including queries that see no key (offset 0):
 // those are NaN in the unfused graph, and must be here too. Blocks of many rows (a prompt) and of at most 4
 // (decode steps' group heads, whose kernels put keys in the lanes: AVX-512's below head size 32 runs
-// AVX2's), over head sizes with a partial vector and key counts past whole vectors.
+// AVX2's; AVX-512's takes up to 8 rows from head size 64), over head sizes with a partial vector and key
+// counts past whole vectors.
 TEST(AttentionTemplate, KernelMatchesClosedFormAndKeepsNaNForRowsWithoutKeys) {
   if (!AttentionTemplateSupported()) GTEST_SKIP() << "no AVX2 or AVX-512 here";
   for (const AttentionDims& a : {AttentionDims{2, 3, 24, 9, 13, 0, 0.3f, 1.4426950408889634f},
@@ -406,7 +407,8 @@ TEST(AttentionTemplate, KernelMatchesClosedFormAndKeepsNaNForRowsWithoutKeys) {
                                  AttentionDims{3, 4, 8, 1, 21, 0, 0.4f, 1.4426950408889634f},
                                  AttentionDims{1, 2, 40, 2, 30, 0, 0.2f, 1.4426950408889634f},
                                  AttentionDims{2, 1, 64, 3, 37, 0, 0.15f, 1.4426950408889634f},
-                                 AttentionDims{1, 4, 33, 1, 50, 0, 0.2f, 1.4426950408889634f}}) {
+                                 AttentionDims{1, 4, 33, 1, 50, 0, 0.2f, 1.4426950408889634f},
+                                 AttentionDims{2, 6, 72, 1, 45, 0, 0.1f, 1.4426950408889634f}}) {
     SCOPED_TRACE("G=" + std::to_string(a.group) + " D=" + std::to_string(a.head_dim) +
                  " seq=" + std::to_string(a.seq) + " total=" + std::to_string(a.total));
     const int64_t hd = a.heads_kv * a.head_dim, hq = a.heads_kv * a.group;

@@ -3,7 +3,8 @@
 // all 16 rows are one FMA chain of broadcast key elements; the scores of the block then sit as [key][row],
 // where the softmax's max, exp and sum run down the keys for 16 rows at once; P·V reads each value row once
 // per 4 rows. Keys past a row's causal limit are never computed. A block of at most 4 rows (a decode step's
-// group heads) puts 16 keys in the lanes instead, for its scores and softmax (below head size 32, AVX2's 8).
+// group heads; 8 from head size 64) puts 16 keys in the lanes instead, for its scores and softmax (at most 4
+// rows below head size 32: AVX2's 8 keys).
 #include "backends/cpu/attention.h"
 
 // GCC 12 warns inside its own AVX-512 intrinsics (_mm512_undefined_ps in max/roundscale/scalef).
@@ -70,17 +71,17 @@ PRISM_ATTN inline __mmask16 Visible(int64_t n, int64_t t0) {
                        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)));
 }
 
-// Scores and softmax of a block of at most 4 rows (a decode step's group heads) with 16 keys in the lanes:
+// Scores and softmax of a block of at most 8 rows (a decode step's group heads) with 16 keys in the lanes:
 // each row's scores against 16 keys are 16 dot products over D, summed across lanes at once, and the
-// softmax's exp runs once per 16 keys per row (row lanes would leave 12 or more of 16 idle). Returns each
+// softmax's exp runs once per 16 keys per row (row lanes would leave 8 or more of 16 idle). Returns each
 // row's probabilities (0 past the keys it sees; a buffer of this thread's) and leaves 1 / sum in inv_l.
 PRISM_ATTN Probabilities SoftmaxAcrossKeys(const float* kh, int64_t k_row, KeyRows kr, const AttentionDims& a,
                                            int64_t row0, const BlockSetup& b, const int32_t* n,
                                            float* inv_l) {
   const int64_t D = a.head_dim, keys = b.keys, kp = (keys + 15) / 16 * 16, dp = (D + 15) / 16 * 16;
   static thread_local std::vector<float> buf;
-  buf.assign((size_t)(4 * dp + dp + 4 * kp), 0.0f);
-  float *qs = buf.data(), *zero = qs + 4 * dp, *s = zero + dp;  // [4][dp] scaled queries; a zero row; [4][kp]
+  buf.assign((size_t)(8 * dp + dp + 8 * kp), 0.0f);
+  float *qs = buf.data(), *zero = qs + 8 * dp, *s = zero + dp;  // [8][dp] scaled queries; a zero row; [8][kp]
   for (int r = 0; r < b.rows; ++r)                              // the block's queries, transposed back
     for (int64_t e = 0; e < D; ++e) qs[r * dp + e] = b.qt[e * kRows + r];
   const __mmask16 tail = (__mmask16)((1u << (D - (dp - 16))) - 1);  // the last 1..16 elements
@@ -293,9 +294,12 @@ PRISM_ATTN void AttentionBlock(const float* q, const float* k, const float* v, f
   const KeyRows kr{a.key_rows, b.first};  // keys from b.first on
   const float* kh = k + h * lay.k_head;
   alignas(64) float inv_l[kRows];
-  const Probabilities pr = rows <= 4 ? SoftmaxAcrossKeys(kh, lay.k_row, kr, a, row0, b, n, inv_l)
-                                     : SoftmaxAcrossRows(qt, kh, lay.k_row, kr, a, row0, b, n, p, inv_l);
-  if (D <= 16) {  // rows <= 4 went to AVX2's block above: p is [keys][16]
+  // Keys in the lanes for decode blocks; 5-8 rows (groups of 5-8 heads) from head size 64, where 16 keys'
+  // dot products outweigh their lane sums.
+  const bool across_keys = rows <= 4 || (rows <= 8 && D >= 64);
+  const Probabilities pr = across_keys ? SoftmaxAcrossKeys(kh, lay.k_row, kr, a, row0, b, n, inv_l)
+                                       : SoftmaxAcrossRows(qt, kh, lay.k_row, kr, a, row0, b, n, p, inv_l);
+  if (D <= 16) {  // not across keys (D < 32 with rows <= 4 went to AVX2's block above): p is [keys][16]
     float* out_rows[kRows];
     for (int r = 0; r < rows; ++r) {
       const int64_t s = (row0 + r) / G, g = (row0 + r) % G;
