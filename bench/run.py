@@ -408,6 +408,10 @@ def make_table(rows):
         if p and ceil:
             f = statistics.fmean(p) / ceil
             frac = f"{f:.0%}" if f >= 0.1 else f"{f:.1%}" if f >= 0.001 else f"{f:.2g}"
+            # An engine past the ceiling means the probe read too little for this row: flagged, never a fraction.
+            over = [who for who, x in (("Prism", p), ("llama.cpp", l)) if x and statistics.fmean(x) > ceil]
+            if over:
+                frac += " ⚑ probe below " + " and ".join(over)
         ceil_s = "—" if not ceil else f"{ceil:.0f}" if ceil >= 100 else f"{ceil:.2f}"
         out.append("| " + " | ".join([
             r["model"], r["dtype"], r["test"], str(r["threads"]), fmt_tps(p), fmt_tps(l), fmt_tps(t),
@@ -616,6 +620,10 @@ def write_outputs(state, final=False):
         bw = probe.get("bandwidth", {}).get("gbps", {})
         comp = {k: v.get("per_second_1e9") for k, v in probe.get("compute", {}).items() if v.get("supported")}
         md.append(f"Roofline probe ({probe.get('cpu')}): read bandwidth {bw} GB/s; peak G(FL)OP/s {comp}.")
+        if "⚑" in table:
+            md.append("⚑: an engine ran faster than the roofline at the probe's figures, so the probe read too "
+                      "little for that row (a host whose bandwidth moves between levels, or a technique the probe "
+                      "lacks) and the fraction is not one; run the probe again beside that engine.")
     la0, la1 = state["load_at_start"][0], os.getloadavg()[0]
     md.append(f"Load average (1 min) before the run {la0:.1f} on {os.cpu_count()} CPUs"
               + (" (other work was running: the numbers are noisy)" if la0 > 0.5 else "")

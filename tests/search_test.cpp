@@ -104,6 +104,8 @@ TEST(Search, EveryCandidateIsCheckedAndTimedThenTheDatabaseIsReused) {
     }
     EXPECT_TRUE(chosen_passed) << r.dump();
     EXPECT_GT(r["floor_us"].get<double>(), 0);
+    // A fraction above 1 never goes out unflagged.
+    EXPECT_EQ(r.value("fraction_of_roofline", 0.0) > 1, r.contains("roofline_flag")) << r.dump();
   }
   EXPECT_GT(searched, 50);
   EXPECT_GT(multi, 40);

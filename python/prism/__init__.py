@@ -143,6 +143,7 @@ class Receipt:
     reason: str
     median_us: Optional[float] = None
     fraction_of_roofline: Optional[float] = None
+    roofline_flag: Optional[str] = None  # set when the fraction is above 1: the probe under-measured
     candidates: list = field(default_factory=list)
     raw: dict = field(default_factory=dict, repr=False)
 
@@ -150,7 +151,7 @@ class Receipt:
     def from_json(r: dict) -> "Receipt":
         return Receipt(kernel=r.get("kernel", ""), bucket=r.get("bucket", ""), chosen=r.get("chosen", ""),
                        reason=r.get("reason", ""), median_us=r.get("median_us"),
-                       fraction_of_roofline=r.get("fraction_of_roofline"),
+                       fraction_of_roofline=r.get("fraction_of_roofline"), roofline_flag=r.get("roofline_flag"),
                        candidates=r.get("candidates", []), raw=r)
 
 

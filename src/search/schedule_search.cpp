@@ -138,6 +138,15 @@ class Search {
             {"key", keys_[k]},   {"device", device_}};
   }
 
+  // A kernel faster than its roofline floor says the floor is wrong, not that the kernel beat the machine:
+  // the receipt says so beside the fraction.
+  static void SetFraction(nlohmann::json& r, double floor_us, double us) {
+    r["fraction_of_roofline"] = floor_us / us;
+    if (floor_us > us)
+      r["roofline_flag"] = "above 1: the probe read less than this kernel reached (its data stayed in cache "
+                           "between timed runs, or the probe under-measured this machine)";
+  }
+
   void FromDatabase(const std::string& bucket, size_t k, nlohmann::json r) {
     const nlohmann::json& e = *db_.Find(keys_[k]);
     sp_.Apply(bucket, k, e);
@@ -146,7 +155,7 @@ class Search {
     r["median_us"] = e.value("median_us", 0.0);
     r["reason"] = "tuning database";
     if (r.contains("floor_us") && e.value("median_us", 0.0) > 0)
-      r["fraction_of_roofline"] = r["floor_us"].get<double>() / e.value("median_us", 0.0);
+      SetFraction(r, r["floor_us"].get<double>(), e.value("median_us", 0.0));
     receipts_.push_back(r);
   }
 
@@ -283,7 +292,7 @@ class Search {
               {"median_us", best_us},
               {"reason", "fastest of the " + std::to_string(passed.size()) + " of " +
                              std::to_string(cands.size()) + " candidates that passed the check"}});
-    if (floor_us > 0) r["fraction_of_roofline"] = floor_us / best_us;
+    if (floor_us > 0) SetFraction(r, floor_us, best_us);
     receipts_.push_back(r);
     return floor_us;
   }
