@@ -100,7 +100,7 @@ PRISM_ATTN Probabilities SoftmaxAcrossKeys(const float* kh, int64_t k_row, KeyRo
 #pragma GCC unroll 8
         for (int j = 0; j < 8; ++j) acc[8 * half + j] = _mm512_setzero_ps();
         const float* const* kk = kt + 8 * half;
-        for (int64_t e = 0; e + 16 < dp + 1; e += 16) {
+        for (int64_t e = 0; e < dp; e += 16) {
           const __m512 qv = _mm512_loadu_ps(qr + e);
           if (e + 16 <= D) {
 #pragma GCC unroll 8
