@@ -143,7 +143,7 @@ class Receipt:
     reason: str
     median_us: Optional[float] = None
     fraction_of_roofline: Optional[float] = None
-    roofline_flag: Optional[str] = None  # set when the fraction is above 1: the probe under-measured
+    roofline_flag: Optional[str] = None  # set when the fraction is above 1: the floor, not the kernel, is wrong
     candidates: list = field(default_factory=list)
     raw: dict = field(default_factory=dict, repr=False)
 
