@@ -143,8 +143,9 @@ class Search {
   static void SetFraction(nlohmann::json& r, double floor_us, double us) {
     r["fraction_of_roofline"] = floor_us / us;
     if (floor_us > us)
-      r["roofline_flag"] = "above 1: faster than its floor allows, so the floor is wrong (its data stayed in "
-                           "cache between timed runs, or the probe under-measured this machine)";
+      r["roofline_flag"] =
+          "above 1: faster than its floor allows, so the floor is wrong (its data stayed in "
+          "cache between timed runs, or the probe under-measured this machine)";
   }
 
   void FromDatabase(const std::string& bucket, size_t k, nlohmann::json r) {
