@@ -305,8 +305,9 @@ TEST(Gemm, Avx2BlockDequantizationMatchesReference) {
 }
 
 // Expert GEMMs in every form that runs on slabs (packed one slab at a time where the form packs): rows
-// grouped by the slab they chose (ids past the experts clamp), the columns split as a team splits them, over
-// odd sizes: every output equals its own slab's exact product within the form's bound.
+// grouped by the slab they chose (ids past the experts clamp), the work split among teams of 1 to 5 as a team
+// splits it, over odd sizes: every output is written by one member and equals its own slab's exact product
+// within the form's bound.
 TEST(Gemm, ExpertGroupsMatchEachRowsOwnSlabInEveryForm) {
   int checked = 0;
   for (const GemmForm& form : GemmForms())
@@ -321,7 +322,6 @@ TEST(Gemm, ExpertGroupsMatchEachRowsOwnSlabInEveryForm) {
         PackedGemmWeight packed = form.pack ? PackExperts(form, w.data, wt, experts, n, k) : PackedGemmWeight{};
         std::vector<int32_t> id(m);
         for (int64_t i = 0; i < m; ++i) id[i] = (int32_t)((i * 3 + m) % 7);  // 5 and 6 clamp to expert 4
-        std::vector<float> y(m * n, NAN);
         GemmCall call;
         call.a = a.data();
         call.m = m;
@@ -330,23 +330,33 @@ TEST(Gemm, ExpertGroupsMatchEachRowsOwnSlabInEveryForm) {
         call.w = w.data;
         call.wt = wt;
         call.packed = packed.form_data.get();
-        call.y = y.data();
-        for (int t = 0; t < 3; ++t) {  // a team of three's column shares, in whole tiles
-          const int64_t tiles = (n + form.split_tile - 1) / form.split_tile;
-          call.nb = std::min(n, tiles * t / 3 * form.split_tile);
-          call.ne = std::min(n, tiles * (t + 1) / 3 * form.split_tile);
-          RunExpertGemm(form, call, id.data(), experts);
-        }
+        call.nb = 0;
+        call.ne = n;
         const bool rounds = form.rounds && form.rounds(wt);
-        for (int64_t i = 0; i < m; ++i) {
-          const void* slab = ExpertSlab(w.data, wt, n, k, id.data(), experts, i);
-          const int64_t e = std::min<int64_t>(id[i], experts - 1);
-          for (int64_t j = 0; j < n; ++j) {
-            const Exact x = ExactDot(a.data(), k, w.data, wt, i, e * n + j);
-            const double bound = (rounds ? form.error_bound(a.data() + i * k, slab, wt, k, j) : 0) +
-                                 2e-6 * x.magnitude + 1e-7;
-            ASSERT_NEAR(y[i * n + j], x.sum, bound)
-                << form.name << " " << DTypeName(wt) << " m=" << m << " row " << i << " col " << j;
+        for (int threads : {1, 2, 3, 5}) {
+          // Each member writes into its own copy: every output must come from exactly one of them.
+          std::vector<std::vector<float>> y(threads, std::vector<float>(m * n, NAN));
+          for (int t = 0; t < threads; ++t) {
+            call.y = y[t].data();
+            RunExpertGemm(form, call, id.data(), experts, t, threads);
+          }
+          for (int64_t i = 0; i < m; ++i) {
+            const void* slab = ExpertSlab(w.data, wt, n, k, id.data(), experts, i);
+            const int64_t e = std::min<int64_t>(id[i], experts - 1);
+            for (int64_t j = 0; j < n; ++j) {
+              const Exact x = ExactDot(a.data(), k, w.data, wt, i, e * n + j);
+              const double bound = (rounds ? form.error_bound(a.data() + i * k, slab, wt, k, j) : 0) +
+                                   2e-6 * x.magnitude + 1e-7;
+              int writers = 0;
+              for (int t = 0; t < threads; ++t)
+                if (!std::isnan(y[t][i * n + j])) {
+                  ++writers;
+                  ASSERT_NEAR(y[t][i * n + j], x.sum, bound) << form.name << " " << DTypeName(wt) << " m=" << m
+                                                             << " row " << i << " col " << j << " thread " << t;
+                }
+              ASSERT_EQ(writers, 1) << form.name << " " << DTypeName(wt) << " m=" << m << " row " << i << " col "
+                                    << j << ", a team of " << threads;
+            }
           }
         }
         ++checked;

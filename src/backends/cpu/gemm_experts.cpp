@@ -33,7 +33,8 @@ const void* ExpertSlab(const void* w, DType wt, int64_t n, int64_t k, const int3
   return static_cast<const uint8_t*>(w) + ExpertOf(expert, experts, row) * StorageBytes(wt, n * k);
 }
 
-void RunExpertGemm(const GemmForm& form, const GemmCall& all, const int32_t* expert, int64_t experts) {
+void RunExpertGemm(const GemmForm& form, const GemmCall& all, const int32_t* expert, int64_t experts,
+                   int thread, int threads) {
   thread_local std::vector<int64_t> start, order;
   thread_local std::vector<float> a_rows, y_rows;
   start.assign((size_t)experts + 1, 0);
@@ -43,11 +44,25 @@ void RunExpertGemm(const GemmForm& form, const GemmCall& all, const int32_t* exp
   thread_local std::vector<int64_t> cursor;
   cursor.assign(start.begin(), start.end() - 1);
   for (int64_t i = 0; i < all.m; ++i) order[cursor[ExpertOf(expert, experts, i)]++] = i;
-  const int64_t n = all.n, k = all.k, cols = all.ne - all.nb;
-  for (int64_t e = 0; e < experts; ++e) {
-    const int64_t first = start[e], count = start[e + 1] - first;
-    if (count == 0 || cols <= 0) continue;
+  const int64_t n = all.n, k = all.k, tile = form.split_tile, tiles = (all.ne - all.nb + tile - 1) / tile;
+  if (tiles <= 0) return;
+  // The team's work laid end to end: each routed slab's column tiles, a tile weighing its slab's rows; this
+  // thread takes its share of the whole. A decode step's two slabs on two threads are then one slab each, one
+  // stream from memory per thread where halves of both were two (Zen 5, the moe1b shape's Q4_K expert
+  // products alone back to back: 8-14% faster; its whole Q4_K_M decode step 2-6%).
+  int64_t total = 0;
+  for (int64_t e = 0; e < experts; ++e) total += (start[e + 1] - start[e]) * tiles;
+  const int64_t begin = total * thread / threads, end = total * (thread + 1) / threads;
+  for (int64_t e = 0, pos = 0; e < experts && pos < end; ++e) {
+    const int64_t first = start[e], count = start[e + 1] - first, weight = count * tiles;
+    const int64_t lo = std::max(begin, pos) - pos, hi = std::min(end, pos + weight) - pos;
+    pos += weight;
+    if (lo >= hi) continue;
+    // Tiles [ceil(lo / count), ceil(hi / count)): the neighbouring thread's bounds round alike.
     GemmCall call = all;
+    call.nb = std::min(all.ne, all.nb + (lo + count - 1) / count * tile);
+    call.ne = std::min(all.ne, all.nb + (hi + count - 1) / count * tile);
+    if (call.nb >= call.ne) continue;
     call.w = static_cast<const uint8_t*>(all.w) + e * StorageBytes(all.wt, n * k);
     call.packed =
         all.packed ? static_cast<const ExpertPacks*>(all.packed)->slabs[e].form_data.get() : nullptr;
@@ -66,8 +81,8 @@ void RunExpertGemm(const GemmForm& form, const GemmCall& all, const int32_t* exp
     call.y = y_rows.data();
     form.run(call);
     for (int64_t j = 0; j < count; ++j)
-      std::memcpy(all.y + order[first + j] * n + all.nb, y_rows.data() + j * n + all.nb,
-                  sizeof(float) * (size_t)cols);
+      std::memcpy(all.y + order[first + j] * n + call.nb, y_rows.data() + j * n + call.nb,
+                  sizeof(float) * (size_t)(call.ne - call.nb));
   }
 }
 

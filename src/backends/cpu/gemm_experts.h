@@ -11,9 +11,11 @@ namespace prism {
 
 // `all` describes the whole product as if its weight were one [N, K] matrix: a [M, K], y [M, N], w the
 // stacked [experts, N, K] weight as stored and all.packed the form's ExpertPacks where it packs. Row i uses
-// slab clamp(expert[i], 0, experts - 1). The form must run on slabs (GemmForm::on_slabs); this thread
-// computes columns [all.nb, all.ne).
-void RunExpertGemm(const GemmForm& form, const GemmCall& all, const int32_t* expert, int64_t experts);
+// slab clamp(expert[i], 0, experts - 1). The form must run on slabs (GemmForm::on_slabs). A team of `threads`
+// computes columns [all.nb, all.ne) of every row, each thread (0 <= thread < threads) its share of the routed
+// slabs' tiles (form.split_tile) weighed by their rows.
+void RunExpertGemm(const GemmForm& form, const GemmCall& all, const int32_t* expert, int64_t experts,
+                   int thread, int threads);
 
 // A packing form's copy of a stacked weight, one slab at a time (GemmCall::packed of an expert GEMM in that
 // form points at it).

@@ -476,10 +476,12 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
     if (st.m <= 0) return;
     const GemmForm& form = GemmForms()[st.form];
     int64_t nb = 0, ne = gm.n, mb = 0, me = st.m;
-    if (st.parallel) {  // threads split the weight rows in whole tiles: each weight byte is read once
+    // Threads split the weight rows in whole tiles: each weight byte is read once (an expert GEMM splits
+    // its routed slabs' tiles itself).
+    if (st.parallel && gm.index_buffer < 0) {
       const int64_t tile = form.split_tile, tiles = (gm.n + tile - 1) / tile;
       if ((tiles < threads || ActivationDominates(st.m, gm, kp_.buffers[gm.w_buffer].dtype)) &&
-          !form.fit_team && gm.index_buffer < 0) {
+          !form.fit_team) {
         // Fewer tiles than threads, or an activation far larger than the weight (a convolution's few
         // output channels over many pixels), which each thread would read whole: the activation's rows
         // are split instead, in blocks every form's row tile divides.
@@ -518,7 +520,8 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
     call.nb = nb;
     call.ne = ne;
     if (gm.index_buffer >= 0)
-      return RunExpertGemm(form, call, static_cast<const int32_t*>(bufs[gm.index_buffer]), gm.experts);
+      return RunExpertGemm(form, call, static_cast<const int32_t*>(bufs[gm.index_buffer]), gm.experts,
+                           st.parallel ? t : 0, st.parallel ? threads : 1);
     if (st.parallel && form.fit_team) {  // the team rounds the activation once
       call.thread = t;
       call.threads = threads;
