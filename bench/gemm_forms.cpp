@@ -46,7 +46,11 @@ int main(int argc, char** argv) {
     const int64_t blocks = (n + 63) / 64;
     double best = 1e30;
     for (int r = 0; r <= reps; ++r) {  // repeat 0 warms up
-      if (evict) EvictFromCache(evict, weight_bytes);
+      if (evict) {
+        EvictFromCache(evict, weight_bytes);
+        pool.ParallelFor(threads,
+                         [](int) {});  // the team, asleep by now, awake again (else one thread ran it)
+      }
       auto t0 = std::chrono::steady_clock::now();
       pool.ParallelFor(threads, [&](int t) {
         run(std::min(n, blocks * t / threads * 64), std::min(n, blocks * (t + 1) / threads * 64));

@@ -493,9 +493,10 @@ TEST(Gemm, Avx2Int8StaysWithinItsActivationRoundingBound) {
 
 TEST(Gemm, Int8DotStaysWithinItsActivationRoundingBound) {
   if (!Int8DotSupported(DType::Q8_0, 32)) GTEST_SKIP() << "this CPU has no AVX512-VNNI";
-  // K below, at and above one 512-value group, and not a multiple of it; M and N with tails.
+  // K below, at and above one 512-value group, and not a multiple of it (a last group of 1, 3 or 5 blocks,
+  // shared by pairs of rows, or of 12, padded); M and N with tails.
   for (DType wt : {DType::Q8_0, DType::Q4_0})
-    for (int64_t k : {32, 96, 512, 1056})
+    for (int64_t k : {32, 96, 160, 384, 512, 1056})
       for (int64_t m : {1, 2, 5}) {
         const int64_t n = 11;
         auto a = testing::RandomFloats(m * k, 3), wf = testing::RandomFloats(n * k, 4);
@@ -510,6 +511,10 @@ TEST(Gemm, Int8DotStaysWithinItsActivationRoundingBound) {
         double total_error = 0;
         GemmRowsInt8(a.data(), m, packed, y.data(), n, 0, 6);  // two ranges, as two threads split them
         GemmRowsInt8(a.data(), m, packed, y.data(), n, 6, n);
+        std::vector<float> y5(m * n, NAN);  // split inside a pair of rows: the same sums
+        GemmRowsInt8(a.data(), m, packed, y5.data(), n, 0, 5);
+        GemmRowsInt8(a.data(), m, packed, y5.data(), n, 5, n);
+        for (int64_t i = 0; i < m * n; ++i) ASSERT_EQ(y5[i], y[i]) << DTypeName(wt) << " k=" << k << " at " << i;
         for (int64_t i = 0; i < m; ++i)
           for (int64_t j = 0; j < n; ++j) {
             double exact = 0;
@@ -530,7 +535,7 @@ TEST(Gemm, Int8DotStaysWithinItsActivationRoundingBound) {
 // and min, Q3_K's and Q6_K's two signed scales and offset, Q2_K's two scales and mins, IQ4_XS's signed scale
 // applied per group in f32; the IQ4 tables looked up per vector): within the int8 forms' rounding bound of the exact
 // sum, equal to the panels (which round the activation the same way) to f32 rounding, over row tails, a
-// column split inside a 4-row tile and an odd count of 256-value blocks (half a group padded). A NaN in the
+// column split inside a 4-row tile and an odd count of 256-value blocks (half a group: shared by pairs of rows). A NaN in the
 // activation reaches its row's outputs as NaN.
 TEST(Gemm, Int8DotOverKQuantsStaysWithinTheRoundingBound) {
   if (!Int8DotSupported(DType::Q4_K, 256) || !PanelGemmSupported(DType::Q4_K))
@@ -548,6 +553,10 @@ TEST(Gemm, Int8DotOverKQuantsStaysWithinTheRoundingBound) {
         GemmRowsInt8(a.data(), m, packed, y.data(), n, 0, split);
         GemmRowsInt8(a.data(), m, packed, y.data(), n, split, n);
         GemmPanels(a.data(), m, panels, other.data(), n, 0, n);
+        std::vector<float> y5(m * n, NAN);  // split inside a pair of rows (k = 256, 768: they share a group)
+        GemmRowsInt8(a.data(), m, packed, y5.data(), n, 0, 5);
+        GemmRowsInt8(a.data(), m, packed, y5.data(), n, 5, n);
+        for (int64_t i = 0; i < m * n; ++i) ASSERT_EQ(y5[i], y[i]) << DTypeName(wt) << " k=" << k << " at " << i;
         double worst = 0;
         for (int64_t i = 0; i < m; ++i)
           for (int64_t j = 0; j < n; ++j) {

@@ -99,8 +99,22 @@ PRISM_VNNI float QuantizeActivationBlock(const float* x, int8_t* q, int32_t* sum
 
 namespace {
 
-// One activation row into groups: each block quantized by QuantizeActivationBlock, with its sum.
-PRISM_VNNI void QuantizeRow(const float* a, int64_t k, int64_t groups, uint8_t* out) {
+// A row whose last group holds at most half a group of blocks (K a multiple of 256 but not of 512, or up to
+// 8 blocks of 32 past the last whole group) shares that group with its tile neighbour: the even row of a pair
+// takes lanes 0-7, the odd one lanes 8-15, and the activation's last group repeats its lanes 0-7 in 8-15.
+// Padding the group instead read up to twice the tail's bytes (Q4_K at K = 2816, a Mixtral-shaped expert's
+// down projection: 12% more bytes a row than GGUF's, now 2.8%). One thread, weights cold (prism_gemm_bench
+// 1 N K 50 1 cold): K = 2816 Q4_K 0.053 -> 0.051 ms, Q6_K 0.072 -> 0.067; K = 1280 Q4_0 0.053 -> 0.043, Q4_K
+// 0.053 -> 0.045. Q8_0 keeps its padding: paired, it ran 4-8% slower (0.092-0.097 -> 0.100 ms), not
+// explained.
+constexpr bool PairedTail(DType t, int64_t k) {
+  const int64_t tail = k / kQuantBlock % kGroupBlocks;
+  return t != DType::Q8_0 && tail > 0 && tail <= kGroupBlocks / 2;
+}
+
+// One activation row into groups: each block quantized by QuantizeActivationBlock, with its sum; a paired
+// tail's group repeats its lanes 0-7 in 8-15.
+PRISM_VNNI void QuantizeRow(const float* a, int64_t k, int64_t groups, bool paired, uint8_t* out) {
   for (int64_t g = 0; g < groups; ++g) {
     uint8_t* values = out + g * kActGroupBytes;
     float* scales = reinterpret_cast<float*>(values + kGroupValues);
@@ -115,6 +129,12 @@ PRISM_VNNI void QuantizeRow(const float* a, int64_t k, int64_t groups, uint8_t* 
       scales[l] = QuantizeActivationBlock(a + k0, q, &sums[l]);
       for (int64_t c = 0; c < 8; ++c) std::memcpy(values + LaneOffset(l, c * 4), q + c * 4, 4);
     }
+    if (g == groups - 1 && paired) {
+      constexpr int64_t kHalf = kGroupBlocks / 2;
+      for (int64_t c = 0; c < 8; ++c) std::memcpy(values + c * 64 + kHalf * 4, values + c * 64, kHalf * 4);
+      std::memcpy(scales + kHalf, scales, kHalf * sizeof(float));
+      std::memcpy(sums + kHalf, sums, kHalf * sizeof(int32_t));
+    }
   }
 }
 
@@ -122,17 +142,23 @@ constexpr int64_t GroupsOf(int64_t k) { return (k / kQuantBlock + kGroupBlocks -
 
 // The m activation rows quantized into groups, in this thread's buffer. Every thread quantizes the
 // activation itself: it is small next to the weights it meets.
-const uint8_t* QuantizeRows(const float* a, int64_t m, int64_t k) {
+const uint8_t* QuantizeRows(const float* a, int64_t m, int64_t k, bool paired) {
   const int64_t groups = GroupsOf(k);
   thread_local std::vector<uint8_t> act;
   act.resize((size_t)(m * groups * kActGroupBytes));
-  for (int64_t i = 0; i < m; ++i) QuantizeRow(a + i * k, k, groups, act.data() + i * groups * kActGroupBytes);
+  for (int64_t i = 0; i < m; ++i)
+    QuantizeRow(a + i * k, k, groups, paired, act.data() + i * groups * kActGroupBytes);
   return act.data();
 }
 
-// Where row r's group g starts in packed weights.
-inline int64_t PackedOffset(int64_t r, int64_t g, int64_t row_bytes, int64_t group_bytes) {
-  return r / kTileRows * kTileRows * row_bytes + g * kTileRows * group_bytes + r % kTileRows * group_bytes;
+// Where row r's group g starts in packed weights, and the lane its first block takes there.
+struct GroupPlace {
+  int64_t offset, lane0;
+};
+inline GroupPlace PlaceOf(const Int8PackedWeight& p, int64_t r, int64_t g) {
+  const int64_t gb = GroupBytes(p.type), tile = r / kTileRows * p.tile_bytes + g * kTileRows * gb;
+  if (p.paired_tail && g == p.groups - 1) return {tile + r % kTileRows / 2 * gb, r % 2 * kGroupBlocks / 2};
+  return {tile + r % kTileRows * gb, 0};
 }
 
 // Nibble chunk c's top bits moved to bit 4 (Q5_K: bit c for a low nibble, 4 + c for a high one) or bits 4-5
@@ -162,263 +188,307 @@ PRISM_VNNI inline __m512 LoadHalves(const uint8_t* p, int count) {
   return _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128((long long)h)));
 }
 
-// MR activation rows x NR weight rows (of one tile, starting at w) over all groups. Per group, integer sums
-// per lane (= block), corrected for the weights' offset (Q8_0 stored +128, Q4_0 nibbles +8, Q6_K +32; the
-// Q4_K/Q5_K min through the activation's block sums), then scaled in f32.
+// One group of MR activation rows (at ag, a_row bytes apart) against NR weight rows (at wg, one group apart),
+// added to acc. Per group, integer sums per lane (= block), corrected for the weights' offset (Q8_0 stored
+// +128, Q4_0 nibbles +8, Q6_K +32; the Q4_K/Q5_K min through the activation's block sums), then scaled in
+// f32.
 template <DType T, int MR, int NR>
-PRISM_VNNI void Tile(const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t groups, float* y, int64_t ldy,
-                     Prefetch ahead) {
+PRISM_VNNI __attribute__((always_inline)) inline void AddGroup(const uint8_t* ag, int64_t a_row,
+                                                               const uint8_t* wg, __m512 (&acc)[MR][NR],
+                                                               Prefetch ahead,
+                                                               [[maybe_unused]] __m512i table) {
   constexpr int64_t kValues = ValueBytes(T), kGroup = GroupBytes(T), w_row = kGroup;
   // Q8_0's bytes and the IQ4 tables' values are stored + 128, Q4_0's nibbles + 8.
   constexpr bool kTable = T == DType::IQ4_NL || T == DType::IQ4_XS;
   constexpr int kOffsetShift = T == DType::Q8_0 || kTable ? 7 : 3;
+  // Per lane: the integer sum (Q6_K: over values 0-15; p2 over 16-31, first_sum the activation's 0-15).
+  __m512i p[MR][NR], p2[MR][NR], first_sum[MR];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    first_sum[i] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) p[i][j] = p2[i][j] = _mm512_setzero_si512();
+  }
+  // The stream ahead, a line per 64 bytes of this group's tile slice: the prefetcher alone stays
+  // too close behind the loads. Into L1 just ahead, and into L2 further ahead: L1 can wait on only
+  // so many misses at once, too few to cover the memory latency at this core's share of bandwidth.
+  // (Prefetching never faults, so lines past the end of the weights are harmless.)
+  if (ahead.near > 0)
+    for (int64_t l = 0; l < kTileRows * kGroup; l += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(wg + ahead.near + l), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(wg + ahead.far + l), _MM_HINT_T1);
+    }
+  if constexpr (T == DType::Q8_0) {
+    for (int c = 0; c < 8; ++c) {
+      __m512i wv[NR];
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) wv[j] = _mm512_loadu_si512(wg + j * w_row + c * 64);
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        __m512i av = _mm512_loadu_si512(ag + i * a_row + c * 64);
+#pragma GCC unroll 8
+        for (int j = 0; j < NR; ++j) p[i][j] = _mm512_dpbusd_epi32(p[i][j], wv[j], av);
+      }
+    }
+  } else if constexpr (T == DType::Q2_K || T == DType::Q3_K) {  // crumbs (Q3_K: third bits from the plane)
+    const __m512i three = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4), one = _mm512_set1_epi8(1);
+    __m512i plane[NR];
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j)
+      plane[j] = T == DType::Q3_K ? _mm512_loadu_si512(wg + j * w_row + kGroupValues / 4) : three;
+#pragma GCC unroll 2
+    for (int v = 0; v < 2; ++v) {
+      __m512i raw[NR];
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) raw[j] = _mm512_loadu_si512(wg + j * w_row + v * 64);
+#pragma GCC unroll 4
+      for (int s = 0; s < 4; ++s) {
+        const int c = v + 2 * s;  // the 8-bit chunk: values 4c..4c+3 of each lane
+        __m512i q[NR];
+#pragma GCC unroll 8
+        for (int j = 0; j < NR; ++j) {  // crumb | (third bit moved from bit c to bit 2): A | (B & C)
+          q[j] = _mm512_and_si512(_mm512_srli_epi16(raw[j], 2 * s), three);
+          if constexpr (T == DType::Q3_K)
+            q[j] = _mm512_ternarylogic_epi32(
+                q[j], c <= 2 ? _mm512_slli_epi16(plane[j], 2 - c) : _mm512_srli_epi16(plane[j], c - 2), four,
+                0xF8);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+          const __m512i av = _mm512_loadu_si512(ag + i * a_row + c * 64);
+          if (c < 4) first_sum[i] = _mm512_dpbusd_epi32(first_sum[i], one, av);
+#pragma GCC unroll 8
+          for (int j = 0; j < NR; ++j) {
+            if (c < 4)
+              p[i][j] = _mm512_dpbusd_epi32(p[i][j], q[j], av);
+            else
+              p2[i][j] = _mm512_dpbusd_epi32(p2[i][j], q[j], av);
+          }
+        }
+      }
+    }
+  } else if constexpr (T == DType::Q5_K || T == DType::Q6_K) {  // Q4_0's nibbles, top bits from planes
+    constexpr bool k6 = T == DType::Q6_K;                       // two planes, two scales per lane, offset 32
+    const __m512i low = _mm512_set1_epi8(0x0f), top = _mm512_set1_epi8(k6 ? 0x30 : 0x10),
+                  one = _mm512_set1_epi8(1);
+    __m512i first_top[NR], second_top[NR];
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) {
+      first_top[j] = _mm512_loadu_si512(wg + j * w_row + kGroupValues / 2);
+      second_top[j] = k6 ? _mm512_loadu_si512(wg + j * w_row + kGroupValues / 2 + 64) : first_top[j];
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      __m512i lo[NR], hi[NR];
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) {
+        __m512i raw = _mm512_loadu_si512(wg + j * w_row + c * 64);
+        // nibble | (top bits from bit 4): vpternlog's A | (B & C)
+        lo[j] = _mm512_ternarylogic_epi32(_mm512_and_si512(raw, low), TopBits<T>(first_top[j], c, false), top,
+                                          0xF8);
+        hi[j] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(raw, 4), low),
+                                          TopBits<T>(second_top[j], c, true), top, 0xF8);
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        __m512i a0 = _mm512_loadu_si512(ag + i * a_row + c * 64);
+        __m512i a1 = _mm512_loadu_si512(ag + i * a_row + (c + 4) * 64);
+        if (k6) first_sum[i] = _mm512_dpbusd_epi32(first_sum[i], one, a0);
+#pragma GCC unroll 8
+        for (int j = 0; j < NR; ++j) {
+          p[i][j] = _mm512_dpbusd_epi32(p[i][j], lo[j], a0);
+          if (k6)
+            p2[i][j] = _mm512_dpbusd_epi32(p2[i][j], hi[j], a1);
+          else
+            p[i][j] = _mm512_dpbusd_epi32(p[i][j], hi[j], a1);
+        }
+      }
+    }
+  } else {  // Q4_0, Q4_K, IQ4: a byte holds value c (low nibble) and value c + 4 chunks (high nibble)
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    for (int c = 0; c < 4; ++c) {
+      __m512i lo[NR], hi[NR];
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) {
+        __m512i raw = _mm512_loadu_si512(wg + j * w_row + c * 64);
+        lo[j] = _mm512_and_si512(raw, low);
+        hi[j] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
+        if constexpr (kTable) {
+          lo[j] = _mm512_shuffle_epi8(table, lo[j]);
+          hi[j] = _mm512_shuffle_epi8(table, hi[j]);
+        }
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        __m512i a0 = _mm512_loadu_si512(ag + i * a_row + c * 64);
+        __m512i a1 = _mm512_loadu_si512(ag + i * a_row + (c + 4) * 64);
+#pragma GCC unroll 8
+        for (int j = 0; j < NR; ++j)
+          p[i][j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(p[i][j], lo[j], a0), hi[j], a1);
+      }
+    }
+  }
+  // Lanes 0-7 hold the group's first block of 256 values, 8-15 its second.
+  const __m512i first_or_second = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  if constexpr (T == DType::Q4_K ||
+                T == DType::Q5_K) {  // lane l: (d scale_l sum(q a) - dmin min_l sum(a)) a's d
+    __m512 scale[NR], min[NR];
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) {
+      const uint8_t* s = wg + j * w_row + kValues;
+      const __m512 d = LoadHalves(s + 32, 4);  // d0, d1, dmin0, dmin1
+      scale[j] = _mm512_mul_ps(Bytes(s, false), _mm512_permutexvar_ps(first_or_second, d));
+      min[j] =
+          _mm512_mul_ps(Bytes(s + 16, false),
+                        _mm512_permutexvar_ps(_mm512_add_epi32(first_or_second, _mm512_set1_epi32(2)), d));
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const uint8_t* scales = ag + i * a_row + kGroupValues;
+      const __m512 da = _mm512_loadu_ps(reinterpret_cast<const float*>(scales));
+      const __m512 sum = _mm512_cvtepi32_ps(_mm512_loadu_si512(scales + 64));
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j)
+        acc[i][j] = _mm512_fmadd_ps(
+            _mm512_fmsub_ps(_mm512_cvtepi32_ps(p[i][j]), scale[j], _mm512_mul_ps(sum, min[j])), da,
+            acc[i][j]);
+    }
+  } else if constexpr (T == DType::Q2_K) {  // lane l: d scale sum(q a) - dmin min sum(a), per 16 values
+    __m512 first_scale[NR], second_scale[NR], first_min[NR], second_min[NR];
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) {
+      const uint8_t* s = wg + j * w_row + kValues;
+      const __m512 dd = LoadHalves(s + 32, 4);  // d0, d1, dmin0, dmin1
+      const __m512 d = _mm512_permutexvar_ps(first_or_second, dd),
+                   dmin = _mm512_permutexvar_ps(_mm512_add_epi32(first_or_second, _mm512_set1_epi32(2)), dd);
+      const __m512i b0 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s))),
+                    b1 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16))),
+                    nib = _mm512_set1_epi32(0xF);
+      first_scale[j] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b0, nib)), d);
+      second_scale[j] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b1, nib)), d);
+      first_min[j] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b0, 4)), dmin);
+      second_min[j] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b1, 4)), dmin);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const uint8_t* scales = ag + i * a_row + kGroupValues;
+      const __m512 da = _mm512_loadu_ps(reinterpret_cast<const float*>(scales));
+      const __m512 sum0 = _mm512_cvtepi32_ps(first_sum[i]),
+                   sum1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_loadu_si512(scales + 64), first_sum[i]));
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) {
+        const __m512 mins = _mm512_fmadd_ps(sum0, first_min[j], _mm512_mul_ps(sum1, second_min[j]));
+        const __m512 dots = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[i][j]), first_scale[j],
+                                            _mm512_mul_ps(_mm512_cvtepi32_ps(p2[i][j]), second_scale[j]));
+        acc[i][j] = _mm512_fmadd_ps(_mm512_sub_ps(dots, mins), da, acc[i][j]);
+      }
+    }
+  } else if constexpr (T == DType::Q6_K || T == DType::Q3_K) {
+    // lane l: d x (scale x sum((q - offset) a)) over each 16 values; the offset 32 (Q6_K) or 4 (Q3_K)
+    constexpr int kShift = T == DType::Q6_K ? 5 : 2;
+    __m512 first_scale[NR], second_scale[NR];
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) {
+      const uint8_t* s = wg + j * w_row + kValues;
+      const __m512 d = _mm512_permutexvar_ps(first_or_second, LoadHalves(s + 32, 2));
+      first_scale[j] = _mm512_mul_ps(Bytes(s, true), d);
+      second_scale[j] = _mm512_mul_ps(Bytes(s + 16, true), d);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const uint8_t* scales = ag + i * a_row + kGroupValues;
+      const __m512 da = _mm512_loadu_ps(reinterpret_cast<const float*>(scales));
+      const __m512i first_offset = _mm512_slli_epi32(first_sum[i], kShift),
+                    second_offset = _mm512_slli_epi32(
+                        _mm512_sub_epi32(_mm512_loadu_si512(scales + 64), first_sum[i]), kShift);
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j)
+        acc[i][j] = _mm512_fmadd_ps(
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(p[i][j], first_offset)), first_scale[j],
+                            _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(p2[i][j], second_offset)),
+                                          second_scale[j])),
+            da, acc[i][j]);
+    }
+  } else {  // lane l: its scale (IQ4_XS: d x (its six-bit scale - 32)) x sum((q - offset) a)
+    __m512 dw[NR];
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j)
+      if constexpr (T == DType::IQ4_XS)
+        dw[j] = _mm512_mul_ps(
+            Bytes(wg + j * w_row + kValues, true),
+            _mm512_permutexvar_ps(first_or_second, LoadHalves(wg + j * w_row + kValues + kGroupBlocks, 2)));
+      else
+        dw[j] =
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg + j * w_row + kValues)));
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const uint8_t* scales = ag + i * a_row + kGroupValues;
+      __m512 da = _mm512_loadu_ps(reinterpret_cast<const float*>(scales));
+      __m512i offset = _mm512_slli_epi32(_mm512_loadu_si512(scales + 64), kOffsetShift);
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j)
+        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(p[i][j], offset)),
+                                    _mm512_mul_ps(dw[j], da), acc[i][j]);
+    }
+  }
+}
+
+// The last group of a row pair (PairedTail): NP pairs' groups at wt against the tile's rows from position p0
+// (0..3) on; each row's share is its half of its pair's lanes, into out. Out of line, with its own out: the
+// tile's accumulators stay in registers (passed by reference, they had lived in memory: 9% slower).
+template <DType T, int MR, int NR, int NP>
+PRISM_VNNI __attribute__((noinline)) void PairedTail(const uint8_t* ag, int64_t a_row, const uint8_t* wt,
+                                                     int p0, __m512 (&out)[MR][NR], Prefetch ahead,
+                                                     __m512i table) {
+  __m512 pacc[MR][NP];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 2
+    for (int c = 0; c < NP; ++c) pacc[i][c] = _mm512_setzero_ps();
+  AddGroup<T, MR, NP>(ag, a_row, wt, pacc, ahead, table);
+#pragma GCC unroll 8
+  for (int j = 0; j < NR; ++j) {
+    const int pos = p0 + j, c = pos / 2 - p0 / 2;
+    const __mmask16 half = pos % 2 ? 0xFF00 : 0x00FF;
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) out[i][j] = _mm512_maskz_mov_ps(half, pacc[i][c]);
+  }
+}
+
+// MR activation rows x NR weight rows of one tile (the first at position p0 of its tile, its groups at w)
+// over all groups; with a paired tail (kPaired), the last group is its pair's. (A template parameter: as a
+// run-time flag, the unpaired tiles ran 2-9% slower.)
+template <DType T, int MR, int NR, bool kPaired>
+PRISM_VNNI void Tile(const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t groups, int p0, float* y,
+                     int64_t ldy, Prefetch ahead) {
+  constexpr int64_t kGroup = GroupBytes(T);
   __m512 acc[MR][NR];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
   // IQ4_NL/IQ4_XS: a nibble indexes the non-linear table (its values + 128), looked up by vpshufb.
-  [[maybe_unused]] __m512i table = _mm512_setzero_si512();
-  if constexpr (kTable) {
+  __m512i table = _mm512_setzero_si512();
+  if constexpr (T == DType::IQ4_NL || T == DType::IQ4_XS) {
     alignas(16) uint8_t t[16];
     for (int i = 0; i < 16; ++i) t[i] = (uint8_t)(kIq4NlValues[i] + 128);
     table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
   }
-  for (int64_t g = 0; g < groups; ++g) {
-    // Per lane: the integer sum (Q6_K: over values 0-15; p2 over 16-31, first_sum the activation's 0-15).
-    __m512i p[MR][NR], p2[MR][NR], first_sum[MR];
+  const int64_t full = groups - (kPaired ? 1 : 0);
+  for (int64_t g = 0; g < full; ++g)
+    AddGroup<T, MR, NR>(a + g * kActGroupBytes, a_row, w + g * kTileRows * kGroup, acc, ahead, table);
+  if constexpr (kPaired) {
+    const uint8_t* ag = a + full * kActGroupBytes;
+    const uint8_t* wt = w + full * kTileRows * kGroup + (p0 / 2 - p0) * kGroup;  // the first row's pair
+    __m512 tail[MR][NR];
+    if ((p0 + NR - 1) / 2 == p0 / 2)
+      PairedTail<T, MR, NR, 1>(ag, a_row, wt, p0, tail, ahead, table);
+    else
+      PairedTail<T, MR, NR, 2>(ag, a_row, wt, p0, tail, ahead, table);
 #pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) {
-      first_sum[i] = _mm512_setzero_si512();
+    for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 8
-      for (int j = 0; j < NR; ++j) p[i][j] = p2[i][j] = _mm512_setzero_si512();
-    }
-    const uint8_t* ag = a + g * kActGroupBytes;
-    const uint8_t* wg = w + g * kTileRows * kGroup;
-    // The stream ahead, a line per 64 bytes of this group's tile slice: the prefetcher alone stays
-    // too close behind the loads. Into L1 just ahead, and into L2 further ahead: L1 can wait on only
-    // so many misses at once, too few to cover the memory latency at this core's share of bandwidth.
-    // (Prefetching never faults, so lines past the end of the weights are harmless.)
-    if (ahead.near > 0)
-      for (int64_t l = 0; l < kTileRows * kGroup; l += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(wg + ahead.near + l), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(wg + ahead.far + l), _MM_HINT_T1);
-      }
-    if constexpr (T == DType::Q8_0) {
-      for (int c = 0; c < 8; ++c) {
-        __m512i wv[NR];
-#pragma GCC unroll 8
-        for (int j = 0; j < NR; ++j) wv[j] = _mm512_loadu_si512(wg + j * w_row + c * 64);
-#pragma GCC unroll 8
-        for (int i = 0; i < MR; ++i) {
-          __m512i av = _mm512_loadu_si512(ag + i * a_row + c * 64);
-#pragma GCC unroll 8
-          for (int j = 0; j < NR; ++j) p[i][j] = _mm512_dpbusd_epi32(p[i][j], wv[j], av);
-        }
-      }
-    } else if constexpr (T == DType::Q2_K || T == DType::Q3_K) {  // crumbs (Q3_K: third bits from the plane)
-      const __m512i three = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4), one = _mm512_set1_epi8(1);
-      __m512i plane[NR];
-#pragma GCC unroll 8
-      for (int j = 0; j < NR; ++j)
-        plane[j] = T == DType::Q3_K ? _mm512_loadu_si512(wg + j * w_row + kGroupValues / 4) : three;
-#pragma GCC unroll 2
-      for (int v = 0; v < 2; ++v) {
-        __m512i raw[NR];
-#pragma GCC unroll 8
-        for (int j = 0; j < NR; ++j) raw[j] = _mm512_loadu_si512(wg + j * w_row + v * 64);
-#pragma GCC unroll 4
-        for (int s = 0; s < 4; ++s) {
-          const int c = v + 2 * s;  // the 8-bit chunk: values 4c..4c+3 of each lane
-          __m512i q[NR];
-#pragma GCC unroll 8
-          for (int j = 0; j < NR; ++j) {  // crumb | (third bit moved from bit c to bit 2): A | (B & C)
-            q[j] = _mm512_and_si512(_mm512_srli_epi16(raw[j], 2 * s), three);
-            if constexpr (T == DType::Q3_K)
-              q[j] = _mm512_ternarylogic_epi32(
-                  q[j], c <= 2 ? _mm512_slli_epi16(plane[j], 2 - c) : _mm512_srli_epi16(plane[j], c - 2),
-                  four, 0xF8);
-          }
-#pragma GCC unroll 8
-          for (int i = 0; i < MR; ++i) {
-            const __m512i av = _mm512_loadu_si512(ag + i * a_row + c * 64);
-            if (c < 4) first_sum[i] = _mm512_dpbusd_epi32(first_sum[i], one, av);
-#pragma GCC unroll 8
-            for (int j = 0; j < NR; ++j) {
-              if (c < 4)
-                p[i][j] = _mm512_dpbusd_epi32(p[i][j], q[j], av);
-              else
-                p2[i][j] = _mm512_dpbusd_epi32(p2[i][j], q[j], av);
-            }
-          }
-        }
-      }
-    } else if constexpr (T == DType::Q5_K || T == DType::Q6_K) {  // Q4_0's nibbles, top bits from planes
-      constexpr bool k6 = T == DType::Q6_K;  // two planes, two scales per lane, offset 32
-      const __m512i low = _mm512_set1_epi8(0x0f), top = _mm512_set1_epi8(k6 ? 0x30 : 0x10),
-                    one = _mm512_set1_epi8(1);
-      __m512i first_top[NR], second_top[NR];
-#pragma GCC unroll 8
-      for (int j = 0; j < NR; ++j) {
-        first_top[j] = _mm512_loadu_si512(wg + j * w_row + kGroupValues / 2);
-        second_top[j] = k6 ? _mm512_loadu_si512(wg + j * w_row + kGroupValues / 2 + 64) : first_top[j];
-      }
-#pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) {
-        __m512i lo[NR], hi[NR];
-#pragma GCC unroll 8
-        for (int j = 0; j < NR; ++j) {
-          __m512i raw = _mm512_loadu_si512(wg + j * w_row + c * 64);
-          // nibble | (top bits from bit 4): vpternlog's A | (B & C)
-          lo[j] = _mm512_ternarylogic_epi32(_mm512_and_si512(raw, low), TopBits<T>(first_top[j], c, false),
-                                            top, 0xF8);
-          hi[j] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(raw, 4), low),
-                                            TopBits<T>(second_top[j], c, true), top, 0xF8);
-        }
-#pragma GCC unroll 8
-        for (int i = 0; i < MR; ++i) {
-          __m512i a0 = _mm512_loadu_si512(ag + i * a_row + c * 64);
-          __m512i a1 = _mm512_loadu_si512(ag + i * a_row + (c + 4) * 64);
-          if (k6) first_sum[i] = _mm512_dpbusd_epi32(first_sum[i], one, a0);
-#pragma GCC unroll 8
-          for (int j = 0; j < NR; ++j) {
-            p[i][j] = _mm512_dpbusd_epi32(p[i][j], lo[j], a0);
-            if (k6)
-              p2[i][j] = _mm512_dpbusd_epi32(p2[i][j], hi[j], a1);
-            else
-              p[i][j] = _mm512_dpbusd_epi32(p[i][j], hi[j], a1);
-          }
-        }
-      }
-    } else {  // Q4_0, Q4_K, IQ4: a byte holds value c (low nibble) and value c + 4 chunks (high nibble)
-      const __m512i low = _mm512_set1_epi8(0x0f);
-      for (int c = 0; c < 4; ++c) {
-        __m512i lo[NR], hi[NR];
-#pragma GCC unroll 8
-        for (int j = 0; j < NR; ++j) {
-          __m512i raw = _mm512_loadu_si512(wg + j * w_row + c * 64);
-          lo[j] = _mm512_and_si512(raw, low);
-          hi[j] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
-          if constexpr (kTable) {
-            lo[j] = _mm512_shuffle_epi8(table, lo[j]);
-            hi[j] = _mm512_shuffle_epi8(table, hi[j]);
-          }
-        }
-#pragma GCC unroll 8
-        for (int i = 0; i < MR; ++i) {
-          __m512i a0 = _mm512_loadu_si512(ag + i * a_row + c * 64);
-          __m512i a1 = _mm512_loadu_si512(ag + i * a_row + (c + 4) * 64);
-#pragma GCC unroll 8
-          for (int j = 0; j < NR; ++j)
-            p[i][j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(p[i][j], lo[j], a0), hi[j], a1);
-        }
-      }
-    }
-    // Lanes 0-7 hold the group's first block of 256 values, 8-15 its second.
-    const __m512i first_or_second = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    if constexpr (T == DType::Q4_K ||
-                  T == DType::Q5_K) {  // lane l: (d scale_l sum(q a) - dmin min_l sum(a)) a's d
-      __m512 scale[NR], min[NR];
-#pragma GCC unroll 8
-      for (int j = 0; j < NR; ++j) {
-        const uint8_t* s = wg + j * w_row + kValues;
-        const __m512 d = LoadHalves(s + 32, 4);  // d0, d1, dmin0, dmin1
-        scale[j] = _mm512_mul_ps(Bytes(s, false), _mm512_permutexvar_ps(first_or_second, d));
-        min[j] =
-            _mm512_mul_ps(Bytes(s + 16, false),
-                          _mm512_permutexvar_ps(_mm512_add_epi32(first_or_second, _mm512_set1_epi32(2)), d));
-      }
-#pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) {
-        const uint8_t* scales = ag + i * a_row + kGroupValues;
-        const __m512 da = _mm512_loadu_ps(reinterpret_cast<const float*>(scales));
-        const __m512 sum = _mm512_cvtepi32_ps(_mm512_loadu_si512(scales + 64));
-#pragma GCC unroll 8
-        for (int j = 0; j < NR; ++j)
-          acc[i][j] = _mm512_fmadd_ps(
-              _mm512_fmsub_ps(_mm512_cvtepi32_ps(p[i][j]), scale[j], _mm512_mul_ps(sum, min[j])), da,
-              acc[i][j]);
-      }
-    } else if constexpr (T == DType::Q2_K) {  // lane l: d scale sum(q a) - dmin min sum(a), per 16 values
-      __m512 first_scale[NR], second_scale[NR], first_min[NR], second_min[NR];
-#pragma GCC unroll 8
-      for (int j = 0; j < NR; ++j) {
-        const uint8_t* s = wg + j * w_row + kValues;
-        const __m512 dd = LoadHalves(s + 32, 4);  // d0, d1, dmin0, dmin1
-        const __m512 d = _mm512_permutexvar_ps(first_or_second, dd),
-                     dmin =
-                         _mm512_permutexvar_ps(_mm512_add_epi32(first_or_second, _mm512_set1_epi32(2)), dd);
-        const __m512i b0 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s))),
-                      b1 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16))),
-                      nib = _mm512_set1_epi32(0xF);
-        first_scale[j] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b0, nib)), d);
-        second_scale[j] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b1, nib)), d);
-        first_min[j] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b0, 4)), dmin);
-        second_min[j] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b1, 4)), dmin);
-      }
-#pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) {
-        const uint8_t* scales = ag + i * a_row + kGroupValues;
-        const __m512 da = _mm512_loadu_ps(reinterpret_cast<const float*>(scales));
-        const __m512 sum0 = _mm512_cvtepi32_ps(first_sum[i]),
-                     sum1 =
-                         _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_loadu_si512(scales + 64), first_sum[i]));
-#pragma GCC unroll 8
-        for (int j = 0; j < NR; ++j) {
-          const __m512 mins = _mm512_fmadd_ps(sum0, first_min[j], _mm512_mul_ps(sum1, second_min[j]));
-          const __m512 dots = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[i][j]), first_scale[j],
-                                              _mm512_mul_ps(_mm512_cvtepi32_ps(p2[i][j]), second_scale[j]));
-          acc[i][j] = _mm512_fmadd_ps(_mm512_sub_ps(dots, mins), da, acc[i][j]);
-        }
-      }
-    } else if constexpr (T == DType::Q6_K || T == DType::Q3_K) {
-      // lane l: d x (scale x sum((q - offset) a)) over each 16 values; the offset 32 (Q6_K) or 4 (Q3_K)
-      constexpr int kShift = T == DType::Q6_K ? 5 : 2;
-      __m512 first_scale[NR], second_scale[NR];
-#pragma GCC unroll 8
-      for (int j = 0; j < NR; ++j) {
-        const uint8_t* s = wg + j * w_row + kValues;
-        const __m512 d = _mm512_permutexvar_ps(first_or_second, LoadHalves(s + 32, 2));
-        first_scale[j] = _mm512_mul_ps(Bytes(s, true), d);
-        second_scale[j] = _mm512_mul_ps(Bytes(s + 16, true), d);
-      }
-#pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) {
-        const uint8_t* scales = ag + i * a_row + kGroupValues;
-        const __m512 da = _mm512_loadu_ps(reinterpret_cast<const float*>(scales));
-        const __m512i first_offset = _mm512_slli_epi32(first_sum[i], kShift),
-                      second_offset = _mm512_slli_epi32(
-                          _mm512_sub_epi32(_mm512_loadu_si512(scales + 64), first_sum[i]), kShift);
-#pragma GCC unroll 8
-        for (int j = 0; j < NR; ++j)
-          acc[i][j] = _mm512_fmadd_ps(
-              _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(p[i][j], first_offset)), first_scale[j],
-                              _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(p2[i][j], second_offset)),
-                                            second_scale[j])),
-              da, acc[i][j]);
-      }
-    } else {  // lane l: its scale (IQ4_XS: d x (its six-bit scale - 32)) x sum((q - offset) a)
-      __m512 dw[NR];
-#pragma GCC unroll 8
-      for (int j = 0; j < NR; ++j)
-        if constexpr (T == DType::IQ4_XS)
-          dw[j] = _mm512_mul_ps(
-              Bytes(wg + j * w_row + kValues, true),
-              _mm512_permutexvar_ps(first_or_second, LoadHalves(wg + j * w_row + kValues + kGroupBlocks, 2)));
-        else
-          dw[j] =
-              _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg + j * w_row + kValues)));
-#pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) {
-        const uint8_t* scales = ag + i * a_row + kGroupValues;
-        __m512 da = _mm512_loadu_ps(reinterpret_cast<const float*>(scales));
-        __m512i offset = _mm512_slli_epi32(_mm512_loadu_si512(scales + 64), kOffsetShift);
-#pragma GCC unroll 8
-        for (int j = 0; j < NR; ++j)
-          acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(p[i][j], offset)),
-                                      _mm512_mul_ps(dw[j], da), acc[i][j]);
-      }
-    }
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_add_ps(acc[i][j], tail[i][j]);
   }
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
@@ -426,17 +496,17 @@ PRISM_VNNI void Tile(const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t 
     for (int j = 0; j < NR; ++j) y[i * ldy + j] = _mm512_reduce_add_ps(acc[i][j]);
 }
 
-template <DType T, int NR>
-PRISM_VNNI void TileRows(int mr, const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t groups, float* y,
-                         int64_t ldy, Prefetch ahead) {
+template <DType T, int NR, bool kPaired>
+PRISM_VNNI void TileRows(int mr, const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t groups, int p0,
+                         float* y, int64_t ldy, Prefetch ahead) {
   switch (mr) {
-    case 3: return Tile<T, 3, NR>(a, a_row, w, groups, y, ldy, ahead);
-    case 2: return Tile<T, 2, NR>(a, a_row, w, groups, y, ldy, ahead);
-    default: return Tile<T, 1, NR>(a, a_row, w, groups, y, ldy, ahead);
+    case 3: return Tile<T, 3, NR, kPaired>(a, a_row, w, groups, p0, y, ldy, ahead);
+    case 2: return Tile<T, 2, NR, kPaired>(a, a_row, w, groups, p0, y, ldy, ahead);
+    default: return Tile<T, 1, NR, kPaired>(a, a_row, w, groups, p0, y, ldy, ahead);
   }
 }
 
-template <DType T>
+template <DType T, bool kPaired>
 PRISM_VNNI void GemmVnni(const uint8_t* a, int64_t m, const Int8PackedWeight& w, float* y, int64_t n_total,
                          int64_t n_begin, int64_t n_end, Prefetch ahead) {
   const int64_t a_row = w.groups * kActGroupBytes;
@@ -445,32 +515,41 @@ PRISM_VNNI void GemmVnni(const uint8_t* a, int64_t m, const Int8PackedWeight& w,
     int64_t m1 = std::min(m, m0 + kMBlock);
     for (int64_t n = n_begin, nr; n < n_end; n += nr) {
       nr = std::min<int64_t>(kTileRows - n % kTileRows, n_end - n);  // never across a tile
-      const uint8_t* wn = w.data.get() + PackedOffset(n, 0, w.row_bytes, GroupBytes(T));
+      const int p0 = (int)(n % kTileRows);  // row n's place in its tile (group 0 as if unpaired: Tile's w)
+      const uint8_t* wn = w.data.get() + n / kTileRows * w.tile_bytes + p0 * GroupBytes(T);
       for (int64_t i = m0; i < m1; i += 3) {
         int mr = (int)std::min<int64_t>(3, m1 - i);
         const uint8_t* ai = a + i * a_row;
         float* yi = y + i * n_total + n;
         switch (nr) {
-          case 4: TileRows<T, 4>(mr, ai, a_row, wn, w.groups, yi, n_total, ahead); break;
-          case 3: TileRows<T, 3>(mr, ai, a_row, wn, w.groups, yi, n_total, ahead); break;
-          case 2: TileRows<T, 2>(mr, ai, a_row, wn, w.groups, yi, n_total, ahead); break;
-          default: TileRows<T, 1>(mr, ai, a_row, wn, w.groups, yi, n_total, ahead); break;
+          case 4: TileRows<T, 4, kPaired>(mr, ai, a_row, wn, w.groups, p0, yi, n_total, ahead); break;
+          case 3: TileRows<T, 3, kPaired>(mr, ai, a_row, wn, w.groups, p0, yi, n_total, ahead); break;
+          case 2: TileRows<T, 2, kPaired>(mr, ai, a_row, wn, w.groups, p0, yi, n_total, ahead); break;
+          default: TileRows<T, 1, kPaired>(mr, ai, a_row, wn, w.groups, p0, yi, n_total, ahead); break;
         }
       }
     }
   }
 }
 
+template <DType T>
+void GemmVnniOf(const uint8_t* a, int64_t m, const Int8PackedWeight& w, float* y, int64_t n_total,
+                int64_t n_begin, int64_t n_end, Prefetch ahead) {
+  if (w.paired_tail) return GemmVnni<T, true>(a, m, w, y, n_total, n_begin, n_end, ahead);
+  GemmVnni<T, false>(a, m, w, y, n_total, n_begin, n_end, ahead);
+}
+
 // The GGUF super-blocks of n rows of K values, each with where its half of a packed group goes: f(block,
 // values, scales, half) for block b of row r, its group's value bytes and scale bytes, and which of the
-// group's two super-blocks it is (lanes half * 8 to half * 8 + 7).
+// group's two super-blocks it is (lanes half * 8 to half * 8 + 7; in a paired tail, the row's half).
 template <class Block, class F>
 void ForEachSuperBlock(const Block* src, DType t, int64_t n, int64_t k, Int8PackedWeight* p, F&& f) {
   const int64_t blocks = k / kSuperBlock;
   for (int64_t r = 0; r < n; ++r)
     for (int64_t b = 0; b < blocks; ++b) {
-      uint8_t* values = p->data.get() + PackedOffset(r, b / 2, p->row_bytes, GroupBytes(t));
-      f(src[r * blocks + b], values, values + ValueBytes(t), b % 2);
+      const GroupPlace at = PlaceOf(*p, r, b / 2);
+      uint8_t* values = p->data.get() + at.offset;
+      f(src[r * blocks + b], values, values + ValueBytes(t), b % 2 + at.lane0 / 8);
     }
 }
 
@@ -604,8 +683,9 @@ Int8PackedWeight PackForInt8Dot(const void* w, DType wt, int64_t n, int64_t k) {
   p.n = n;
   p.k = k;
   p.groups = GroupsOf(k);
-  p.row_bytes = p.groups * GroupBytes(wt);
-  const size_t bytes = p.bytes = (size_t)((n + kTileRows - 1) / kTileRows * kTileRows * p.row_bytes);
+  p.paired_tail = PairedTail(wt, k);
+  p.tile_bytes = (kTileRows * p.groups - (p.paired_tail ? kTileRows / 2 : 0)) * GroupBytes(wt);
+  const size_t bytes = p.bytes = (size_t)((n + kTileRows - 1) / kTileRows * p.tile_bytes);
   p.data = AllocateWeightMemory(bytes, "int8 dot: packed weights");  // zeroed: padding blocks stay 0
   const uint8_t* src = static_cast<const uint8_t*>(w);
   if (wt == DType::Q4_K) {
@@ -635,8 +715,9 @@ Int8PackedWeight PackForInt8Dot(const void* w, DType wt, int64_t n, int64_t k) {
   const int64_t blocks = k / kQuantBlock;
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t b = 0; b < blocks; ++b) {
-      int64_t g = b / kGroupBlocks, l = b % kGroupBlocks;
-      uint8_t* values = p.data.get() + PackedOffset(r, g, p.row_bytes, GroupBytes(wt));
+      const GroupPlace at = PlaceOf(p, r, b / kGroupBlocks);
+      const int64_t l = b % kGroupBlocks + at.lane0;
+      uint8_t* values = p.data.get() + at.offset;
       uint16_t* scales = reinterpret_cast<uint16_t*>(values + ValueBytes(wt));
       if (wt == DType::Q8_0) {
         const auto* blk = reinterpret_cast<const BlockQ8_0*>(src) + r * blocks + b;
@@ -658,17 +739,17 @@ void GemmRowsInt8(const float* a, int64_t m, const Int8PackedWeight& w, float* y
   if (n_begin >= n_end || m <= 0) return;
   if (prefetch < 0) throw Error("int8 rows: a prefetch distance of " + std::to_string(prefetch) + " bytes");
   const Prefetch ahead = PrefetchOf(prefetch);
-  const uint8_t* act = QuantizeRows(a, m, w.k);
+  const uint8_t* act = QuantizeRows(a, m, w.k, w.paired_tail);
   switch (w.type) {
-    case DType::Q8_0: return GemmVnni<DType::Q8_0>(act, m, w, y, n_total, n_begin, n_end, ahead);
-    case DType::Q4_K: return GemmVnni<DType::Q4_K>(act, m, w, y, n_total, n_begin, n_end, ahead);
-    case DType::Q5_K: return GemmVnni<DType::Q5_K>(act, m, w, y, n_total, n_begin, n_end, ahead);
-    case DType::Q6_K: return GemmVnni<DType::Q6_K>(act, m, w, y, n_total, n_begin, n_end, ahead);
-    case DType::Q3_K: return GemmVnni<DType::Q3_K>(act, m, w, y, n_total, n_begin, n_end, ahead);
-    case DType::Q2_K: return GemmVnni<DType::Q2_K>(act, m, w, y, n_total, n_begin, n_end, ahead);
-    case DType::IQ4_NL: return GemmVnni<DType::IQ4_NL>(act, m, w, y, n_total, n_begin, n_end, ahead);
-    case DType::IQ4_XS: return GemmVnni<DType::IQ4_XS>(act, m, w, y, n_total, n_begin, n_end, ahead);
-    default: return GemmVnni<DType::Q4_0>(act, m, w, y, n_total, n_begin, n_end, ahead);
+    case DType::Q8_0: return GemmVnniOf<DType::Q8_0>(act, m, w, y, n_total, n_begin, n_end, ahead);
+    case DType::Q4_K: return GemmVnniOf<DType::Q4_K>(act, m, w, y, n_total, n_begin, n_end, ahead);
+    case DType::Q5_K: return GemmVnniOf<DType::Q5_K>(act, m, w, y, n_total, n_begin, n_end, ahead);
+    case DType::Q6_K: return GemmVnniOf<DType::Q6_K>(act, m, w, y, n_total, n_begin, n_end, ahead);
+    case DType::Q3_K: return GemmVnniOf<DType::Q3_K>(act, m, w, y, n_total, n_begin, n_end, ahead);
+    case DType::Q2_K: return GemmVnniOf<DType::Q2_K>(act, m, w, y, n_total, n_begin, n_end, ahead);
+    case DType::IQ4_NL: return GemmVnniOf<DType::IQ4_NL>(act, m, w, y, n_total, n_begin, n_end, ahead);
+    case DType::IQ4_XS: return GemmVnniOf<DType::IQ4_XS>(act, m, w, y, n_total, n_begin, n_end, ahead);
+    default: return GemmVnniOf<DType::Q4_0>(act, m, w, y, n_total, n_begin, n_end, ahead);
   }
 }
 

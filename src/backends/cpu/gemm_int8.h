@@ -1,6 +1,6 @@
-// Template-tier CPU micro-kernel for quantized weights (Q8_0, Q4_0, the K-quants Q2_K to Q6_K, IQ4_NL, IQ4_XS)
-// as integer dot products: the activation is quantized to 8 bits per 32-element block (as llama.cpp does)
-// and multiplied with AVX512-VNNI, against weights repacked once at load so that each vector lane holds
+// Template-tier CPU micro-kernel for quantized weights (Q8_0, Q4_0, the K-quants Q2_K to Q6_K, IQ4_NL,
+// IQ4_XS) as integer dot products: the activation is quantized to 8 bits per 32-element block (as llama.cpp
+// does) and multiplied with AVX512-VNNI, against weights repacked once at load so that each vector lane holds
 // one block of 32 values.
 #pragma once
 
@@ -14,8 +14,9 @@
 namespace prism {
 
 // Q8_0, Q4_0, Q2_K to Q6_K, IQ4_NL or IQ4_XS weights (N x K, GGUF block layout) repacked for GemmRowsInt8.
-// Blocks of 32 values (a K-quant's: an eighth of its 256-value block) are taken 16 at a time (one group,
-// zero-padded at the end of a row): lane l of every 64-byte chunk holds 4 values of block l, so a VNNI
+// Blocks of 32 values (a K-quant's: an eighth of its 256-value block) are taken 16 at a time (one group;
+// a row's last group zero-padded, or, holding at most 8 blocks, shared with its neighbour row: lanes 0-7 the
+// even row's, 8-15 the odd one's): lane l of every 64-byte chunk holds 4 values of block l, so a VNNI
 // instruction advances 16 block sums at once, followed by the 16 block scales (f16; K-quants: their scales
 // and mins as bytes, then the two blocks' f16 d and dmin; Q5_K's and Q6_K's top bits in planes after the low
 // nibbles, Q2_K's and Q3_K's 2-bit crumbs four to a byte, Q3_K's third bits in a plane; IQ4_NL's and IQ4_XS's
@@ -25,8 +26,9 @@ namespace prism {
 // IQ4_XS's 276 against 272 (Q2_K's and IQ4_NL's as GGUF's).
 struct Int8PackedWeight {
   DType type = DType::Q8_0;
-  int64_t n = 0, k = 0, groups = 0, row_bytes = 0;
-  size_t bytes = 0;  // all of data
+  int64_t n = 0, k = 0, groups = 0, tile_bytes = 0;  // a tile: 4 rows
+  bool paired_tail = false;                          // the last group shared by pairs of rows
+  size_t bytes = 0;                                  // all of data
   WeightMemory data{nullptr, nullptr};
 };
 
