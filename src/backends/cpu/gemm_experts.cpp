@@ -48,8 +48,8 @@ void RunExpertGemm(const GemmForm& form, const GemmCall& all, const int32_t* exp
   if (tiles <= 0) return;
   // The team's work laid end to end: each routed slab's column tiles, a tile weighing its slab's rows; this
   // thread takes its share of the whole. A decode step's two slabs on two threads are then one slab each, one
-  // stream from memory per thread where halves of both were two (Zen 5, the moe1b shape's Q4_K expert
-  // products alone back to back: 8-14% faster; its whole Q4_K_M decode step 2-6%).
+  // stream from memory per thread where halves of both were two (Zen 5, `prism_expert_split`: 0-3% faster in
+  // most rounds at the host's low bandwidth level; the decode step within the host's noise).
   int64_t total = 0;
   for (int64_t e = 0; e < experts; ++e) total += (start[e + 1] - start[e]) * tiles;
   const int64_t begin = total * thread / threads, end = total * (thread + 1) / threads;

@@ -433,13 +433,14 @@ PRISM_VNNI __attribute__((always_inline)) inline void AddGroup(const uint8_t* ag
   }
 }
 
-// The last group of a row pair (PairedTail): NP pairs' groups at wt against the tile's rows from position p0
-// (0..3) on; each row's share is its half of its pair's lanes, into out. Out of line, with its own out: the
-// tile's accumulators stay in registers (passed by reference, they had lived in memory: 9% slower).
+// The last group shared by row pairs (PairedTail): NP pairs' groups at wt against the tile's rows from
+// position p0 (0..3) on; each row's share is its half of its pair's lanes, into out. Out of line, with its
+// own out: the tile's accumulators stay in registers (passed by reference, they had lived in memory: 9%
+// slower).
 template <DType T, int MR, int NR, int NP>
-PRISM_VNNI __attribute__((noinline)) void PairedTail(const uint8_t* ag, int64_t a_row, const uint8_t* wt,
-                                                     int p0, __m512 (&out)[MR][NR], Prefetch ahead,
-                                                     __m512i table) {
+PRISM_VNNI __attribute__((noinline)) void PairSums(const uint8_t* ag, int64_t a_row, const uint8_t* wt,
+                                                   int p0, __m512 (&out)[MR][NR], Prefetch ahead,
+                                                   __m512i table) {
   __m512 pacc[MR][NP];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
@@ -482,9 +483,9 @@ PRISM_VNNI void Tile(const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t 
     const uint8_t* wt = w + full * kTileRows * kGroup + (p0 / 2 - p0) * kGroup;  // the first row's pair
     __m512 tail[MR][NR];
     if ((p0 + NR - 1) / 2 == p0 / 2)
-      PairedTail<T, MR, NR, 1>(ag, a_row, wt, p0, tail, ahead, table);
+      PairSums<T, MR, NR, 1>(ag, a_row, wt, p0, tail, ahead, table);
     else
-      PairedTail<T, MR, NR, 2>(ag, a_row, wt, p0, tail, ahead, table);
+      PairSums<T, MR, NR, 2>(ag, a_row, wt, p0, tail, ahead, table);
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 8
