@@ -232,6 +232,68 @@ TEST(Gemm, FewColumnsOverManyRowsSplitTheRowsAcrossTheTeam) {
                            false, "row split");
 }
 
+// A product whose activation outweighs its weight (a convolution's: few output channels over many pixels)
+// computes the activation itself, chunk by chunk, from the kernel that would have stored it (an im2col, here
+// a square read row-major or K-major, groups of pixels ending inside chunks and register tiles), its bias
+// as the epilogue, in every form, on one to three threads: the producer does not run, and the results equal
+// the plan that stores the activation first bit for bit, and the interpreter's where the form is exact.
+TEST(Gemm, ProductOverManyRowsComputesItsActivationItself) {
+  for (bool kmajor : {false, true})
+    for (DType wt : {DType::F32, DType::Q8_0}) {
+      Graph g;
+      const Expr n = Expr::Sym("n"), h = Expr::Sym("h"), w = Expr::Sym("w");
+      Tensor x{&g, g.Input("x", DType::F32, {n, Expr(4), Expr(8), h, w})};
+      Tensor weight{&g, g.Weight("weight", wt, {Expr(37), Expr(32)})};
+      Tensor bias{&g, g.Weight("bias", DType::F32, {Expr(37)})};
+      Tensor rows = kmajor ? (x * x).permute({0, 3, 4, 1, 2}).reshape({n, h, w, Expr(32)})
+                           : (x * x).reshape({n, h, w, Expr(32)});
+      g.MarkOutput(Linear(rows, weight, bias).id(), "y");
+      for (int threads : {1, 2, 3}) {
+        CompileOptions fused, stored;
+        fused.threads = stored.threads = threads;
+        stored.gemm_producers = false;
+        auto prog = Program::Compile(g, fused), plain = Program::Compile(g, stored);
+        const KernelProgram& kp = prog->kernels();
+        int gemm = -1, square = -1;
+        for (size_t k = 0; k < kp.kernels.size(); ++k) {
+          if (kp.kernels[k].gemm) gemm = (int)k;
+          if (kp.kernels[k].gemm && kmajor) {
+            EXPECT_FALSE(kp.kernels[k].gemm->a_group.IsConst(0));
+          }
+        }
+        ASSERT_GE(gemm, 0);
+        for (size_t k = 0; k < kp.kernels.size(); ++k)
+          if (kp.kernels[k].out_buffer == kp.kernels[gemm].gemm->a_buffer) square = (int)k;
+        ASSERT_GE(square, 0);
+        for (int form = 0; form < (int)GemmForms().size(); ++form) {
+          if (!GemmForms()[form].offered(wt, 32) || GemmForms()[form].fit_team) continue;
+          for (Program* p : {prog.get(), plain.get()}) ForceForm(p, form, threads);
+          const bool exact = !GemmForms()[form].rounds || !GemmForms()[form].rounds(wt);
+          const std::string what = std::string(kmajor ? "K-major " : "row-major ") + std::string(DTypeName(wt)) + " form " +
+                                   GemmForms()[form].name + " threads " + std::to_string(threads);
+          // 2 x 33 x 31 = 2046 rows (groups of 1023) and 3 x 40 x 45 = 5400 (groups of 1800).
+          for (SymbolBindings b : {SymbolBindings{{"n", 2}, {"h", 33}, {"w", 31}},
+                                   SymbolBindings{{"n", 3}, {"h", 40}, {"w", 45}}}) {
+            Interpreter interp(g);
+            for (auto& [name, t] : testing::RandomTensors(g, Op::Weight, b, 60)) {
+              interp.BindWeight(name, t);
+              prog->BindWeight(name, t);
+              plain->BindWeight(name, t);
+            }
+            const auto in = testing::RandomTensors(g, Op::Input, b, 61);
+            const auto got = prog->Run(in, b);
+            const std::string at = what + " n=" + std::to_string(b["n"]);
+            EXPECT_EQ(prog->ComputedInside(square), gemm) << at;
+            EXPECT_EQ(plain->ComputedInside(square), -1) << at;
+            EXPECT_EQ(prog->ArenaConflicts(), 0) << at;
+            testing::ExpectClose(plain->Run(in, b), got, 0, 0, at + " against the plan that stores it");
+            if (exact) testing::ExpectClose(interp.Run(in, b), got, 1e-4, 1e-4, at + " against the interpreter");
+          }
+        }
+      }
+    }
+}
+
 // GGUF's K-quant, Q4_1/Q5_x and IQ4 blocks, dequantized in AVX2 registers: the decode tiles (one or
 // two activation rows), the prefill panels (more rows), ragged column splits, against exact sums.
 TEST(Gemm, BlockFormatsMatchExactProductsOverOddShapesAndSplits) {

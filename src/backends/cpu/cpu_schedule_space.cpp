@@ -71,9 +71,9 @@ class CpuScheduleSpace : public ScheduleSpace {
     ptrs_ = p_.PrepareBuffers(inputs_, b_);
     std::set<int> touched;
     for (size_t k = 0; k < timed.size(); ++k)
-      if (timed[k]) {
-        for (int r : KernelReads(p_.kp_.kernels[k])) touched.insert(r);
-        touched.insert(p_.kp_.kernels[k].out_buffer);
+      if (timed[k]) {  // and what a producer the GEMM may run reads
+        const std::set<int>& t = p_.producer_[k] >= 0 ? p_.fused_touched_[k] : p_.touched_[k];
+        touched.insert(t.begin(), t.end());
       }
     for (int i : touched) {
       const BufferKind kind = p_.kp_.buffers[i].kind;
@@ -146,9 +146,11 @@ class CpuScheduleSpace : public ScheduleSpace {
     return out;
   }
 
-  // The unfused form's kernels write what the attention kernel's value tree reads.
+  // The unfused form's kernels write what the attention kernel's value tree reads; the producer a GEMM may
+  // run itself writes the activation the GEMM's value tree reads.
   void BeforeReference(size_t k) override {
     for (size_t j : Covered(k)) RunAlone(j);
+    if (p_.producer_[k] >= 0) RunAlone(p_.producer_[k]);
   }
 
   std::vector<double> RunAndRead(size_t k, const ScheduleCandidate& c,
@@ -311,6 +313,7 @@ class CpuScheduleSpace : public ScheduleSpace {
     l.form = choice.form;
     l.team_slot = 0;
     if (choice.use_template && p_.kp_.kernels[k].gemm) p_.PrepareForm(*p_.kp_.kernels[k].gemm, choice.form);
+    l.producer = p_.FusedProducer(k, l);  // the candidate computes its activation itself, as the step would
     p_.FitTeamActivations();
     return choice;
   }

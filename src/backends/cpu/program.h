@@ -31,6 +31,10 @@ struct CompileOptions {
   // No product rounds its activation: quantized weights keep the rows form (f32 products) unsearched and
   // the search offers no rounding form. Off: int8 dot products, as llama.cpp computes them.
   bool exact = false;
+  // A GEMM whose activation outweighs its weight (a convolution's product over many pixels) computes that
+  // activation itself, a chunk of rows at a time into cache, from the kernel that would have stored it
+  // (an im2col: Program::producer_); off: that kernel stores the whole activation first.
+  bool gemm_producers = true;
 };
 
 struct CompileStats {
@@ -62,6 +66,10 @@ using KernelChoices = std::map<std::string, std::vector<KernelChoice>>;  // buck
 
 using KernelFn = void (*)(void* const* bufs, const int64_t* syms, int64_t begin, int64_t end);
 
+// A convolution's product: an activation far larger than the weight (few output channels over many
+// pixels), which each thread would read whole under a split of the columns.
+bool ActivationDominates(int64_t m, const GemmTemplate& gm, DType wt);
+
 class Program : public Executable {
  public:
   static std::unique_ptr<Program> Compile(const Graph& g, const CompileOptions& opts = {});
@@ -91,6 +99,9 @@ class Program : public Executable {
   // Pairs of buffers the last step's arena lets share bytes while kernels touching them could run at
   // once or both be live (0 when the plan is right; for tests). Throws before the first step.
   int ArenaConflicts() const;
+  // The GEMM that computed kernel k's values itself in the last step (CompileOptions::gemm_producers), or
+  // -1 where k ran as its own kernel.
+  int ComputedInside(size_t k) const;
   int threads() const { return pool_->size(); }
   // Per-kernel wall time accumulated over runs when profiling is on ($PRISM_PROFILE=1 turns it on
   // for every program and prints the table when the program is destroyed).
@@ -141,6 +152,7 @@ class Program : public Executable {
     int64_t attn_offset[4] = {};  // where its q, K, V and mask start in their buffers (elements)
     int team_slot = 0;            // a GEMM the team rounds the activation of: which shared buffer (team_act_)
     int64_t work = 0;             // its multiply-adds (or elements), for whether it splits across threads
+    int producer = -1;            // a GEMM computing its activation chunk by chunk: the kernel it runs for it
   };
   // Shared buffers for the rounded activations of GEMMs split across the team in a form with fit_team
   // (AMX), sized for this step's (PlanLaunches, or the search for one candidate). Successive such GEMMs
@@ -168,6 +180,14 @@ class Program : public Executable {
   std::vector<ScratchItem> ScratchLifetimes(const std::vector<int64_t>& needed) const;
   std::vector<void*> PrepareBuffers(const std::map<std::string, HostTensor>& inputs, const SymbolBindings& b);
   void RunChunk(size_t k, int thread, int threads, void* const* bufs, const int64_t* syms);
+  // Producers a GEMM may run itself (program_producers.cpp): per kernel, the kernel that alone writes its
+  // activation, element by element, for no other reader (-1: none), decided at construction; whether this
+  // step's launch st of GEMM k does (its producer then skipped); and the GEMM's rows [mb, me) so, each chunk
+  // of rows computed into a thread's own buffer, multiplied, and its epilogue applied while in cache.
+  int ProducerOf(size_t k, const std::vector<std::set<int>>& reads) const;
+  int FusedProducer(size_t k, const KernelLaunch& st) const;
+  void RunGemmOnProducedRows(size_t k, GemmCall call, int64_t mb, int64_t me, void* const* bufs,
+                             const int64_t* syms);
   void RunMegakernel(void* const* bufs, const int64_t* syms);
   void RunPerKernel(void* const* bufs, const int64_t* syms);
 
@@ -211,6 +231,14 @@ class Program : public Executable {
   std::vector<std::set<int>> touched_;             // per kernel: buffers it reads or writes
   std::vector<std::vector<int>> in_place_inputs_;  // per kernel: inputs it may write its output over
   std::vector<std::vector<int>> deps_;  // per kernel: earlier kernels it must wait for (RAW, WAR, WAW)
+  std::vector<int> producer_;           // per kernel: ProducerOf
+  // Per kernel with a producer: what it touches when it runs the producer (its own buffers and the
+  // producer's); Touched(k): what kernel k touches in the planned step.
+  std::vector<std::set<int>> fused_touched_;
+  const std::set<int>& Touched(size_t k) const {
+    return k < launches_.size() && launches_[k].producer >= 0 ? fused_touched_[k] : touched_[k];
+  }
+  bool gemm_producers_ = true;  // CompileOptions::gemm_producers
   std::vector<KernelLaunch> launches_;
   std::unique_ptr<SpinBarrier> barrier_;
   HostTensor arena_;                      // all intermediates of a step

@@ -54,7 +54,7 @@ int Program::ArenaConflicts() const {
   std::vector<int> first(kp_.buffers.size(), -1), last(kp_.buffers.size(), -1);
   for (size_t k = 0; k < nk; ++k)
     if (!launches_[k].skip)
-      for (int x : touched_[k]) {
+      for (int x : Touched(k)) {
         if (first[x] < 0) first[x] = (int)k;
         last[x] = (int)k;
       }
@@ -68,7 +68,7 @@ int Program::ArenaConflicts() const {
       if (std::find(can.begin(), can.end(), x) == can.end()) continue;
       bool alone = true;
       for (size_t j = 0; j < nk && alone; ++j)
-        alone = (int)j == k || launches_[j].skip || !together(j, k) || !touched_[j].count(x);
+        alone = (int)j == k || launches_[j].skip || !together(j, k) || !Touched(j).count(x);
       if (alone) return true;
     }
     return false;
@@ -77,8 +77,8 @@ int Program::ArenaConflicts() const {
   for (size_t a = 0; a < nk; ++a)
     for (size_t b = a; b < nk; ++b) {
       if (launches_[a].skip || launches_[b].skip || !together(a, b)) continue;
-      for (int x : touched_[a])
-        for (int y : touched_[b]) conflicts += overlap(x, y) && !(a == b && in_place(x, y));
+      for (int x : Touched(a))
+        for (int y : Touched(b)) conflicts += overlap(x, y) && !(a == b && in_place(x, y));
     }
   // And in order: bytes two buffers share must not be live for both between their uses.
   for (size_t x = 0; x < first.size(); ++x)
@@ -113,7 +113,7 @@ std::vector<ScratchItem> Program::ScratchLifetimes(const std::vector<int64_t>& n
   std::vector<int> first_use(nb, -1), last_use(nb, -1);  // kernel positions, not spans
   for (size_t k = 0; k < nk; ++k) {
     if (share_scratch_ && planned && launches_[k].skip) continue;
-    for (int b : touched_[k]) {
+    for (int b : Touched(k)) {
       ScratchItem& it = items[b];
       if (!live[b]) it.first = span_first[k], it.last = span_last[k], first_use[b] = (int)k;
       it.first = std::min(it.first, span_first[k]);
@@ -135,7 +135,7 @@ std::vector<ScratchItem> Program::ScratchLifetimes(const std::vector<int64_t>& n
       if (items[x].bytes == 0 || last_use[x] != (int)k) continue;
       bool alone = true;
       for (int j = span_first[k]; j <= span_last[k] && alone; ++j)
-        alone = j == (int)k || launches_[j].skip || !touched_[j].count(x);
+        alone = j == (int)k || launches_[j].skip || !Touched(j).count(x);
       if (alone) {
         items[o].over = x;
         break;
