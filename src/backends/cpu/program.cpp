@@ -582,12 +582,12 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
 }
 
 void Program::CallGenerated(KernelFn f, size_t k, void* const* bufs, const int64_t* syms, int64_t begin,
-                            int64_t end) const {
+                            int64_t end, int moved, void* moved_to) const {
   const std::vector<int>& ops = operands_[k];
   void* few[16];
   std::vector<void*> many(ops.size() > 16 ? ops.size() : 0);
   void** args = many.empty() ? few : many.data();
-  for (size_t i = 0; i < ops.size(); ++i) args[i] = bufs[ops[i]];
+  for (size_t i = 0; i < ops.size(); ++i) args[i] = ops[i] == moved ? moved_to : bufs[ops[i]];
   f(args, syms, begin, end);
 }
 

@@ -199,9 +199,10 @@ class Program : public Executable {
   // Per kernel: generated code, its reduce-outer variant or null, its GEMM template's epilogue or null.
   std::vector<KernelFn> fns_, fns_ro_, fns_epi_;
   std::vector<std::vector<int>> operands_;  // per kernel: the buffers its generated functions take, in order
-  // Runs kernel k's generated function f over elements [begin, end), given every buffer's pointer.
-  void CallGenerated(KernelFn f, size_t k, void* const* bufs, const int64_t* syms, int64_t begin,
-                     int64_t end) const;
+  // Runs kernel k's generated function f over elements [begin, end), given every buffer's pointer; buffer
+  // `moved` (if >= 0) at `moved_to` instead.
+  void CallGenerated(KernelFn f, size_t k, void* const* bufs, const int64_t* syms, int64_t begin, int64_t end,
+                     int moved = -1, void* moved_to = nullptr) const;
   // DefaultChoice's part that does not depend on sizes, per kernel, decided at construction.
   std::vector<KernelChoice> unsearched_;
   KernelChoice UnsearchedChoice(size_t k) const;

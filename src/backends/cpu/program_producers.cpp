@@ -64,15 +64,8 @@ void Program::RunGemmOnProducedRows(size_t k, GemmCall call, int64_t mb, int64_t
   // The producer's elements [flat, flat + count) into dst: its generated function over that range, its
   // output operand moved so that element `flat` lands at dst[0].
   auto produce = [&](int64_t flat, int64_t count, float* dst) {
-    const std::vector<int>& ops = operands_[j];
-    void* few[16];
-    std::vector<void*> many(ops.size() > 16 ? ops.size() : 0);
-    void** args = many.empty() ? few : many.data();
-    for (size_t i = 0; i < ops.size(); ++i)
-      args[i] = ops[i] == out
-                    ? reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(dst) - flat * sizeof(float))
-                    : bufs[ops[i]];
-    fns_[j](args, syms, flat, flat + count);
+    void* moved = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(dst) - flat * sizeof(float));
+    CallGenerated(fns_[j], j, bufs, syms, flat, flat + count, out, moved);
   };
   // Chunks of about 256 KiB of activation (which stay in L2 for the product), in whole row tiles; a
   // K-major activation's chunk stays within one group (an image: K rows of `group` pixels each).
