@@ -242,11 +242,12 @@ TEST(Gemm, ProductOverManyRowsComputesItsActivationItself) {
     for (DType wt : {DType::F32, DType::Q8_0}) {
       Graph g;
       const Expr n = Expr::Sym("n"), h = Expr::Sym("h"), w = Expr::Sym("w");
-      Tensor x{&g, g.Input("x", DType::F32, {n, Expr(4), Expr(8), h, w})};
-      Tensor weight{&g, g.Weight("weight", wt, {Expr(37), Expr(32)})};
-      Tensor bias{&g, g.Weight("bias", DType::F32, {Expr(37)})};
-      Tensor rows = kmajor ? (x * x).permute({0, 3, 4, 1, 2}).reshape({n, h, w, Expr(32)})
-                           : (x * x).reshape({n, h, w, Expr(32)});
+      // K = 288: chunks of 192 rows; a weight of 9 x 288 is outweighed from 289 rows.
+      Tensor x{&g, g.Input("x", DType::F32, {n, Expr(4), Expr(72), h, w})};
+      Tensor weight{&g, g.Weight("weight", wt, {Expr(9), Expr(288)})};
+      Tensor bias{&g, g.Weight("bias", DType::F32, {Expr(9)})};
+      Tensor rows = kmajor ? (x * x).permute({0, 3, 4, 1, 2}).reshape({n, h, w, Expr(288)})
+                           : (x * x).reshape({n, h, w, Expr(288)});
       g.MarkOutput(Linear(rows, weight, bias).id(), "y");
       for (int threads : {1, 2, 3}) {
         CompileOptions fused, stored;
@@ -266,14 +267,14 @@ TEST(Gemm, ProductOverManyRowsComputesItsActivationItself) {
           if (kp.kernels[k].out_buffer == kp.kernels[gemm].gemm->a_buffer) square = (int)k;
         ASSERT_GE(square, 0);
         for (int form = 0; form < (int)GemmForms().size(); ++form) {
-          if (!GemmForms()[form].offered(wt, 32) || GemmForms()[form].fit_team) continue;
+          if (!GemmForms()[form].offered(wt, 288) || GemmForms()[form].fit_team) continue;
           for (Program* p : {prog.get(), plain.get()}) ForceForm(p, form, threads);
           const bool exact = !GemmForms()[form].rounds || !GemmForms()[form].rounds(wt);
           const std::string what = std::string(kmajor ? "K-major " : "row-major ") + std::string(DTypeName(wt)) + " form " +
                                    GemmForms()[form].name + " threads " + std::to_string(threads);
-          // 2 x 33 x 31 = 2046 rows (groups of 1023) and 3 x 40 x 45 = 5400 (groups of 1800).
-          for (SymbolBindings b : {SymbolBindings{{"n", 2}, {"h", 33}, {"w", 31}},
-                                   SymbolBindings{{"n", 3}, {"h", 40}, {"w", 45}}}) {
+          // 2 x 9 x 31 = 558 rows (groups of 279) and 3 x 10 x 20 = 600 (groups of 200).
+          for (SymbolBindings b : {SymbolBindings{{"n", 2}, {"h", 9}, {"w", 31}},
+                                   SymbolBindings{{"n", 3}, {"h", 10}, {"w", 20}}}) {
             Interpreter interp(g);
             for (auto& [name, t] : testing::RandomTensors(g, Op::Weight, b, 60)) {
               interp.BindWeight(name, t);
