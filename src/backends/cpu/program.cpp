@@ -208,10 +208,12 @@ std::string Program::ProfileTable() const {
   char line[256];
   for (size_t i = 0; i < order.size() && i < 25; ++i) {
     size_t k = order[i];
-    std::snprintf(line, sizeof line, "  %6.2f%%  %10.3f ms  %8lld calls  %s\n",
+    std::snprintf(line, sizeof line, "  %6.2f%%  %10.3f ms  %8lld calls  %s",
                   total > 0 ? 100 * kernel_seconds_[k] / total : 0, kernel_seconds_[k] * 1e3,
                   (long long)kernel_calls_[k], kp_.kernels[k].name.c_str());
     out += line;
+    const int inside = ComputedInside(k);  // in the last step: its time is that product's
+    out += (inside >= 0 ? "  (computed inside " + kp_.kernels[inside].name + ")" : std::string()) + "\n";
   }
   // Then by kind (the kernel name without its index), where a model's layers add up.
   std::map<std::string, std::pair<double, int>> kinds;
