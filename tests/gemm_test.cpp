@@ -233,48 +233,64 @@ TEST(Gemm, FewColumnsOverManyRowsSplitTheRowsAcrossTheTeam) {
 }
 
 // A product whose activation outweighs its weight (a convolution's: few output channels over many pixels)
-// computes the activation itself, chunk by chunk, from the kernel that would have stored it (an im2col, here
-// a square read row-major or K-major, groups of pixels ending inside chunks and register tiles), its bias
-// as the epilogue, in every form, on one to three threads: the producer does not run, and the results equal
-// the plan that stores the activation first bit for bit, and the interpreter's where the form is exact.
-TEST(Gemm, ProductOverManyRowsComputesItsActivationItself) {
-  for (bool kmajor : {false, true})
+// runs its rows in chunks: it computes the activation itself from the kernel that would have stored it (an
+// im2col; here a square, read row-major or K-major) or reads it as given, applies its bias, and runs the
+// batch norm and 2 x 2 max-pool that alone read it on each chunk's rows (the norm's scale, a kernel of the
+// weights placed after the product, first); pooling windows, groups of pixels, chunks (192 rows) and the
+// threads' shares end inside one another. In every form, on one to three threads: the producer, the scale
+// and the pool run inside the product, and the results equal the plan that runs each kernel on its own bit
+// for bit, and the interpreter's where the form is exact.
+TEST(Gemm, ProductOverManyRowsRunsItsProducerAndConsumerInChunks) {
+  enum Source { kSquareRows, kSquareKMajor, kInputRows, kInputKMajor };
+  for (Source src : {kSquareRows, kSquareKMajor, kInputRows, kInputKMajor})
     for (DType wt : {DType::F32, DType::Q8_0}) {
       Graph g;
       const Expr n = Expr::Sym("n"), h = Expr::Sym("h"), w = Expr::Sym("w");
       // K = 288: chunks of 192 rows; a weight of 9 x 288 is outweighed from 289 rows.
-      Tensor x{&g, g.Input("x", DType::F32, {n, Expr(4), Expr(72), h, w})};
       Tensor weight{&g, g.Weight("weight", wt, {Expr(9), Expr(288)})};
       Tensor bias{&g, g.Weight("bias", DType::F32, {Expr(9)})};
-      Tensor rows = kmajor ? (x * x).permute({0, 3, 4, 1, 2}).reshape({n, h, w, Expr(288)})
-                           : (x * x).reshape({n, h, w, Expr(288)});
-      g.MarkOutput(Linear(rows, weight, bias).id(), "y");
+      Tensor rows;
+      if (src == kSquareRows || src == kSquareKMajor) {
+        Tensor x{&g, g.Input("x", DType::F32, {n, Expr(4), Expr(72), h, w})};
+        rows = src == kSquareKMajor ? (x * x).permute({0, 3, 4, 1, 2}).reshape({n, h, w, Expr(288)})
+                                    : (x * x).reshape({n, h, w, Expr(288)});
+      } else if (src == kInputRows) {
+        rows = Tensor{&g, g.Input("x", DType::F32, {n, h, w, Expr(288)})};
+      } else {
+        Tensor x{&g, g.Input("x", DType::F32, {n, Expr(288), h, w})};
+        rows = x.permute({0, 2, 3, 1}).reshape({n, h, w, Expr(288)});
+      }
+      Tensor mean{&g, g.Weight("mean", DType::F32, {Expr(9)})}, var{&g, g.Weight("var", DType::F32, {Expr(9)})};
+      Tensor y = Linear(rows, weight, bias);  // [n, h, w, 9]
+      y = (y - mean) * ((var * var + 1.0).rsqrt() * 3.0);
+      auto at = [&](int64_t dy, int64_t dx) {
+        return y.slice(1, Expr(dy), h / Expr(2), 2).slice(2, Expr(dx), w / Expr(2), 2);
+      };
+      g.MarkOutput(Maximum(Maximum(at(0, 0), at(0, 1)), Maximum(at(1, 0), at(1, 1))).id(), "pooled");
       for (int threads : {1, 2, 3}) {
-        CompileOptions fused, stored;
-        fused.threads = stored.threads = threads;
-        stored.gemm_producers = false;
-        auto prog = Program::Compile(g, fused), plain = Program::Compile(g, stored);
+        CompileOptions chunked, apart;
+        chunked.threads = apart.threads = threads;
+        apart.gemm_producers = false;
+        auto prog = Program::Compile(g, chunked), plain = Program::Compile(g, apart);
         const KernelProgram& kp = prog->kernels();
-        int gemm = -1, square = -1;
-        for (size_t k = 0; k < kp.kernels.size(); ++k) {
+        int gemm = -1, producer = -1;
+        for (size_t k = 0; k < kp.kernels.size(); ++k)
           if (kp.kernels[k].gemm) gemm = (int)k;
-          if (kp.kernels[k].gemm && kmajor) {
-            EXPECT_FALSE(kp.kernels[k].gemm->a_group.IsConst(0));
-          }
-        }
         ASSERT_GE(gemm, 0);
         for (size_t k = 0; k < kp.kernels.size(); ++k)
-          if (kp.kernels[k].out_buffer == kp.kernels[gemm].gemm->a_buffer) square = (int)k;
-        ASSERT_GE(square, 0);
+          if (kp.kernels[k].out_buffer == kp.kernels[gemm].gemm->a_buffer) producer = (int)k;
+        ASSERT_EQ(producer >= 0, src == kSquareRows || src == kSquareKMajor);
+        ASSERT_EQ(kp.kernels.size(), (size_t)gemm + 3) << "the scale and the pool after the product";
+        EXPECT_EQ(kp.kernels[gemm].gemm->a_group.IsConst(0), src == kSquareRows || src == kInputRows);
         for (int form = 0; form < (int)GemmForms().size(); ++form) {
           if (!GemmForms()[form].offered(wt, 288) || GemmForms()[form].fit_team) continue;
           for (Program* p : {prog.get(), plain.get()}) ForceForm(p, form, threads);
           const bool exact = !GemmForms()[form].rounds || !GemmForms()[form].rounds(wt);
-          const std::string what = std::string(kmajor ? "K-major " : "row-major ") + std::string(DTypeName(wt)) + " form " +
-                                   GemmForms()[form].name + " threads " + std::to_string(threads);
-          // 2 x 9 x 31 = 558 rows (groups of 279) and 3 x 10 x 20 = 600 (groups of 200).
-          for (SymbolBindings b : {SymbolBindings{{"n", 2}, {"h", 9}, {"w", 31}},
-                                   SymbolBindings{{"n", 3}, {"h", 10}, {"w", 20}}}) {
+          const std::string what = "source " + std::to_string(src) + " " + std::string(DTypeName(wt)) +
+                                   " form " + GemmForms()[form].name + " threads " + std::to_string(threads);
+          // 2 x 10 x 30 = 600 rows (groups of 300, windows of 60) and 3 x 8 x 22 = 528 (176, 44).
+          for (SymbolBindings b : {SymbolBindings{{"n", 2}, {"h", 10}, {"w", 30}},
+                                   SymbolBindings{{"n", 3}, {"h", 8}, {"w", 22}}}) {
             Interpreter interp(g);
             for (auto& [name, t] : testing::RandomTensors(g, Op::Weight, b, 60)) {
               interp.BindWeight(name, t);
@@ -283,12 +299,17 @@ TEST(Gemm, ProductOverManyRowsComputesItsActivationItself) {
             }
             const auto in = testing::RandomTensors(g, Op::Input, b, 61);
             const auto got = prog->Run(in, b);
-            const std::string at = what + " n=" + std::to_string(b["n"]);
-            EXPECT_EQ(prog->ComputedInside(square), gemm) << at;
-            EXPECT_EQ(plain->ComputedInside(square), -1) << at;
-            EXPECT_EQ(prog->ArenaConflicts(), 0) << at;
-            testing::ExpectClose(plain->Run(in, b), got, 0, 0, at + " against the plan that stores it");
-            if (exact) testing::ExpectClose(interp.Run(in, b), got, 1e-4, 1e-4, at + " against the interpreter");
+            const std::string where = what + " n=" + std::to_string(b["n"]);
+            if (producer >= 0) {
+              EXPECT_EQ(prog->ComputedInside(producer), gemm) << where;
+            }
+            for (int k : {gemm + 1, gemm + 2}) {
+              EXPECT_EQ(prog->ComputedInside(k), gemm) << where << " kernel " << k;
+              EXPECT_EQ(plain->ComputedInside(k), -1) << where << " kernel " << k;
+            }
+            EXPECT_EQ(prog->ArenaConflicts(), 0) << where;
+            testing::ExpectClose(plain->Run(in, b), got, 0, 0, where + " against the kernels on their own");
+            if (exact) testing::ExpectClose(interp.Run(in, b), got, 1e-4, 1e-4, where + " against the interpreter");
           }
         }
       }

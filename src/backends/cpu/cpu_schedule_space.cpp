@@ -71,9 +71,10 @@ class CpuScheduleSpace : public ScheduleSpace {
     ptrs_ = p_.PrepareBuffers(inputs_, b_);
     std::set<int> touched;
     for (size_t k = 0; k < timed.size(); ++k)
-      if (timed[k]) {  // and what a producer the GEMM may run reads
-        const std::set<int>& t = p_.producer_[k] >= 0 ? p_.fused_touched_[k] : p_.touched_[k];
-        touched.insert(t.begin(), t.end());
+      if (timed[k]) {  // and what the producer and consumer a GEMM may run touch
+        touched.insert(p_.touched_[k].begin(), p_.touched_[k].end());
+        for (int j : {p_.producer_[k], p_.consumer_[k]})
+          if (j >= 0) touched.insert(p_.touched_[j].begin(), p_.touched_[j].end());
       }
     for (int i : touched) {
       const BufferKind kind = p_.kp_.buffers[i].kind;
@@ -313,7 +314,11 @@ class CpuScheduleSpace : public ScheduleSpace {
     l.form = choice.form;
     l.team_slot = 0;
     if (choice.use_template && p_.kp_.kernels[k].gemm) p_.PrepareForm(*p_.kp_.kernels[k].gemm, choice.form);
-    l.producer = p_.FusedProducer(k, l);  // the candidate computes its activation itself, as the step would
+    // As the step would: a GEMM's candidate runs its producer and consumer, a consumer all its elements.
+    l.producer = p_.FusedProducer(k, l);
+    l.consumer = p_.consumer_[k] >= 0 ? p_.FusedConsumer(k, l, b_) : -1;
+    l.consumed_in = -1;
+    p_.FuseTouched(k);
     p_.FitTeamActivations();
     return choice;
   }
@@ -332,6 +337,7 @@ class CpuScheduleSpace : public ScheduleSpace {
     l = defaults_[j];
     l.skip = false;
     l.use_template = false;
+    l.consumed_in = -1;
     if (c.threading != Threading::ByWorkSize) l.parallel = threads_ > 1 && c.threading == Threading::Team;
     l.reduce_outer = c.reduce_outer && p_.fns_ro_[j];
     Dispatch(j, l.parallel);

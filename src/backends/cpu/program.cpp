@@ -9,6 +9,7 @@
 #include <functional>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/gemm_experts.h"
@@ -170,16 +171,13 @@ Program::Program(const Graph& g, KernelProgram kp, std::string source, JitLibrar
     touched_.back().insert(kp_.kernels[k].out_buffer);
     in_place_inputs_.push_back(InPlaceInputs(kp_, kp_.kernels[k]));
   }
-  // A GEMM that may run its activation's producer touches, when it does, what the producer reads, not the
-  // activation's buffer (which then gets no bytes).
-  for (size_t k = 0; k < kp_.kernels.size(); ++k) producer_.push_back(ProducerOf(k, reads));
+  for (size_t k = 0; k < kp_.kernels.size(); ++k) {
+    producer_.push_back(ProducerOf(k, reads));
+    consumer_first_.emplace_back();
+    consumer_.push_back(ConsumerOf(k, reads, &consumer_first_.back()));
+  }
   fused_touched_.resize(kp_.kernels.size());
-  for (size_t k = 0; k < kp_.kernels.size(); ++k)
-    if (producer_[k] >= 0) {
-      fused_touched_[k] = touched_[k];
-      fused_touched_[k].insert(touched_[producer_[k]].begin(), touched_[producer_[k]].end());
-      fused_touched_[k].erase(kp_.kernels[k].gemm->a_buffer);
-    }
+  consumer_plan_.resize(kp_.kernels.size());
   deps_.resize(kp_.kernels.size());
   for (size_t k = 0; k < kp_.kernels.size(); ++k)
     for (size_t j = 0; j < k; ++j) {
@@ -213,7 +211,7 @@ std::string Program::ProfileTable() const {
                   (long long)kernel_calls_[k], kp_.kernels[k].name.c_str());
     out += line;
     const int inside = ComputedInside(k);  // in the last step: its time is that product's
-    out += (inside >= 0 ? "  (computed inside " + kp_.kernels[inside].name + ")" : std::string()) + "\n";
+    out += (inside >= 0 ? "  (run inside " + kp_.kernels[inside].name + ")" : std::string()) + "\n";
   }
   // Then by kind (the kernel name without its index), where a model's layers add up.
   std::map<std::string, std::pair<double, int>> kinds;
@@ -439,17 +437,34 @@ void Program::PlanLaunches(const SymbolBindings& b, bool prepare) {
     const bool offloaded = k < offloaded_.size() && offloaded_[k];
     if (offloaded) st.parallel = false;  // thread 0 hands it over and waits
   }
-  // A GEMM that computes its activation itself makes the kernel that would store it unneeded.
+  // A GEMM over many rows in chunks: the kernel that would store its activation is unneeded; the kernel
+  // that reads its output is left the elements that read two threads' rows (unless it is some GEMM's
+  // producer itself, then skipped).
   for (size_t k = 0; k < kp_.kernels.size(); ++k) {
     launches_[k].producer = FusedProducer(k, launches_[k]);
+    launches_[k].consumer = launches_[k].consumed_in = -1;
+  }
+  for (size_t k = 0; k < kp_.kernels.size(); ++k)
     if (launches_[k].producer >= 0) launches_[launches_[k].producer].skip = true;
+  for (size_t k = 0; k < kp_.kernels.size(); ++k) {
+    KernelLaunch& st = launches_[k];
+    bool free = consumer_[k] >= 0 && !launches_[consumer_[k]].skip;  // none of them run elsewhere already
+    for (int i : consumer_first_[k]) free = free && !launches_[i].skip && launches_[i].consumed_in < 0;
+    if (free) st.consumer = FusedConsumer(k, st, b);
+    if (st.consumer >= 0) {
+      launches_[st.consumer].consumed_in = (int)k;
+      for (int i : consumer_first_[k]) launches_[i].skip = true;
+    }
+    FuseTouched(k);
   }
   // Barriers where data depends; a producer a GEMM runs is waited for as that GEMM, and the GEMM waits for
   // what the producer would have.
   std::vector<size_t> runs_in(kp_.kernels.size());
   for (size_t k = 0; k < kp_.kernels.size(); ++k) runs_in[k] = k;
-  for (size_t k = 0; k < kp_.kernels.size(); ++k)
+  for (size_t k = 0; k < kp_.kernels.size(); ++k) {
     if (launches_[k].producer >= 0) runs_in[launches_[k].producer] = k;
+    for (int i : launches_[k].consumer >= 0 ? consumer_first_[k] : std::vector<int>{}) runs_in[i] = k;
+  }
   for (size_t k = 0; k < kp_.kernels.size(); ++k) {
     KernelLaunch& st = launches_[k];
     st.barrier_before = false;
@@ -461,6 +476,8 @@ void Program::PlanLaunches(const SymbolBindings& b, bool prepare) {
     };
     wait_for(deps_[k]);
     if (st.producer >= 0) wait_for(deps_[st.producer]);
+    if (st.consumer >= 0) wait_for(deps_[st.consumer]);
+    for (int i : st.consumer >= 0 ? consumer_first_[k] : std::vector<int>{}) wait_for(deps_[i]);
     if (st.barrier_before) current++;
     epoch[k] = current;
   }
@@ -504,6 +521,11 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
   if (st.use_template) {
     const GemmTemplate& gm = *kn.gemm;
     if (st.m <= 0) return;
+    if (st.consumer >= 0 && !consumer_first_[k].empty()) {  // what its consumer reads from kernels after it
+      if (t == 0)
+        for (int i : consumer_first_[k]) CallGenerated(fns_[i], i, bufs, syms, 0, launches_[i].total);
+      if (st.parallel) barrier_->Wait();
+    }
     const GemmForm& form = GemmForms()[st.form];
     int64_t nb = 0, ne = gm.n, mb = 0, me = st.m;
     // Threads split the weight rows in whole tiles: each weight byte is read once (an expert GEMM splits
@@ -515,10 +537,7 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
         // Fewer tiles than threads, or an activation far larger than the weight (a convolution's few
         // output channels over many pixels), which each thread would read whole: the activation's rows
         // are split instead, in blocks every form's row tile divides.
-        constexpr int64_t kRowBlock = 48;
-        const int64_t blocks = (st.m + kRowBlock - 1) / kRowBlock;
-        mb = std::min(st.m, blocks * t / threads * kRowBlock);
-        me = std::min(st.m, blocks * (t + 1) / threads * kRowBlock);
+        std::tie(mb, me) = RowShare(st.m, t, threads);
         if (mb >= me) return;
       } else {
         nb = std::min(gm.n, tiles * t / threads * tile);
@@ -534,7 +553,8 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
     call.param = st.param;
     call.nb = nb;
     call.ne = ne;
-    if (st.producer >= 0) return RunGemmOnProducedRows(k, call, mb, me, bufs, syms);
+    if (st.producer >= 0 || st.consumer >= 0)
+      return RunGemmInChunks(k, st.parallel ? t : 0, call, mb, me, bufs, syms);
     call.a = static_cast<const float*>(bufs[gm.a_buffer]) + mb * gm.k;
     call.m = me - mb;
     if (st.a_group > 0) {  // a K-major activation: read where it lies, or its rows gathered for this form
@@ -567,6 +587,10 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
     else if (gm.epilogue)
       for (int64_t i = mb; i < me && nb < ne; ++i)
         CallGenerated(fns_epi_[k], k, bufs, syms, i * gm.n + nb, i * gm.n + ne);
+    return;
+  }
+  if (st.consumed_in >= 0) {  // what its GEMM left: elements reading two threads' rows
+    if (t == 0) RunConsumerRest(k, bufs, syms);
     return;
   }
   int64_t begin = 0, end = st.total;

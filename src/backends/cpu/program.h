@@ -31,9 +31,10 @@ struct CompileOptions {
   // No product rounds its activation: quantized weights keep the rows form (f32 products) unsearched and
   // the search offers no rounding form. Off: int8 dot products, as llama.cpp computes them.
   bool exact = false;
-  // A GEMM whose activation outweighs its weight (a convolution's product over many pixels) computes that
-  // activation itself, a chunk of rows at a time into cache, from the kernel that would have stored it
-  // (an im2col: Program::producer_); off: that kernel stores the whole activation first.
+  // A GEMM whose activation outweighs its weight (a convolution's product over many pixels) runs its rows
+  // in chunks: it computes its activation itself, a chunk at a time into cache, from the kernel that would
+  // have stored it (an im2col), and runs the kernel that alone reads its output (batch norm, ReLU, pooling)
+  // on each chunk's rows while they are in cache (program_chunks.cpp); off: each runs as its own kernel.
   bool gemm_producers = true;
 };
 
@@ -153,6 +154,22 @@ class Program : public Executable {
     int team_slot = 0;            // a GEMM the team rounds the activation of: which shared buffer (team_act_)
     int64_t work = 0;             // its multiply-adds (or elements), for whether it splits across threads
     int producer = -1;            // a GEMM computing its activation chunk by chunk: the kernel it runs for it
+    int consumer = -1;            // a GEMM running its output's reader chunk by chunk: that kernel
+    int consumed_in = -1;         // such a reader: the GEMM (it computes only the elements left over)
+  };
+  // Where a GEMM runs its output's reader (consumer_plan_): the reader's loop extents, its loads of the
+  // GEMM's output as affine functions of its loop variables (non-decreasing in its elements' order), and per
+  // thread the reader's elements [lo, hi) it computes inside the GEMM.
+  struct ConsumerPlan {
+    std::vector<int64_t> extents, base;
+    std::vector<std::vector<int64_t>> coef;
+    std::vector<std::pair<int64_t, int64_t>> inside;
+    int64_t total = 0;
+    std::vector<int64_t> key;  // the rows, team and sizes it was made for, and what it decided then
+    int result = -1;
+    // The lowest (highest) output element element o reads; the first o in [lo, hi) whose reaches `element`.
+    int64_t Read(int64_t o, bool highest) const;
+    int64_t First(int64_t lo, int64_t hi, int64_t element, bool highest) const;
   };
   // Shared buffers for the rounded activations of GEMMs split across the team in a form with fit_team
   // (AMX), sized for this step's (PlanLaunches, or the search for one candidate). Successive such GEMMs
@@ -180,14 +197,23 @@ class Program : public Executable {
   std::vector<ScratchItem> ScratchLifetimes(const std::vector<int64_t>& needed) const;
   std::vector<void*> PrepareBuffers(const std::map<std::string, HostTensor>& inputs, const SymbolBindings& b);
   void RunChunk(size_t k, int thread, int threads, void* const* bufs, const int64_t* syms);
-  // Producers a GEMM may run itself (program_producers.cpp): per kernel, the kernel that alone writes its
-  // activation, element by element, for no other reader (-1: none), decided at construction; whether this
-  // step's launch st of GEMM k does (its producer then skipped); and the GEMM's rows [mb, me) so, each chunk
-  // of rows computed into a thread's own buffer, multiplied, and its epilogue applied while in cache.
+  // A GEMM over many rows in chunks (program_chunks.cpp). Decided at construction, per kernel: the kernel
+  // that alone writes its activation element by element for no other reader (ProducerOf), and the kernel
+  // that alone reads its output at affine indices (ConsumerOf); -1: none. Per step: whether launch st of
+  // GEMM k runs its rows in chunks, and so its producer (then skipped) and its consumer (then left the
+  // elements that read two threads' rows); thread t's rows [mb, me) of GEMM k so; a consumer's leftovers.
   int ProducerOf(size_t k, const std::vector<std::set<int>>& reads) const;
+  int ConsumerOf(size_t k, const std::vector<std::set<int>>& reads, std::vector<int>* first) const;
+  bool RowsInChunks(size_t k, const KernelLaunch& st) const;
   int FusedProducer(size_t k, const KernelLaunch& st) const;
-  void RunGemmOnProducedRows(size_t k, GemmCall call, int64_t mb, int64_t me, void* const* bufs,
-                             const int64_t* syms);
+  int FusedConsumer(size_t k, const KernelLaunch& st, const SymbolBindings& b);  // fills consumer_plan_[k]
+  void FuseTouched(size_t k);  // fused_touched_[k] for its launch
+  void RunGemmInChunks(size_t k, int t, GemmCall call, int64_t mb, int64_t me, void* const* bufs,
+                       const int64_t* syms);
+  void RunConsumerRest(size_t c, void* const* bufs, const int64_t* syms);
+  // Thread t's share of m rows split across `threads`, in blocks every form's row tile divides.
+  static std::pair<int64_t, int64_t> RowShare(int64_t m, int t, int threads);
+  bool Offloaded(size_t k) const { return k < offloaded_.size() && offloaded_[k]; }
   void RunMegakernel(void* const* bufs, const int64_t* syms);
   void RunPerKernel(void* const* bufs, const int64_t* syms);
 
@@ -231,13 +257,16 @@ class Program : public Executable {
   std::vector<const Node*> input_nodes_;
   std::vector<std::set<int>> touched_;             // per kernel: buffers it reads or writes
   std::vector<std::vector<int>> in_place_inputs_;  // per kernel: inputs it may write its output over
-  std::vector<std::vector<int>> deps_;  // per kernel: earlier kernels it must wait for (RAW, WAR, WAW)
-  std::vector<int> producer_;           // per kernel: ProducerOf
-  // Per kernel with a producer: what it touches when it runs the producer (its own buffers and the
-  // producer's); Touched(k): what kernel k touches in the planned step.
+  std::vector<std::vector<int>> deps_;    // per kernel: earlier kernels it must wait for (RAW, WAR, WAW)
+  std::vector<int> producer_, consumer_;  // per kernel: ProducerOf, ConsumerOf
+  std::vector<std::vector<int>> consumer_first_;  // per kernel: what it runs before its consumer (ConsumerOf)
+  std::vector<ConsumerPlan> consumer_plan_;       // per GEMM running its consumer this step
+  // Per GEMM running its rows in chunks: what it touches (its own buffers, its producer's reads, its
+  // consumer's); Touched(k): what kernel k touches in the planned step.
   std::vector<std::set<int>> fused_touched_;
   const std::set<int>& Touched(size_t k) const {
-    return k < launches_.size() && launches_[k].producer >= 0 ? fused_touched_[k] : touched_[k];
+    const bool fused = k < launches_.size() && (launches_[k].producer >= 0 || launches_[k].consumer >= 0);
+    return fused ? fused_touched_[k] : touched_[k];
   }
   bool gemm_producers_ = true;  // CompileOptions::gemm_producers
   std::vector<KernelLaunch> launches_;
