@@ -270,7 +270,7 @@ TEST(Gemm, ProductOverManyRowsRunsItsProducerAndConsumerInChunks) {
       for (int threads : {1, 2, 3}) {
         CompileOptions chunked, apart;
         chunked.threads = apart.threads = threads;
-        apart.gemm_producers = false;
+        apart.gemm_chunks = false;
         auto prog = Program::Compile(g, chunked), plain = Program::Compile(g, apart);
         const KernelProgram& kp = prog->kernels();
         int gemm = -1, producer = -1;

@@ -112,7 +112,7 @@ std::unique_ptr<Program> Program::Compile(const Graph& g, const CompileOptions& 
   int threads = opts.threads > 0 ? opts.threads : DefaultThreadCount();
   std::unique_ptr<Program> p(new Program(g, std::move(kp), std::move(source), std::move(lib), threads));
   p->exact_ = opts.exact;
-  p->gemm_producers_ = opts.gemm_producers;
+  p->gemm_chunks_ = opts.gemm_chunks;
   p->stats_.graph_nodes = g.size();
   p->stats_.kernels = (int)p->kp_.kernels.size();
   p->stats_.plan_seconds = plan;

@@ -35,7 +35,7 @@ struct CompileOptions {
   // in chunks: it computes its activation itself, a chunk at a time into cache, from the kernel that would
   // have stored it (an im2col), and runs the kernel that alone reads its output (batch norm, ReLU, pooling)
   // on each chunk's rows while they are in cache (program_chunks.cpp); off: each runs as its own kernel.
-  bool gemm_producers = true;
+  bool gemm_chunks = true;
 };
 
 struct CompileStats {
@@ -100,7 +100,7 @@ class Program : public Executable {
   // Pairs of buffers the last step's arena lets share bytes while kernels touching them could run at
   // once or both be live (0 when the plan is right; for tests). Throws before the first step.
   int ArenaConflicts() const;
-  // The GEMM that computed kernel k's values itself in the last step (CompileOptions::gemm_producers), or
+  // The GEMM that computed kernel k's values itself in the last step (CompileOptions::gemm_chunks), or
   // -1 where k ran as its own kernel.
   int ComputedInside(size_t k) const;
   int threads() const { return pool_->size(); }
@@ -268,7 +268,7 @@ class Program : public Executable {
     const bool fused = k < launches_.size() && (launches_[k].producer >= 0 || launches_[k].consumer >= 0);
     return fused ? fused_touched_[k] : touched_[k];
   }
-  bool gemm_producers_ = true;  // CompileOptions::gemm_producers
+  bool gemm_chunks_ = true;  // CompileOptions::gemm_chunks
   std::vector<KernelLaunch> launches_;
   std::unique_ptr<SpinBarrier> barrier_;
   HostTensor arena_;                      // all intermediates of a step

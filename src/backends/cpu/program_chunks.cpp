@@ -155,7 +155,7 @@ int Program::FusedProducer(size_t k, const KernelLaunch& st) const {
 }
 
 bool Program::RowsInChunks(size_t k, const KernelLaunch& st) const {
-  if (!gemm_producers_ || !st.use_template || st.skip || Offloaded(k)) return false;
+  if (!gemm_chunks_ || !st.use_template || st.skip || Offloaded(k)) return false;
   const GemmTemplate& gm = *kp_.kernels[k].gemm;
   // Only where the activation outweighs the weight: the team then splits the rows (each computed once),
   // and chunks of rows cost no second read of the weight. A team rounding the activation together (AMX)
