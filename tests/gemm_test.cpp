@@ -308,7 +308,10 @@ TEST(Gemm, ProductOverManyRowsRunsItsProducerAndConsumerInChunks) {
               EXPECT_EQ(plain->ComputedInside(k), -1) << where << " kernel " << k;
             }
             EXPECT_EQ(prog->ArenaConflicts(), 0) << where;
+            const int64_t m = b["n"] * b["h"] * b["w"];  // stored: the rows around the threads' boundaries
+            EXPECT_LE(prog->StoredRows(gemm), threads == 1 ? 0 : m / 2) << where;
             testing::ExpectClose(plain->Run(in, b), got, 0, 0, where + " against the kernels on their own");
+            EXPECT_EQ(plain->StoredRows(gemm), m) << where;
             if (exact) testing::ExpectClose(interp.Run(in, b), got, 1e-4, 1e-4, where + " against the interpreter");
           }
         }

@@ -103,6 +103,9 @@ class Program : public Executable {
   // The GEMM that computed kernel k's values itself in the last step (CompileOptions::gemm_chunks), or
   // -1 where k ran as its own kernel.
   int ComputedInside(size_t k) const;
+  // Rows of GEMM k's output the last step stored (the rest stayed in the threads' buffers, read there by
+  // the kernel computed inside it).
+  int64_t StoredRows(size_t k) const;
   int threads() const { return pool_->size(); }
   // Per-kernel wall time accumulated over runs when profiling is on ($PRISM_PROFILE=1 turns it on
   // for every program and prints the table when the program is destroyed).
@@ -156,14 +159,18 @@ class Program : public Executable {
     int producer = -1;            // a GEMM computing its activation chunk by chunk: the kernel it runs for it
     int consumer = -1;            // a GEMM running its output's reader chunk by chunk: that kernel
     int consumed_in = -1;         // such a reader: the GEMM (it computes only the elements left over)
+    bool whole_output = false;    // a GEMM running its reader: store all its output (the search reads it)
   };
   // Where a GEMM runs its output's reader (consumer_plan_): the reader's loop extents, its loads of the
   // GEMM's output as affine functions of its loop variables (non-decreasing in its elements' order), and per
-  // thread the reader's elements [lo, hi) it computes inside the GEMM.
+  // thread the reader's elements [lo, hi) it computes inside the GEMM. Where no element reads rows further
+  // apart than a chunk (`local`), the GEMM's output stays in a buffer of each thread's own: thread t stores
+  // only its rows below stored[t].first and from stored[t].second on, which the leftovers read.
   struct ConsumerPlan {
     std::vector<int64_t> extents, base;
     std::vector<std::vector<int64_t>> coef;
-    std::vector<std::pair<int64_t, int64_t>> inside;
+    std::vector<std::pair<int64_t, int64_t>> inside, stored;
+    bool local = false;
     int64_t total = 0;
     std::vector<int64_t> key;  // the rows, team and sizes it was made for, and what it decided then
     int result = -1;

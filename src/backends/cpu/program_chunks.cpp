@@ -50,6 +50,15 @@ bool LoadsOf(const KValuePtr& v, int buffer, std::vector<Expr>* out) {
   return true;
 }
 
+// Rows of a product's activation per chunk: about 256 KiB (which stay in L2 for the product), whole row
+// tiles.
+int64_t ChunkRows(int64_t k) { return std::max<int64_t>(48, 65536 / k / 48 * 48); }
+
+// p shifted back by `flat` floats: element `flat` of a buffer moved there lands at p[0].
+void* MovedTo(float* p, int64_t flat) {
+  return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) - flat * sizeof(float));
+}
+
 }  // namespace
 
 int64_t Program::ConsumerPlan::Read(int64_t o, bool highest) const {
@@ -212,6 +221,34 @@ int Program::FusedConsumer(size_t k, const KernelLaunch& st, const SymbolBinding
     const int64_t lo = p.First(0, p.total, mb * n, false);
     p.inside.push_back({lo, mb < me ? std::max(lo, p.First(lo, p.total, me * n, true)) : lo});
   }
+  // The rows one element reads, at most (its reads' spread is largest at a corner of its loop box): the rows
+  // a thread's buffer keeps behind its next chunk for elements not complete yet.
+  int64_t spread = 0;
+  if (ck.vars.size() <= 12)
+    for (int64_t corner = 0; corner < (int64_t{1} << ck.vars.size()); ++corner) {
+      int64_t lo = INT64_MAX, hi = INT64_MIN;
+      for (size_t l = 0; l < p.base.size(); ++l) {
+        int64_t i = p.base[l];
+        for (size_t a = 0; a < ck.vars.size(); ++a)
+          i += (corner >> a & 1) ? p.coef[l][a] * (p.extents[a] - 1) : 0;
+        lo = std::min(lo, i), hi = std::max(hi, i);
+      }
+      spread = std::max(spread, hi / n - lo / n + 1);
+    }
+  p.local = ck.vars.size() <= 12 && spread <= ChunkRows(kp_.kernels[k].gemm->k);
+  // Thread t's rows the leftovers read: below the highest row an element before its inside ones reads, and
+  // from the lowest one an element after them reads (both monotone in the element).
+  for (int t = 0; t < threads; ++t) {
+    const auto [mb, me] = RowShare(st.m, t, threads);
+    const auto [lo, hi] = p.inside[t];
+    if (lo >= hi) {
+      p.stored.push_back({me, me});
+      continue;
+    }
+    const int64_t below = lo > 0 ? std::clamp(p.Read(lo - 1, true) / n + 1, mb, me) : mb;
+    const int64_t from = hi < p.total ? std::clamp(p.Read(hi, false) / n, mb, me) : me;
+    p.stored.push_back({below, std::max(below, from)});
+  }
   return p.result = c;
 }
 
@@ -224,6 +261,18 @@ int Program::ComputedInside(size_t k) const {
       return (int)i;
   }
   return -1;
+}
+
+int64_t Program::StoredRows(size_t k) const {
+  const KernelLaunch& st = launches_.at(k);
+  if (st.consumer < 0 || !consumer_plan_[k].local || st.whole_output) return st.m;
+  const ConsumerPlan& p = consumer_plan_[k];
+  int64_t rows = 0;
+  for (size_t t = 0; t < p.stored.size(); ++t) {
+    const auto [mb, me] = RowShare(st.m, (int)t, (int)p.stored.size());
+    rows += p.stored[t].first - mb + me - p.stored[t].second;
+  }
+  return rows;
 }
 
 void Program::FuseTouched(size_t k) {
@@ -251,24 +300,30 @@ void Program::RunGemmInChunks(size_t k, int t, GemmCall call, int64_t mb, int64_
   // output operand moved so that element `flat` lands at dst[0].
   auto produce = [&](int64_t flat, int64_t count, float* dst) {
     const size_t j = (size_t)st.producer;
-    void* moved = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(dst) - flat * sizeof(float));
-    CallGenerated(fns_[j], j, bufs, syms, flat, flat + count, kp_.kernels[j].out_buffer, moved);
+    CallGenerated(fns_[j], j, bufs, syms, flat, flat + count, kp_.kernels[j].out_buffer, MovedTo(dst, flat));
   };
-  // Chunks of about 256 KiB of activation (which stay in L2 for the product), in whole row tiles; a
-  // K-major activation's chunk stays within one group (an image: K rows of `group` pixels each).
-  const int64_t K = gm.k, group = st.a_group;
-  const int64_t chunk = std::max<int64_t>(48, 65536 / K / 48 * 48);
-  static thread_local std::vector<float> act, rows;
+  // Chunks of ChunkRows; a K-major activation's chunk stays within one group (an image: K rows of `group`
+  // pixels each).
+  const int64_t K = gm.k, n = gm.n, group = st.a_group;
+  const int64_t chunk = ChunkRows(K);
+  static thread_local std::vector<float> act, rows, out;
   if (st.producer >= 0) act.resize((size_t)(chunk * K));
   const float* stored = static_cast<const float*>(bufs[gm.a_buffer]);
   float* y = static_cast<float*>(bufs[kn.out_buffer]);
   const ConsumerPlan* cp = st.consumer >= 0 ? &consumer_plan_[k] : nullptr;
   int64_t done = cp ? cp->inside[t].first : 0;
+  // The output in `out` (rows [base, r1): the chunk's, behind those an element not complete yet reads),
+  // stored only where the leftovers read it; or in place.
+  const bool local = cp && cp->local && !st.whole_output;
+  const auto [below, from] = local ? cp->stored[t] : std::pair<int64_t, int64_t>{me, me};
+  int64_t base = mb;
   for (int64_t r0 = mb; r0 < me;) {
     const int64_t r1 = std::min(group > 0 ? (r0 / group + 1) * group : me, std::min(me, r0 + chunk)),
                   m = r1 - r0;
+    if (local) out.resize((size_t)((r1 - base) * n));
+    float* yc = local ? out.data() + (r0 - base) * n : y + r0 * n;
     call.m = m;
-    call.y = y + r0 * gm.n;
+    call.y = yc;
     call.a_group = call.a_first = 0;
     if (st.producer < 0) {  // the activation as stored
       call.a = stored + r0 * K;
@@ -293,11 +348,21 @@ void Program::RunGemmInChunks(size_t k, int t, GemmCall call, int64_t mb, int64_
       call.a_group = call.a_first = 0;
     }
     form.run(call);
-    if (gm.epilogue) CallGenerated(fns_epi_[k], k, bufs, syms, r0 * gm.n, r1 * gm.n);
+    const int moved = local ? kn.out_buffer : -1;
+    void* moved_to = MovedTo(yc, r0 * n);
+    if (gm.epilogue) CallGenerated(fns_epi_[k], k, bufs, syms, r0 * n, r1 * n, moved, moved_to);
+    if (local)  // the rows the leftovers read
+      for (const auto& [s0, s1] : {std::pair{r0, std::min(r1, below)}, std::pair{std::max(r0, from), r1}})
+        if (s0 < s1) std::copy(yc + (s0 - r0) * n, yc + (s1 - r0) * n, y + s0 * n);
     if (cp) {  // the consumer's elements whose rows are all done
-      const int64_t upto = cp->First(done, cp->inside[t].second, r1 * gm.n, true);
-      if (upto > done) CallGenerated(fns_[st.consumer], st.consumer, bufs, syms, done, upto);
+      const int64_t upto = cp->First(done, cp->inside[t].second, r1 * n, true);
+      if (upto > done) CallGenerated(fns_[st.consumer], st.consumer, bufs, syms, done, upto, moved, moved_to);
       done = std::max(done, upto);
+    }
+    if (local) {  // keep the rows elements not complete yet read
+      const int64_t keep = done < cp->inside[t].second ? std::clamp(cp->Read(done, false) / n, base, r1) : r1;
+      std::copy(out.begin() + (keep - base) * n, out.begin() + (r1 - base) * n, out.begin());
+      base = keep;
     }
     r0 = r1;
   }
