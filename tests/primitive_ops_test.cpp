@@ -46,6 +46,43 @@ TEST(PrimitiveOps, Exp2OverItsWholeRange) {
   }
 }
 
+// Max propagates NaN from either side, in either order, against a tensor and against a number (ReLU's
+// zero, which the generated code takes with a single max), over vectorized lengths.
+TEST(PrimitiveOps, MaxPropagatesNaNFromEitherSide) {
+  Graph g;
+  Tensor a{&g, g.Input("a", DType::F32, {N()})}, b{&g, g.Input("b", DType::F32, {N()})};
+  Tensor zero{&g, g.Constant(0.0, DType::F32)}, two{&g, g.Constant(-2.0, DType::F32)};
+  g.MarkOutput(Maximum(a, b).id(), "ab");
+  g.MarkOutput(Maximum(b, a).id(), "ba");
+  g.MarkOutput(Maximum(a, zero).id(), "a0");
+  g.MarkOutput(Maximum(two, a).id(), "2a");
+  const int64_t n = 67;
+  std::vector<float> av(n), bv(n);
+  for (int64_t i = 0; i < n; ++i) {
+    av[i] = (float)(i % 7) - 3.5f, bv[i] = (float)(i % 5) - 2.25f;
+    if (i % 3 == 0) av[i] = NAN;
+    if (i % 4 == 0) bv[i] = NAN;
+  }
+  const auto got = Program::Compile(g)->Run(
+      {{"a", HostTensor::FromFloats({n}, av)}, {"b", HostTensor::FromFloats({n}, bv)}}, {{"n", n}});
+  for (int64_t i = 0; i < n; ++i) {
+    const float ab = got[0].ToFloats()[i], ba = got[1].ToFloats()[i], a0 = got[2].ToFloats()[i],
+                a2 = got[3].ToFloats()[i];
+    if (std::isnan(av[i]) || std::isnan(bv[i])) {
+      EXPECT_TRUE(std::isnan(ab) && std::isnan(ba)) << i;
+    } else {
+      EXPECT_EQ(ab, std::max(av[i], bv[i])) << i;
+      EXPECT_EQ(ba, std::max(av[i], bv[i])) << i;
+    }
+    if (std::isnan(av[i])) {
+      EXPECT_TRUE(std::isnan(a0) && std::isnan(a2)) << i;
+    } else {
+      EXPECT_EQ(a0, std::max(av[i], 0.0f)) << i;
+      EXPECT_EQ(a2, std::max(av[i], -2.0f)) << i;
+    }
+  }
+}
+
 // A concatenation along an axis outside the innermost is a sum of padded pieces whose guards hold or fail
 // for a whole inner loop: each piece's loop runs alone (no masked loads of the others), and where pieces
 // overlap (pads summed, not a concatenation) the later ones add onto the earlier. NaN and infinities

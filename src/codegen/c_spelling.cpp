@@ -30,6 +30,15 @@ std::string FloatLiteral(double v) {
   return os.str();
 }
 
+namespace {
+
+// A finite float literal as FloatLiteral spells it (not NaN).
+bool IsNumberLiteral(const std::string& s) {
+  return s.size() > 1 && s.back() == 'f' && s.find_first_not_of("0123456789.e+-f") == std::string::npos;
+}
+
+}  // namespace
+
 std::string ScalarOpExpr(Op op, DType t, const std::vector<std::string>& a, const MathNames& m) {
   auto call = [](const char* fn, const std::string& x) { return std::string(fn) + "((float)(" + x + "))"; };
   const bool f = IsFloat(t);
@@ -55,7 +64,9 @@ std::string ScalarOpExpr(Op op, DType t, const std::vector<std::string>& a, cons
       return f ? std::string(m.fmod) + "((float)(" + a[0] + "), (float)(" + a[1] + "))"
                : "(" + a[0] + " % " + a[1] + ")";
     case Op::LessThan: return "((int32_t)(" + a[0] + " < " + a[1] + "))";
-    case Op::Max:
+    case Op::Max:  // against a number (ReLU's 0): one instruction, no NaN test
+      if (f && IsNumberLiteral(a[1])) return "prism_maxc(" + a[0] + ", " + a[1] + ")";
+      if (f && IsNumberLiteral(a[0])) return "prism_maxc(" + a[1] + ", " + a[0] + ")";
       return f ? "prism_maxf(" + a[0] + ", " + a[1] + ")"
                : "(" + a[0] + " > " + a[1] + " ? " + a[0] + " : " + a[1] + ")";
     case Op::Where:
