@@ -60,7 +60,8 @@ static int DefaultForm(int64_t m, DType wt, int64_t n, int64_t k) {
 }
 
 bool ActivationDominates(int64_t m, const GemmTemplate& gm, DType wt) {
-  return 4.0 * (double)m * (double)gm.k > 32.0 * (double)StorageBytes(wt, gm.n * gm.k);
+  const double weight = (double)StorageBytes(wt, gm.n * gm.k), activation = 4.0 * (double)m * (double)gm.k;
+  return activation > 32.0 * weight || (activation > 4.0 * weight && weight <= 512.0 * 1024);
 }
 
 // Every size PlanLaunches may evaluate for a kernel (a superset: its extents, reduction, GEMM rows and

@@ -68,7 +68,8 @@ using KernelChoices = std::map<std::string, std::vector<KernelChoice>>;  // buck
 using KernelFn = void (*)(void* const* bufs, const int64_t* syms, int64_t begin, int64_t end);
 
 // A convolution's product: an activation far larger than the weight (few output channels over many
-// pixels), which each thread would read whole under a split of the columns.
+// pixels), which each thread would read whole under a split of the columns; or larger than a weight that
+// stays in L2 while the thread's chunks of rows pass (the ConvNet's third convolution, 128 x 576).
 bool ActivationDominates(int64_t m, const GemmTemplate& gm, DType wt);
 
 class Program : public Executable {
