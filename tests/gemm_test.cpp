@@ -677,6 +677,40 @@ TEST(Gemm, Int8DotOverKQuantsStaysWithinTheRoundingBound) {
 // Quantized weights as panels (a column per lane) quantize the activations as the one-row int8
 // path does and sum the same integers per block, so the two agree to f32 rounding; both stay within
 // the rounding bound of the exact product. Tails in every dimension: rows past a 6-row tile, columns
+// The float panels add a bias as they store, after the last block of K: bit for bit the product stored and
+// then the bias added (as the epilogue does), over partial tiles and panels, K past a block, row-major and
+// K-major activations and column ranges split inside a panel.
+TEST(Gemm, FloatPanelsAddTheBiasAsTheEpilogueWould) {
+  if (!PanelGemmSupported(DType::F32)) GTEST_SKIP() << "this CPU has no AVX-512";
+  for (DType wt : {DType::F32, DType::BF16})
+    for (int64_t k : {27, 300})
+      for (int64_t m : {5, 12, 29})
+        for (int64_t n : {32, 45})
+          for (int64_t group : {0, 7}) {
+            auto a = testing::RandomFloats(m * k, 21), w = testing::RandomFloats(n * k, 22),
+                 bias = testing::RandomFloats(n, 23);
+            std::vector<uint16_t> w16(n * k);
+            for (int64_t i = 0; i < n * k; ++i) w16[i] = FloatToBF16(w[i]);
+            PanelPackedWeight panels = PackPanels(wt == DType::F32 ? (const void*)w.data() : w16.data(), wt, n, k);
+            std::vector<float> src = a;  // K-major in groups of 7 rows: [m / 7, k, 7], the last group partial
+            if (group > 0) src.assign((m + group - 1) / group * group * k, 0.0f);
+            if (group > 0)
+              for (int64_t r = 0; r < m; ++r)
+                for (int64_t kk = 0; kk < k; ++kk) src[(r / group * k + kk) * group + r % group] = a[r * k + kk];
+            const PanelActivation layout{group, 0};
+            std::vector<float> want(m * n, NAN), got(m * n, NAN);
+            GemmPanels(src.data(), m, panels, want.data(), n, 0, n, layout);
+            for (int64_t i = 0; i < m * n; ++i) want[i] += bias[i % n];
+            for (int64_t split : {16, 32}) {
+              GemmPanels(src.data(), m, panels, got.data(), n, 0, split, layout, 0, bias.data());
+              GemmPanels(src.data(), m, panels, got.data(), n, split, n, layout, 0, bias.data());
+              for (int64_t i = 0; i < m * n; ++i)
+                ASSERT_EQ(got[i], want[i]) << DTypeName(wt) << " k=" << k << " m=" << m << " n=" << n
+                                           << " group=" << group << " split=" << split << " at " << i;
+            }
+          }
+}
+
 // past a 32-column panel, K past a 32-block slice and not a multiple of a 512-value group.
 TEST(Gemm, Int8PanelsAgreeWithTheOneRowPathOverOddShapes) {
   if (!PanelGemmSupported(DType::Q8_0)) GTEST_SKIP() << "this CPU has no AVX512-VNNI";

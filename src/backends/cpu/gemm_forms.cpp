@@ -50,7 +50,7 @@ PackedGemmWeight PackPanelForm(const void* w, DType wt, int64_t n, int64_t k) {
 }
 void RunPanels(const GemmCall& c) {
   GemmPanels(c.a, c.m, *static_cast<const PanelPackedWeight*>(c.packed), c.y, c.n, c.nb, c.ne,
-             {c.a_group, c.a_first}, c.param);
+             {c.a_group, c.a_first}, c.param, c.bias);
 }
 bool PlainFloat(DType wt) { return !IsQuantized(wt); }
 int64_t PanelsMinRows(DType wt) { return IsQuantized(wt) ? Int8PanelsMinRows(wt) : 6; }
@@ -144,7 +144,8 @@ const std::vector<GemmForm>& GemmForms() {
        .reads_kmajor = PlainFloat,
        .min_rows_of = PanelsMinRows,
        .param = "slice",
-       .param_values = PanelsParams},
+       .param_values = PanelsParams,
+       .adds_bias = PlainFloat},
       {.name = "dot-panels",
        .min_rows = 1,
        .offered = Bf16PanelsOffered,

@@ -38,6 +38,7 @@ struct GemmCall {
   SpinBarrier* barrier = nullptr;     // the team's barrier (null: the GEMM runs on one thread)
   AmxActivation* team_act = nullptr;  // the activation buffer the team shares (fit_team sized it)
   int64_t param = 0;                  // the form's template parameter (GemmForm::param; 0: its default)
+  const float* bias = nullptr;        // [n], added to each output as stored (forms with adds_bias only)
 };
 
 struct GemmForm {
@@ -75,6 +76,8 @@ struct GemmForm {
   // the values offered besides the default (0). The int8 GEMMs' weight prefetch distance is one: timed
   // alone, each GEMM's distances come out within the noise of one another (cpu_schedule_space.cpp).
   std::vector<int64_t> (*step_param_values)(DType wt, int64_t k) = nullptr;
+  // Adds GemmCall::bias itself for this weight type (null: never; the epilogue then adds it).
+  bool (*adds_bias)(DType wt) = nullptr;
 };
 
 // The activation rows from which `form` is offered (and taken unsearched) for weights of type wt.

@@ -57,10 +57,11 @@ PRISM_PANELS void ToF32(const uint8_t* src, int64_t count, float* dst) {
 }
 
 // kMR activation rows x 32 weight columns (f32, K-major) over kb values of K, stored into y (rows ldy apart)
-// when first, else added to it. Row i's value kk is ap[i * row_step + kk * k_step]: tiles packed K-major
-// (row_step 1, k_step kMR), or rows read where they lie (row_step their stride, k_step 1).
+// when first, else added to it; the 32 values of `bias` (if any) added as it is stored. Row i's value kk is
+// ap[i * row_step + kk * k_step]: tiles packed K-major (row_step 1, k_step kMR), or rows read where they lie
+// (row_step their stride, k_step 1).
 PRISM_PANELS void Tile(const float* ap, int64_t row_step, int64_t k_step, const float* w, int64_t kb,
-                       float* y, int64_t ldy, bool first) {
+                       float* y, int64_t ldy, bool first, const float* bias) {
   __m512 acc[kMR][2];
 #pragma GCC unroll 16
   for (int i = 0; i < kMR; ++i) {
@@ -74,6 +75,14 @@ PRISM_PANELS void Tile(const float* ap, int64_t row_step, int64_t k_step, const 
       __m512 av = _mm512_set1_ps(ap[i * row_step + kk * k_step]);
       acc[i][0] = _mm512_fmadd_ps(av, w0, acc[i][0]);
       acc[i][1] = _mm512_fmadd_ps(av, w1, acc[i][1]);
+    }
+  }
+  if (bias) {
+    const __m512 b0 = _mm512_loadu_ps(bias), b1 = _mm512_loadu_ps(bias + 16);
+#pragma GCC unroll 16
+    for (int i = 0; i < kMR; ++i) {
+      acc[i][0] = _mm512_add_ps(acc[i][0], b0);
+      acc[i][1] = _mm512_add_ps(acc[i][1], b1);
     }
   }
 #pragma GCC unroll 16
@@ -106,7 +115,7 @@ PRISM_PANELS void PackKMajor(const float* a, PanelActivation l, int64_t k, int64
 
 template <DType T>
 PRISM_PANELS void Gemm(const float* a, int64_t m, const PanelPackedWeight& w, float* y, int64_t n_total,
-                       int64_t n_begin, int64_t n_end, PanelActivation layout) {
+                       int64_t n_begin, int64_t n_end, PanelActivation layout, const float* bias) {
   const int64_t k = w.k, elem = T == DType::F32 ? 4 : 2, panel_bytes = k * kPanelCols * elem;
   alignas(64) static thread_local float apack[kMaxMBlockTiles * kMR * kKBlock], wconv[kKBlock * kPanelCols];
   alignas(64) float edge[kMR * kPanelCols];
@@ -136,6 +145,13 @@ PRISM_PANELS void Gemm(const float* a, int64_t m, const PanelPackedWeight& w, fl
         // Columns of this panel that are ours: a split may start or end inside a panel.
         const int64_t c0 = std::max<int64_t>(0, n_begin - p * kPanelCols),
                       c1 = std::min<int64_t>(kPanelCols, n_end - p * kPanelCols);
+        // The bias after the last block of K; a partial panel's from a copy (its columns past ours unread).
+        const float* pb = bias && k0 + kb == k ? bias + p * kPanelCols : nullptr;
+        alignas(64) float bias_edge[kPanelCols] = {};
+        if (pb && (c0 != 0 || c1 != kPanelCols)) {
+          std::memcpy(bias_edge + c0, pb + c0, (size_t)(c1 - c0) * sizeof(float));
+          pb = bias_edge;
+        }
         for (int64_t i = m0; i < m1; i += kMR) {
           const bool in_place = i < m_whole;
           const float* ap = in_place ? a + i * k + k0 : apack + (i - m0) * kb;
@@ -143,13 +159,13 @@ PRISM_PANELS void Gemm(const float* a, int64_t m, const PanelPackedWeight& w, fl
           float* yt = y + i * n_total + p * kPanelCols;
           const int64_t rows = std::min<int64_t>(kMR, m1 - i);
           if (rows == kMR && c0 == 0 && c1 == kPanelCols) {
-            Tile(ap, row_step, k_step, wf, kb, yt, n_total, first);
+            Tile(ap, row_step, k_step, wf, kb, yt, n_total, first, pb);
             continue;
           }
           // A partial tile goes through a full-size buffer; only its valid part touches y.
           for (int64_t r = 0; r < rows && !first; ++r)
             std::memcpy(edge + r * kPanelCols + c0, yt + r * n_total + c0, (size_t)(c1 - c0) * sizeof(float));
-          Tile(ap, row_step, k_step, wf, kb, edge, kPanelCols, first);
+          Tile(ap, row_step, k_step, wf, kb, edge, kPanelCols, first, pb);
           for (int64_t r = 0; r < rows; ++r)
             std::memcpy(yt + r * n_total + c0, edge + r * kPanelCols + c0, (size_t)(c1 - c0) * sizeof(float));
         }
@@ -195,14 +211,16 @@ PanelPackedWeight PackPanels(const void* w, DType wt, int64_t n, int64_t k) {
 }
 
 void GemmPanels(const float* a, int64_t m, const PanelPackedWeight& w, float* y, int64_t n_total,
-                int64_t n_begin, int64_t n_end, PanelActivation layout, int64_t slice_blocks) {
+                int64_t n_begin, int64_t n_end, PanelActivation layout, int64_t slice_blocks,
+                const float* bias) {
   if (n_begin >= n_end || m <= 0) return;
   switch (w.type) {
-    case DType::F32: return Gemm<DType::F32>(a, m, w, y, n_total, n_begin, n_end, layout);
-    case DType::F16: return Gemm<DType::F16>(a, m, w, y, n_total, n_begin, n_end, layout);
-    case DType::BF16: return Gemm<DType::BF16>(a, m, w, y, n_total, n_begin, n_end, layout);
+    case DType::F32: return Gemm<DType::F32>(a, m, w, y, n_total, n_begin, n_end, layout, bias);
+    case DType::F16: return Gemm<DType::F16>(a, m, w, y, n_total, n_begin, n_end, layout, bias);
+    case DType::BF16: return Gemm<DType::BF16>(a, m, w, y, n_total, n_begin, n_end, layout, bias);
     default:
       if (layout.group > 0) throw Error("panel gemm: a K-major activation with quantized weights");
+      if (bias) throw Error("panel gemm: a bias with quantized weights");
       return GemmPanelsInt8(a, m, w.data.get(), w.type, w.k, y, n_total, n_begin, n_end, slice_blocks);
   }
 }

@@ -51,7 +51,10 @@ void PackActivationTiles(const float* a, int64_t lda, int64_t m0, int64_t m1, in
 // products and sums) for float weights; quantized ones round the activations (Int8DotErrorBound).
 // Threads should split N at multiples of kPanelCols (quantized weights require it).
 // slice_blocks: for quantized weights, the K-slice of GemmPanelsInt8 (0: its default); floats ignore it.
+// bias (float weights only; null: none): bias[n] added to each output as it is stored, after its sum (as
+// an epilogue adding it would).
 void GemmPanels(const float* a, int64_t m, const PanelPackedWeight& w, float* y, int64_t n_total,
-                int64_t n_begin, int64_t n_end, PanelActivation layout = {}, int64_t slice_blocks = 0);
+                int64_t n_begin, int64_t n_end, PanelActivation layout = {}, int64_t slice_blocks = 0,
+                const float* bias = nullptr);
 
 }  // namespace prism

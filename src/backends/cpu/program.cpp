@@ -59,6 +59,27 @@ static int DefaultForm(int64_t m, DType wt, int64_t n, int64_t k) {
   return -1;
 }
 
+namespace {
+
+// A GEMM whose epilogue only adds an f32 vector along its columns (a bias): that vector's buffer; else -1.
+int BiasOf(const KernelProgram& kp, const Kernel& kn) {
+  if (!kn.gemm || !kn.gemm->epilogue || kn.gemm->index_buffer >= 0 || kn.vars.empty() ||
+      !kn.extents.back().IsConst(kn.gemm->n))
+    return -1;
+  const KValue& v = *kn.value;
+  if (v.kind != KValue::Kind::Op || v.op != Op::Add || v.args.size() != 2) return -1;
+  for (int s = 0; s < 2; ++s) {
+    const KValue &r = *v.args[s], &b = *v.args[1 - s];
+    if (r.kind == KValue::Kind::Reduce && b.kind == KValue::Kind::Load && b.gathers.empty() &&
+        b.dtype == DType::F32 && kp.buffers[b.buffer].dtype == DType::F32 &&
+        b.index == Expr::Sym(kn.vars.back()))
+      return b.buffer;
+  }
+  return -1;
+}
+
+}  // namespace
+
 bool ActivationDominates(int64_t m, const GemmTemplate& gm, DType wt) {
   const double weight = (double)StorageBytes(wt, gm.n * gm.k), activation = 4.0 * (double)m * (double)gm.k;
   return activation > 32.0 * weight || (activation > 4.0 * weight && weight <= 512.0 * 1024);
@@ -176,6 +197,7 @@ Program::Program(const Graph& g, KernelProgram kp, std::string source, JitLibrar
     producer_.push_back(ProducerOf(k, reads));
     consumer_first_.emplace_back();
     consumer_.push_back(ConsumerOf(k, reads, &consumer_first_.back()));
+    bias_.push_back(BiasOf(kp_, kp_.kernels[k]));
   }
   fused_touched_.resize(kp_.kernels.size());
   consumer_plan_.resize(kp_.kernels.size());
@@ -554,6 +576,9 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
     call.param = st.param;
     call.nb = nb;
     call.ne = ne;
+    if (bias_[k] >= 0 && form.adds_bias && form.adds_bias(call.wt))  // then the epilogue has nothing left
+      call.bias = static_cast<const float*>(bufs[bias_[k]]);
+    const bool epilogue = gm.epilogue && !call.bias;
     if (st.producer >= 0 || st.consumer >= 0)
       return RunGemmInChunks(k, st.parallel ? t : 0, call, mb, me, bufs, syms);
     call.a = static_cast<const float*>(bufs[gm.a_buffer]) + mb * gm.k;
@@ -583,9 +608,9 @@ void Program::RunChunk(size_t k, int t, int threads, void* const* bufs, const in
     form.run(call);
     // The epilogue over this thread's columns: one call where they are whole rows (a call per row cost a
     // convolution's product of 131072 rows x 32 columns 15% of its time), else one per row.
-    if (gm.epilogue && nb == 0 && ne == gm.n)
+    if (epilogue && nb == 0 && ne == gm.n)
       CallGenerated(fns_epi_[k], k, bufs, syms, mb * gm.n, me * gm.n);
-    else if (gm.epilogue)
+    else if (epilogue)
       for (int64_t i = mb; i < me && nb < ne; ++i)
         CallGenerated(fns_epi_[k], k, bufs, syms, i * gm.n + nb, i * gm.n + ne);
     return;

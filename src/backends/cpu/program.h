@@ -267,6 +267,7 @@ class Program : public Executable {
   std::vector<std::vector<int>> in_place_inputs_;  // per kernel: inputs it may write its output over
   std::vector<std::vector<int>> deps_;    // per kernel: earlier kernels it must wait for (RAW, WAR, WAW)
   std::vector<int> producer_, consumer_;  // per kernel: ProducerOf, ConsumerOf
+  std::vector<int> bias_;                 // per kernel: BiasOf (a form with adds_bias adds it itself)
   std::vector<std::vector<int>> consumer_first_;  // per kernel: what it runs before its consumer (ConsumerOf)
   std::vector<ConsumerPlan> consumer_plan_;       // per GEMM running its consumer this step
   // Per GEMM running its rows in chunks: what it touches (its own buffers, its producer's reads, its

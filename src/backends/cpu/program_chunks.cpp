@@ -350,7 +350,7 @@ void Program::RunGemmInChunks(size_t k, int t, GemmCall call, int64_t mb, int64_
     form.run(call);
     const int moved = local ? kn.out_buffer : -1;
     void* moved_to = MovedTo(yc, r0 * n);
-    if (gm.epilogue) CallGenerated(fns_epi_[k], k, bufs, syms, r0 * n, r1 * n, moved, moved_to);
+    if (gm.epilogue && !call.bias) CallGenerated(fns_epi_[k], k, bufs, syms, r0 * n, r1 * n, moved, moved_to);
     if (local)  // the rows the leftovers read
       for (const auto& [s0, s1] : {std::pair{r0, std::min(r1, below)}, std::pair{std::max(r0, from), r1}})
         if (s0 < s1) std::copy(yc + (s0 - r0) * n, yc + (s1 - r0) * n, y + s0 * n);
