@@ -207,36 +207,22 @@ class CppKernelRenderer : public CKernelRenderer {
     }
   }
 
-  // Walks the rows of [begin, end) over all but the last loop variable; defines lo/hi of the last. The
-  // first row's variables come from one division each; the next rows' by counting with carries (a
-  // division per variable and row cost a pooling kernel over rows of 32 channels most of its time).
+  // Walks the rows of [begin, end) over all but the last loop variable; defines lo/hi of the last.
   void OuterLoop(const Kernel& k, TextStream& os) {
     size_t rank = k.vars.size();
     std::string inner_extent = rank ? k.extents.back().Render(SymFn()) : "1";
     os << "  const int64_t inner = " << inner_extent << ";\n";
-    os << "  if (inner <= 0 || begin >= end) return;\n";
-    std::string step = "++o";
+    os << "  if (inner <= 0) return;\n";
+    os << "  for (int64_t o = begin / inner; o * inner < end; ++o) {\n";
     if (rank > 1) {
-      os << "  int64_t rest = begin / inner;\n";
-      std::string carry;  // from the outermost variable in: ++c0, then (++c1 == x1 ? (c1 = 0, ++c0) : 0), ...
+      os << "    int64_t rest = o;\n";
       for (size_t a = rank - 1; a-- > 0;) {
-        const std::string& v = k.vars[a];
-        if (a == 0) {
-          os << "  int64_t c_" << v << " = rest;\n";
-        } else {
-          os << "  const int64_t x_" << v << " = " << k.extents[a].Render(SymFn()) << ";\n";
-          os << "  int64_t c_" << v << " = rest % x_" << v << "; rest /= x_" << v << ";\n";
-        }
+        std::string ext = k.extents[a].Render(SymFn());
+        os << "    const int64_t " << k.vars[a] << " = " << (a == 0 ? "rest" : "rest % " + ext) << ";";
+        if (a) os << " rest /= " << ext << ";";
+        os << "\n";
       }
-      for (size_t a = 0; a + 1 < rank; ++a) {
-        const std::string& v = k.vars[a];
-        carry = a == 0 ? "++c_" + v : "(++c_" + v + " == x_" + v + " ? (c_" + v + " = 0, " + carry + ") : 0)";
-      }
-      step += ", " + carry;
     }
-    os << "  for (int64_t o = begin / inner; o * inner < end; " << step << ") {\n";
-    for (size_t a = 0; a + 1 < rank; ++a)
-      os << "    const int64_t " << k.vars[a] << " = c_" << k.vars[a] << ";\n";
     os << "    const int64_t lo = begin - o * inner > 0 ? begin - o * inner : 0;\n";
     os << "    const int64_t hi = end - o * inner < inner ? end - o * inner : inner;\n";
   }
