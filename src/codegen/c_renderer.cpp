@@ -13,8 +13,8 @@ ${dev} int64_t prism_fmod(int64_t a, int64_t b) { int64_t r = a % b; return r + 
 ${dev} int64_t prism_min(int64_t a, int64_t b) { return a < b ? a : b; }
 ${dev} int64_t prism_max(int64_t a, int64_t b) { return a > b ? a : b; }
 ${dev} int64_t prism_clampi(int64_t v, int64_t hi) { return v < 0 ? 0 : (v >= hi ? hi - 1 : v); }
-${dev} float prism_maxf(float a, float b) { return a != a ? a : (a > b ? a : b); }  // either NaN: NaN
-${dev} float prism_maxc(float x, float c) { return c > x ? c : x; }  // c not NaN: one max, x's NaN kept
+${dev} float prism_maxf(float a, float b) { return (a > b || a != a) ? a : b; }  // either NaN: NaN
+${dev} float prism_maxc(float x, float c) { return c > x ? c : x; }  // c not NaN: x's NaN kept, no NaN test
 )";
 
 // Rounding through f16/bf16 (casts) and elements of GGUF Q8_0/Q4_0 blocks (32 per block, f16 scale).

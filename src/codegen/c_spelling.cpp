@@ -64,7 +64,7 @@ std::string ScalarOpExpr(Op op, DType t, const std::vector<std::string>& a, cons
       return f ? std::string(m.fmod) + "((float)(" + a[0] + "), (float)(" + a[1] + "))"
                : "(" + a[0] + " % " + a[1] + ")";
     case Op::LessThan: return "((int32_t)(" + a[0] + " < " + a[1] + "))";
-    case Op::Max:  // against a number (ReLU's 0): one instruction, no NaN test
+    case Op::Max:  // against a number (ReLU's 0): a compare and a masked move, no NaN test
       if (f && IsNumberLiteral(a[1])) return "prism_maxc(" + a[0] + ", " + a[1] + ")";
       if (f && IsNumberLiteral(a[0])) return "prism_maxc(" + a[1] + ", " + a[0] + ")";
       return f ? "prism_maxf(" + a[0] + ", " + a[1] + ")"
