@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <set>
 
@@ -328,44 +330,63 @@ TEST(Search, DecisionsTimedOnABusyMachineAreUsedButNotSaved) {
 // each candidate but the last is tuned again with none of it, applying what the later ones decided, so the
 // kernels they share are timed under the same schedules. Where a decision was not saved nothing is tuned
 // again: a search with no budget puts back the defaults of what the database lacks.
-TEST(Search, TheProgramSearchCandidatesShareOneBudget) {
-  testing::FreshCache cache("budget");
-  Graph g;  // two products of one input: merge-linears gives a second program
-  Tensor x{&g, g.Input("x", DType::F32, {Expr::Sym("seq"), 48})};
-  auto weight = [&](const std::string& name, std::vector<Expr> shape) {
-    return Tensor{&g, g.Weight(name, DType::F32, shape)};
-  };
-  Tensor h = LayerNorm(x, weight("ln.weight", {48}), weight("ln.bias", {48}), 1e-5);
-  g.MarkOutput((Linear(GeluTanh(Linear(h, weight("up.weight", {80, 48}))), weight("down.weight", {48, 80})) +
-                Linear(h, weight("skip.weight", {48, 48})))
-                   .id(),
-               "y");
-  std::mt19937 rng(3);
+// Two products of one input (merge-linears gives a second program) with random f32 weights; `build` compiles
+// a candidate on the CPU and binds its weights, a merged one's parts concatenated in the order its name gives
+// or, with `reversed`, the other way round (a wrong program).
+struct TwoProductsOfOneInput {
+  Graph g;
   std::map<std::string, HostTensor> weights;
-  for (const Node& n : g.nodes())
-    if (n.op == Op::Weight) {
-      weights[n.name] = HostTensor::Zeros(DType::F32, EvalShape(n.shape, {}));
-      FillRandomNonZero(weights[n.name].data, DType::F32, weights[n.name].numel(), rng);
-    }
-  RewriteOptions ro;
-  ro.cost.sizes = {{"seq", 4}};
-  const RewriteResult rr = RewriteProgram(g, ro);
-  const size_t n = rr.candidates.size();
-  ASSERT_GE(n, 2u);
+  RewriteResult rr;
   std::shared_ptr<Device> cpu = OpenDevice("cpu");
-  auto build = [&](const Graph& cg) {
+  bool reversed = false;
+
+  TwoProductsOfOneInput() {
+    Tensor x{&g, g.Input("x", DType::F32, {Expr::Sym("seq"), 48})};
+    auto weight = [&](const std::string& name, std::vector<Expr> shape) {
+      return Tensor{&g, g.Weight(name, DType::F32, shape)};
+    };
+    Tensor h = LayerNorm(x, weight("ln.weight", {48}), weight("ln.bias", {48}), 1e-5);
+    g.MarkOutput(
+        (Linear(GeluTanh(Linear(h, weight("up.weight", {80, 48}))), weight("down.weight", {48, 80})) +
+         Linear(h, weight("skip.weight", {48, 48})))
+            .id(),
+        "y");
+    std::mt19937 rng(3);
+    for (const Node& n : g.nodes())
+      if (n.op == Op::Weight) {
+        weights[n.name] = HostTensor::Zeros(DType::F32, EvalShape(n.shape, {}));
+        FillRandomNonZero(weights[n.name].data, DType::F32, weights[n.name].numel(), rng);
+      }
+    RewriteOptions ro;
+    ro.cost.sizes = {{"seq", 4}};
+    rr = RewriteProgram(g, ro);
+  }
+
+  std::unique_ptr<Executable> Build(const Graph& cg) {
     std::unique_ptr<Executable> exe = cpu->Compile(cg);
     for (const Node& w : cg.nodes()) {
       if (w.op != Op::Weight) continue;
-      if (!weights.count(w.name)) {
-        std::vector<HostTensor> parts;
-        for (const std::string& part : ConcatParts(w.name)) parts.push_back(weights.at(part));
-        weights[w.name] = ConcatRows(parts, w.name);
+      std::vector<std::string> names = ConcatParts(w.name);
+      if (names.empty()) {
+        exe->BindWeight(w.name, weights.at(w.name));
+        continue;
       }
-      exe->BindWeight(w.name, weights.at(w.name));
+      if (reversed) std::reverse(names.begin(), names.end());
+      std::vector<HostTensor> parts;
+      for (const std::string& part : names) parts.push_back(weights.at(part));
+      exe->BindWeight(w.name, ConcatRows(parts, w.name));
     }
     return exe;
-  };
+  }
+};
+
+TEST(Search, TheProgramSearchCandidatesShareOneBudget) {
+  testing::FreshCache cache("budget");
+  TwoProductsOfOneInput m;
+  const RewriteResult& rr = m.rr;
+  const size_t n = rr.candidates.size();
+  ASSERT_GE(n, 2u);
+  auto build = [&](const Graph& cg) { return m.Build(cg); };
   for (const bool saved : {true, false}) {
     SCOPED_TRACE(saved ? "every decision saved" : "a decision not saved");
     std::vector<std::pair<const Executable*, double>> calls;
@@ -402,6 +423,85 @@ TEST(Search, TheProgramSearchCandidatesShareOneBudget) {
   EXPECT_LE(lm->search_seconds(), std::max(lo.search_budget, at_load) + 2);
   std::printf("stories260K: %.2f s of search at load, %.2f s in all (budget %.0f s)\n", at_load,
               lm->search_seconds(), lo.search_budget);
+}
+
+// The program check passes what rounding moves (each kernel's own check bounds its rounding; a deep random
+// model amplifies it: the 1B shape's decode logits moved by 5% of their RMS between a product rounding its
+// activation to int8 and one in f32) and drops a wrong program, whose error is the size of its values.
+TEST(Search, TheProgramCheckPassesRoundingAndDropsAWrongProgram) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0, 1);
+  const int64_t count = 4000;
+  HostTensor want = HostTensor::Zeros(DType::F32, {count}), got = HostTensor::Zeros(DType::F32, {count});
+  std::vector<float> w(count);
+  for (float& v : w) v = normal(rng);
+  auto with = [&](const std::function<void(float*)>& change) {
+    std::vector<float> g = w;
+    change(g.data());
+    std::memcpy(want.data, w.data(), count * sizeof(float));
+    std::memcpy(got.data, g.data(), count * sizeof(float));
+    return CompareProgramOutputs({want}, {got});
+  };
+  EXPECT_EQ(with([](float*) {}), "");
+  // Rounding: 8% of the values' RMS, each element moved by at most 0.3 (an eighth of the largest magnitude).
+  EXPECT_EQ(with([&](float* g) {
+              for (int64_t i = 0; i < count; ++i) g[i] += 0.08f * std::clamp(normal(rng), -3.75f, 3.75f);
+            }),
+            "");
+  // A wrong program: the halves swapped (a concatenation the wrong way round), or noise of 29% of the values'
+  // RMS, no element moved by more than 0.75 (a fifth of the largest magnitude).
+  EXPECT_NE(with([&](float* g) { std::rotate(g, g + count / 2, g + count); }).find("of its RMS"),
+            std::string::npos);
+  EXPECT_NE(with([&](float* g) {
+              for (int64_t i = 0; i < count; ++i) g[i] += 0.3f * std::clamp(normal(rng), -2.5f, 2.5f);
+            }),
+            "");
+  // One element wrong by a third of the largest magnitude, where nothing mixes it into the others.
+  float big = 0;
+  for (float v : w) big = std::max(big, std::fabs(v));
+  EXPECT_NE(with([&](float* g) { g[17] += big / 3; }).find("element 17"), std::string::npos);
+  // NaN or inf where the graph as written has none, or another one; the same ones pass.
+  EXPECT_NE(with([](float* g) { g[3] = NAN; }), "");
+  EXPECT_NE(with([](float* g) { g[3] = INFINITY; }), "");
+  w[3] = INFINITY;
+  EXPECT_NE(with([](float* g) { g[3] = -INFINITY; }), "");
+  EXPECT_EQ(with([](float*) {}), "");
+  w[3] = NAN;
+  EXPECT_NE(with([](float* g) { g[3] = INFINITY; }), "");
+  EXPECT_EQ(with([](float*) {}), "");
+  EXPECT_NE(CompareProgramOutputs({want}, {want, want}), "");
+
+  // Through the program search: the merged weight concatenated the wrong way round is dropped, with the
+  // reason; the graph as written is chosen.
+  testing::FreshCache cache("program-check");
+  TwoProductsOfOneInput m;
+  ASSERT_GE(m.rr.candidates.size(), 2u);
+  for (const bool reversed : {false, true}) {
+    SCOPED_TRACE(reversed ? "parts reversed" : "parts in order");
+    m.reversed = reversed;
+    ProgramSearchOptions po;
+    po.buckets = {{"rows", {{"seq", 4}}}};
+    po.seconds_per_bucket = 0.05;
+    const ProgramDecision d = ChooseProgram(
+        m.rr, "cpu|test", [&](const Graph& cg) { return m.Build(cg); },
+        [](Executable&, double) { return nlohmann::json::array(); }, po);
+    int dropped = 0;
+    for (size_t i = 0; i < m.rr.candidates.size(); ++i) {
+      const nlohmann::json& t = d.receipt["timed"][i];
+      const bool merged = t["rewrites"].dump().find("merge-linears") != std::string::npos;
+      if (reversed && merged) {
+        EXPECT_FALSE(t["passed"].get<bool>()) << t.dump();
+        EXPECT_NE(t.value("error", "").find("where the graph as written gives"), std::string::npos);
+        ++dropped;
+      } else {
+        EXPECT_TRUE(t["passed"].get<bool>()) << t.dump();
+      }
+    }
+    EXPECT_EQ(dropped > 0, reversed);
+    if (reversed) {
+      EXPECT_EQ(d.receipt["chosen"], "as written");
+    }
+  }
 }
 
 TEST(Search, ArtifactRunsWithoutCompilingAndRejectsStaleKernels) {

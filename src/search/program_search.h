@@ -35,13 +35,19 @@ struct ProgramDecision {
 // clock is a model) a program is the database's choice or the graph as written.
 bool TimesPrograms(const std::string& device);
 
+// A candidate's outputs against the graph as written's on the same inputs: "" where they agree up to its
+// kernels' roundings, else why not. An output fails where its error's RMS exceeds kProgramRmsTolerance of its
+// values' RMS, one element is off by more than kProgramElementTolerance of its largest magnitude, or NaN or
+// inf appears, or differs, where the other has it.
+constexpr double kProgramRmsTolerance = 0.25, kProgramElementTolerance = 0.25;
+std::string CompareProgramOutputs(const std::vector<HostTensor>& want, const std::vector<HostTensor>& got);
+
 // `build` compiles a candidate with its weights bound; `tune` searches its schedules within `share` of the
 // search budget and returns its receipts: share 1 where one candidate is built, 1/n each where n are timed
 // against each other (the budget is the whole search's, not each candidate's). Where every decision was saved
 // to the database, every candidate but the last is then tuned again with share 0, applying what the later
 // ones' searches decided, so that the kernels they share are timed under the same schedules. Candidates whose
-// outputs differ from the graph as written (2e-2 of an output's largest magnitude, NaN never) are dropped
-// with the reason.
+// outputs differ from the graph as written (CompareProgramOutputs) are dropped with the reason.
 ProgramDecision ChooseProgram(const RewriteResult& rr, const std::string& device_identity,
                               const std::function<std::unique_ptr<Executable>(const Graph&)>& build,
                               const std::function<nlohmann::json(Executable&, double share)>& tune,
