@@ -43,11 +43,12 @@ Prefetch PrefetchOf(int64_t param) {
 }
 
 // A group's values: bytes (Q8_0), nibbles (Q4_0, Q4_K; IQ4_NL's and IQ4_XS's indices into their table), or
-// low nibbles and then planes of their top bits: Q5_K's one 64-byte plane (bit c of a byte for nibble chunk
-// c's low nibble, bit 4 + c for its high one), Q6_K's two (values 0-15 of each lane, then 16-31; bits 2c and
-// 2c + 1 of a byte for nibble chunk c). Q2_K's and Q3_K's values are 2-bit crumbs, four to a byte (bits 2s
-// and 2s + 1 of the byte at chunk c's place in vector c % 2 hold 8-bit chunk c = c % 2 + 2s); Q3_K's then one
-// plane of their third bits (bit c for chunk c).
+// low nibbles and then a plane of their top bits: Q5_K's one 64-byte plane (bit c of a byte for nibble chunk
+// c's low nibble, bit 4 + c for its high one). Q6_K's six-bit values in three vectors per four 8-bit chunks
+// (values 0-15 of each lane, then 16-31): chunks 0-2 in the vectors' low six bits, chunk 3 in their top two
+// bits (its bits 0-1 in the first, 2-3 in the second, 4-5 in the third). Q2_K's and Q3_K's values are 2-bit
+// crumbs, four to a byte (bits 2s and 2s + 1 of the byte at chunk c's place in vector c % 2 hold 8-bit chunk
+// c = c % 2 + 2s); Q3_K's then one plane of their third bits (bit c for chunk c).
 constexpr int64_t ValueBytes(DType t) {
   return t == DType::Q8_0   ? kGroupValues
          : t == DType::Q2_K ? kGroupValues / 4
@@ -161,19 +162,10 @@ inline GroupPlace PlaceOf(const Int8PackedWeight& p, int64_t r, int64_t g) {
   return {tile + r % kTileRows * gb, 0};
 }
 
-// Nibble chunk c's top bits moved to bit 4 (Q5_K: bit c for a low nibble, 4 + c for a high one) or bits 4-5
-// (Q6_K: bits 2c and 2c + 1 of either plane); the rest is masked later. A 16-bit shift moves bits across
-// bytes only into positions the mask drops.
-template <DType T>
-PRISM_VNNI inline __m512i TopBits(__m512i plane, int c, bool high_nibble) {
-  if constexpr (T == DType::Q5_K)
-    return high_nibble ? _mm512_srli_epi16(plane, c) : _mm512_slli_epi16(plane, 4 - c);
-  switch (c) {
-    case 0: return _mm512_slli_epi16(plane, 4);
-    case 1: return _mm512_slli_epi16(plane, 2);
-    case 2: return plane;
-    default: return _mm512_srli_epi16(plane, 2);
-  }
+// Q5_K's nibble chunk c's top bit moved to bit 4 (bit c of the plane for a low nibble, 4 + c for a high one);
+// the rest is masked later. A 16-bit shift moves bits across bytes only into positions the mask drops.
+PRISM_VNNI inline __m512i TopBit(__m512i plane, int c, bool high_nibble) {
+  return high_nibble ? _mm512_srli_epi16(plane, c) : _mm512_slli_epi16(plane, 4 - c);
 }
 
 // 16 bytes as f32 lanes, signed or not.
@@ -267,41 +259,65 @@ PRISM_VNNI __attribute__((always_inline)) inline void AddGroup(const uint8_t* ag
         }
       }
     }
-  } else if constexpr (T == DType::Q5_K || T == DType::Q6_K) {  // Q4_0's nibbles, top bits from planes
-    constexpr bool k6 = T == DType::Q6_K;                       // two planes, two scales per lane, offset 32
-    const __m512i low = _mm512_set1_epi8(0x0f), top = _mm512_set1_epi8(k6 ? 0x30 : 0x10),
-                  one = _mm512_set1_epi8(1);
-    __m512i first_top[NR], second_top[NR];
+  } else if constexpr (T == DType::Q6_K) {  // four chunks from three vectors (ValueBytes); offset 32
+    const __m512i six = _mm512_set1_epi8(0x3F), top = _mm512_set1_epi8((char)0xC0),
+                  bits01 = _mm512_set1_epi8(0x03), bits03 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; ++half) {  // values 0-15 of each lane (p), then 16-31 (p2)
+      __m512i q[4][NR];
 #pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) {
-      first_top[j] = _mm512_loadu_si512(wg + j * w_row + kGroupValues / 2);
-      second_top[j] = k6 ? _mm512_loadu_si512(wg + j * w_row + kGroupValues / 2 + 64) : first_top[j];
+      for (int j = 0; j < NR; ++j) {
+        const uint8_t* v = wg + j * w_row + half * 192;
+        const __m512i v0 = _mm512_loadu_si512(v), v1 = _mm512_loadu_si512(v + 64),
+                      v2 = _mm512_loadu_si512(v + 128);
+        q[0][j] = _mm512_and_si512(v0, six);
+        q[1][j] = _mm512_and_si512(v1, six);
+        q[2][j] = _mm512_and_si512(v2, six);
+        // Chunk 3: bits 0-1 from v0's top bits, 2-3 from v1's, 4-5 from v2's (cleared around them first, so
+        // that the 16-bit shift brings nothing into bits 6-7). vpternlog 0xE4: C ? A : B.
+        const __m512i low4 =
+            _mm512_ternarylogic_epi32(_mm512_srli_epi16(v0, 6), _mm512_srli_epi16(v1, 4), bits01, 0xE4);
+        q[3][j] =
+            _mm512_ternarylogic_epi32(low4, _mm512_srli_epi16(_mm512_and_si512(v2, top), 2), bits03, 0xE4);
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) {
+          const __m512i av = _mm512_loadu_si512(ag + i * a_row + (4 * half + c) * 64);
+          if (half == 0) first_sum[i] = _mm512_dpbusd_epi32(first_sum[i], one, av);
+#pragma GCC unroll 8
+          for (int j = 0; j < NR; ++j) {
+            if (half == 0)
+              p[i][j] = _mm512_dpbusd_epi32(p[i][j], q[c][j], av);
+            else
+              p2[i][j] = _mm512_dpbusd_epi32(p2[i][j], q[c][j], av);
+          }
+        }
     }
+  } else if constexpr (T == DType::Q5_K) {  // Q4_0's nibbles, top bits from the plane
+    const __m512i low = _mm512_set1_epi8(0x0f), top = _mm512_set1_epi8(0x10);
+    __m512i plane[NR];
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) plane[j] = _mm512_loadu_si512(wg + j * w_row + kGroupValues / 2);
 #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
       __m512i lo[NR], hi[NR];
 #pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) {
         __m512i raw = _mm512_loadu_si512(wg + j * w_row + c * 64);
-        // nibble | (top bits from bit 4): vpternlog's A | (B & C)
-        lo[j] = _mm512_ternarylogic_epi32(_mm512_and_si512(raw, low), TopBits<T>(first_top[j], c, false), top,
-                                          0xF8);
+        // nibble | (top bit from bit 4): vpternlog's A | (B & C)
+        lo[j] = _mm512_ternarylogic_epi32(_mm512_and_si512(raw, low), TopBit(plane[j], c, false), top, 0xF8);
         hi[j] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(raw, 4), low),
-                                          TopBits<T>(second_top[j], c, true), top, 0xF8);
+                                          TopBit(plane[j], c, true), top, 0xF8);
       }
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
         __m512i a0 = _mm512_loadu_si512(ag + i * a_row + c * 64);
         __m512i a1 = _mm512_loadu_si512(ag + i * a_row + (c + 4) * 64);
-        if (k6) first_sum[i] = _mm512_dpbusd_epi32(first_sum[i], one, a0);
 #pragma GCC unroll 8
-        for (int j = 0; j < NR; ++j) {
-          p[i][j] = _mm512_dpbusd_epi32(p[i][j], lo[j], a0);
-          if (k6)
-            p2[i][j] = _mm512_dpbusd_epi32(p2[i][j], hi[j], a1);
-          else
-            p[i][j] = _mm512_dpbusd_epi32(p[i][j], hi[j], a1);
-        }
+        for (int j = 0; j < NR; ++j)
+          p[i][j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(p[i][j], lo[j], a0), hi[j], a1);
       }
     }
   } else {  // Q4_0, Q4_K, IQ4: a byte holds value c (low nibble) and value c + 4 chunks (high nibble)
@@ -586,23 +602,26 @@ void PackK45(const Block* src, DType t, int64_t n, int64_t k, Int8PackedWeight* 
 }
 
 // Q6_K rows into groups of two blocks: lane l holds block l / 8's values 32 (l % 8) to 32 (l % 8) + 31
-// (0..63, stored with offset 32), their low nibbles as Q4_0's, their top bits in the planes, with the signed
-// scales of their two 16-value halves; then d[2].
+// (0..63, stored with offset 32), four 8-bit chunks in three vectors (ValueBytes), with the signed scales of
+// their two 16-value halves; then d[2].
 void PackQ6K(const BlockQ6_K* src, int64_t n, int64_t k, Int8PackedWeight* p) {
   ForEachSuperBlock(src, DType::Q6_K, n, k, p,
                     [](const BlockQ6_K& x, uint8_t* values, uint8_t* scales, int64_t half) {
                       uint8_t q[kSuperBlock];  // 0..63, in ggml's order
                       float scale[kSuperBlock / 16], offset[kSuperBlock / 16];
                       BlockFormatInts(DType::Q6_K, &x, q, scale, offset);
-                      uint8_t* planes = values + kGroupValues / 2;
                       for (int s = 0; s < 8; ++s) {
                         const int64_t lane = half * 8 + s;
-                        const uint8_t* v = q + 32 * s;
-                        for (int64_t j = 0; j < kQuantBlock / 2; ++j) {
-                          values[LaneOffset(lane, j)] = (uint8_t)((v[j] & 0xF) | ((v[j + 16] & 0xF) << 4));
-                          const int64_t at = lane * 4 + j % 4, shift = 2 * (j / 4);  // nibble chunk j / 4
-                          planes[at] |= (uint8_t)((v[j] >> 4) << shift);
-                          planes[64 + at] |= (uint8_t)((v[j + 16] >> 4) << shift);
+                        for (int64_t kk = 0; kk < kQuantBlock; ++kk) {
+                          const uint8_t v = q[32 * s + kk];
+                          const int64_t c = kk / 4 % 4;  // the chunk within its half
+                          uint8_t* vec = values + kk / 16 * 192 + lane * 4 + kk % 4;
+                          if (c < 3) {
+                            vec[64 * c] |= v;
+                          } else {
+                            for (int piece = 0; piece < 3; ++piece)
+                              vec[64 * piece] |= (uint8_t)(((v >> (2 * piece)) & 3) << 6);
+                          }
                         }
                         scales[lane] = (uint8_t)x.scales[2 * s];
                         scales[kGroupBlocks + lane] = (uint8_t)x.scales[2 * s + 1];
