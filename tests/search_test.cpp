@@ -416,6 +416,10 @@ TEST(Search, TheProgramSearchCandidatesShareOneBudget) {
   lo.search_busy_limit = 1;
   lo.search_budget = 2;
   auto lm = LanguageModel::Load(kStories, lo);
+  // Its programs were chosen for a request of a 32-token prompt (the prefill bucket at a context of 64) and
+  // as many decode steps.
+  EXPECT_EQ(lm->program_receipt()["request_steps"], nlohmann::json({{"decode", 32}, {"prefill", 1}}))
+      << lm->program_receipt().dump();
   const double at_load = lm->search_seconds();
   int from_db = 0;
   for (const auto& r : lm->TuneRest()) from_db += r.value("reason", "") == "tuning database";
@@ -502,6 +506,18 @@ TEST(Search, TheProgramCheckPassesRoundingAndDropsAWrongProgram) {
       EXPECT_EQ(d.receipt["chosen"], "as written");
     }
   }
+}
+
+// The program search chooses for a request: each bucket's median step times its steps. With the 1B shape's
+// Q8_0 figures (ms; q/k/v merged is faster at decode, gate/up at a 128-token prompt), one step of each would
+// choose gate/up; a request that decodes 128 tokens after its prompt chooses q/k/v, as the bench did.
+TEST(Search, TheProgramScoreIsARequestsTime) {
+  const nlohmann::json qkv = {{"decode", 27.4}, {"prefill", 218.0}},
+                       gate_up = {{"decode", 28.4}, {"prefill", 205.6}};
+  EXPECT_LT(RequestUs(gate_up, {}), RequestUs(qkv, {}));
+  EXPECT_LT(RequestUs(qkv, {{"decode", 128}}), RequestUs(gate_up, {{"decode", 128}}));
+  EXPECT_DOUBLE_EQ(RequestUs(qkv, {{"decode", 128}}), 128 * 27.4 + 218.0);
+  EXPECT_DOUBLE_EQ(RequestUs(qkv, {{"prefill", 0}}), 27.4);
 }
 
 TEST(Search, ArtifactRunsWithoutCompilingAndRejectsStaleKernels) {

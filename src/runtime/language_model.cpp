@@ -137,6 +137,11 @@ void LanguageModel::CompileProgram(double search_budget) {
   po.force = program_;
   for (const auto& b : Buckets())  // the whole step at decode and at a prompt's length
     if (b.first == "decode" || b.first == "prefill") po.buckets.push_back(b);
+  // The request a program is chosen for: a prompt of the prefill bucket's length, then as many tokens
+  // generated (one decode step each). Per token a decode step costs several times a prompt token here, so
+  // decode weighs most, as it does in a chat turn.
+  for (const auto& [name, sizes] : po.buckets)
+    if (name == "prefill") po.steps["decode"] = (double)sizes.at("seq");
   const RewriteResult rr =
       program_ == "as written" ? AsWritten(StepGraph(false), "not run: asked for as written") : Rewrites();
   ProgramDecision d = CompileModelProgram(

@@ -35,6 +35,11 @@ double RunUs(Executable& exe, const std::map<std::string, HostTensor>& in, const
   return us;
 }
 
+double StepsOf(const std::map<std::string, double>& steps, const std::string& bucket) {
+  auto it = steps.find(bucket);
+  return it == steps.end() ? 1.0 : it->second;
+}
+
 }  // namespace
 
 // Each kernel was checked against the kernel IR within its own rounding bounds by the schedule search, and
@@ -76,6 +81,12 @@ std::string CompareProgramOutputs(const std::vector<HostTensor>& want, const std
   return "";
 }
 
+double RequestUs(const nlohmann::json& median_us, const std::map<std::string, double>& steps) {
+  double us = 0;
+  for (const auto& [bucket, t] : median_us.items()) us += StepsOf(steps, bucket) * t.get<double>();
+  return us;
+}
+
 bool TimesPrograms(const std::string& device) {
   return device == "cpu" || device == "opencl" || device == "cuda";
 }
@@ -91,10 +102,15 @@ ProgramDecision ChooseProgram(const RewriteResult& rr, const std::string& device
     for (const nlohmann::json& t : tune(*exe, share)) all_saved &= t.value("saved", true);
     return exe;
   };
-  // The check's version is in the key: a decision made under the first check, which dropped right programs
-  // (an element off by 2e-2 of the largest magnitude failed), is timed again.
-  const std::string key = TuningDb::ProgramKey(
-      rr.candidates[0].graph.ToText(), RulesFingerprint(DefaultRules()) + "|check 2", device_identity);
+  // The check's version and the request are in the key: a decision made under the first check, which
+  // dropped right programs (an element off by 2e-2 of the largest magnitude failed), or for another request
+  // (the first score summed each bucket's time ratio), is timed again.
+  std::string request;
+  for (const auto& [bucket, sizes] : opts.buckets)
+    request += "|" + bucket + " x" + std::to_string((int64_t)StepsOf(opts.steps, bucket));
+  const std::string key =
+      TuningDb::ProgramKey(rr.candidates[0].graph.ToText(),
+                           RulesFingerprint(DefaultRules()) + "|check 2" + request, device_identity);
   nlohmann::json r{{"kernel", "(program)"}, {"scope", "program"}, {"key", key}};
   r["saturation"] = {{"iterations", rr.saturation.iterations},
                      {"nodes", {rr.saturation.nodes_start, rr.saturation.nodes_end}},
@@ -163,7 +179,7 @@ ProgramDecision ChooseProgram(const RewriteResult& rr, const std::string& device
       if (std::string why = CompareProgramOutputs(want, got); !why.empty()) broken[i] = bucket + ": " + why;
     }
   }
-  // Whole steps, candidates taking turns, per bucket; the score is the sum over buckets of time / written's.
+  // Whole steps, candidates taking turns, per bucket; the score is the request's time (RequestUs).
   std::vector<double> score(exes.size(), 0);
   nlohmann::json timed = nlohmann::json::array();
   std::vector<nlohmann::json> per(exes.size(), nlohmann::json::object());
@@ -187,9 +203,9 @@ ProgramDecision ChooseProgram(const RewriteResult& rr, const std::string& device
       const double med = us[i][us[i].size() / 2];
       per[i][bucket] = med;
     }
-    for (size_t i = 0; i < exes.size(); ++i)
-      if (broken[i].empty()) score[i] += per[i][bucket].get<double>() / per[0][bucket].get<double>();
   }
+  for (size_t i = 0; i < exes.size(); ++i)
+    if (broken[i].empty()) score[i] = RequestUs(per[i], opts.steps);
   size_t best = 0;
   for (size_t i = 0; i < exes.size(); ++i) {
     nlohmann::json t{{"candidate", rr.candidates[i].name},
@@ -216,7 +232,16 @@ ProgramDecision ChooseProgram(const RewriteResult& rr, const std::string& device
     db.Save();
   }
   d.exe = std::move(exes[best]);
-  finish(best, "fastest whole step over the buckets (sum of time ratios to the graph as written)");
+  r["request_steps"] = nlohmann::json::object();
+  std::string steps;
+  for (const auto& [bucket, sizes] : opts.buckets) {
+    r["request_steps"][bucket] = StepsOf(opts.steps, bucket);
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s%g %s", steps.empty() ? "" : " + ", StepsOf(opts.steps, bucket),
+                  bucket.c_str());
+    steps += buf;
+  }
+  finish(best, "fastest request of " + steps + " steps");
   return d;
 }
 

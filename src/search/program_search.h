@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -16,8 +17,11 @@
 namespace prism {
 
 struct ProgramSearchOptions {
-  std::vector<std::pair<std::string, SymbolBindings>> buckets;  // timed at each; the score sums time ratios
-  std::string db_path;                                          // tuning database; "" = none
+  std::vector<std::pair<std::string, SymbolBindings>> buckets;  // each timed a whole step at a time
+  // The request a program is chosen for: how many steps of each bucket it takes (a bucket not named: one).
+  // The fastest program is the one whose request takes least time (RequestUs).
+  std::map<std::string, double> steps;
+  std::string db_path;      // tuning database; "" = none
   bool measure = true;      // false: the database's decision, else the graph as written (nothing timed)
   double busy_limit = 0.2;  // a decision timed while others used more of the CPU is not saved
   double seconds_per_bucket = 1.0;
@@ -34,6 +38,10 @@ struct ProgramDecision {
 // searches schedules (cpu, opencl, cuda). Elsewhere (the reference interpreter; a simulated device, whose
 // clock is a model) a program is the database's choice or the graph as written.
 bool TimesPrograms(const std::string& device);
+
+// A request's time: the sum over buckets of a candidate's median step (median_us: bucket -> microseconds)
+// times that bucket's steps in the request (ProgramSearchOptions::steps; one where not named).
+double RequestUs(const nlohmann::json& median_us, const std::map<std::string, double>& steps);
 
 // A candidate's outputs against the graph as written's on the same inputs: "" where they agree up to its
 // kernels' roundings, else why not. An output fails where its error's RMS exceeds kProgramRmsTolerance of its
