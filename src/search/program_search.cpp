@@ -105,12 +105,18 @@ ProgramDecision ChooseProgram(const RewriteResult& rr, const std::string& device
   // The check's version and the request are in the key: a decision made under the first check, which
   // dropped right programs (an element off by 2e-2 of the largest magnitude failed), or for another request
   // (the first score summed each bucket's time ratio), is timed again.
-  std::string request;
-  for (const auto& [bucket, sizes] : opts.buckets)
-    request += "|" + bucket + " x" + std::to_string((int64_t)StepsOf(opts.steps, bucket));
+  std::string request;  // "128 decode + 1 prefill"
+  nlohmann::json request_steps = nlohmann::json::object();
+  for (const auto& [bucket, sizes] : opts.buckets) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s%g %s", request.empty() ? "" : " + ", StepsOf(opts.steps, bucket),
+                  bucket.c_str());
+    request += buf;
+    request_steps[bucket] = StepsOf(opts.steps, bucket);
+  }
   const std::string key =
       TuningDb::ProgramKey(rr.candidates[0].graph.ToText(),
-                           RulesFingerprint(DefaultRules()) + "|check 2" + request, device_identity);
+                           RulesFingerprint(DefaultRules()) + "|check 2|request " + request, device_identity);
   nlohmann::json r{{"kernel", "(program)"}, {"scope", "program"}, {"key", key}};
   r["saturation"] = {{"iterations", rr.saturation.iterations},
                      {"nodes", {rr.saturation.nodes_start, rr.saturation.nodes_end}},
@@ -232,16 +238,8 @@ ProgramDecision ChooseProgram(const RewriteResult& rr, const std::string& device
     db.Save();
   }
   d.exe = std::move(exes[best]);
-  r["request_steps"] = nlohmann::json::object();
-  std::string steps;
-  for (const auto& [bucket, sizes] : opts.buckets) {
-    r["request_steps"][bucket] = StepsOf(opts.steps, bucket);
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "%s%g %s", steps.empty() ? "" : " + ", StepsOf(opts.steps, bucket),
-                  bucket.c_str());
-    steps += buf;
-  }
-  finish(best, "fastest request of " + steps + " steps");
+  r["request_steps"] = request_steps;
+  finish(best, "fastest request of " + request + " steps");
   return d;
 }
 
