@@ -18,11 +18,13 @@
 #include "backends/cpu/gemm_blocks.h"
 #include "backends/cpu/gemm_int8.h"
 #include "backends/cpu/gemm_int8_avx2.h"
+#include "backends/cpu/gemm_int8_panels.h"
 #include "backends/cpu/gemm_panels.h"
 #include "backends/cpu/gemm_slices_avx2.h"
 #include "backends/cpu/machine_probe.h"
 #include "backends/cpu/thread_pool.h"
 #include "ir/host_tensor.h"
+#include "ir/quant_formats.h"
 
 using namespace prism;
 
@@ -160,6 +162,13 @@ int main(int argc, char** argv) {
       time(
           wt, "panels (int8 VNNI)", p.bytes,
           [&](int64_t nb, int64_t ne) { GemmPanels(a.data(), m, p, y.data(), n, nb, ne); }, p.data.get());
+      if (Int8PanelsGroupSupported(wt, k))
+        time(
+            wt, "q8k-panels (int8 VNNI)", p.bytes,
+            [&](int64_t nb, int64_t ne) {
+              GemmPanelsInt8(a.data(), m, p.data.get(), wt, k, y.data(), n, nb, ne, 0, kSuperBlock);
+            },
+            p.data.get());
     }
   }
   return 0;

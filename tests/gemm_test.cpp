@@ -934,49 +934,72 @@ TEST(Gemm, Int8PrefetchDistancesChangeOnlyTheSpeedAndAreSearchedPerStep) {
 }
 
 // GGUF's block formats as int8 panels (bytes 0..255 with per-16 or per-32 scales and offsets, the
-// activation rounded per 32 values): within the int8 forms' rounding bound of the exact sum, with
-// the rounding visible (the form ran), over odd row counts, a column split inside the second panel's
-// range and K past a 32-block slice. A NaN in the activation reaches its outputs as NaN.
+// activation rounded per 32 values, or per 256 for the formats of 256-value super-blocks): within the int8
+// forms' rounding bound of the exact sum for that rounding, with the rounding visible (the form ran), over
+// odd row counts, a column split inside the second panel's range, K past a 32-block slice and past one
+// group of 8 blocks in slices of 8, 16 and 40. A NaN in the activation reaches its outputs as NaN.
 TEST(Gemm, Int8PanelsOverBlockFormatsStayWithinTheRoundingBound) {
   if (!PanelGemmSupported(DType::Q4_K)) GTEST_SKIP() << "this CPU has no AVX512-VNNI";
+  int grouped = 0;
   for (DType wt : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS,
                    DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL})
-    for (int64_t m : {1, 5, 10, 13})
-      for (int64_t blocks : {1, 5}) {
-        const int64_t n = 37, split = 32, k = blocks * BlockElems(wt);
-        auto a = testing::RandomFloats(m * k, 31 + m);
-        a[k / 2 + 3] = -9.0f;  // an outlier
-        HostTensor w = testing::RandomBlocks(wt, {n, k}, 32);
-        PanelPackedWeight panels = PackPanels(w.data, wt, n, k);
-        std::vector<float> y(m * n, NAN);
-        GemmPanels(a.data(), m, panels, y.data(), n, 0, split);
-        GemmPanels(a.data(), m, panels, y.data(), n, split, n);
-        double worst = 0;
-        for (int64_t i = 0; i < m; ++i)
-          for (int64_t j = 0; j < n; ++j) {
-            const Exact e = ExactDot(a.data(), k, w.data, wt, i, j);
-            const double exact = e.sum, magnitude = e.magnitude;
-            const double got = y[i * n + j], bound = Int8DotErrorBound(a.data() + i * k, w.data, wt, k, j);
-            ASSERT_FALSE(std::isnan(got))
-                << DTypeName(wt) << " k=" << k << " m=" << m << " at " << i << "," << j;
-            ASSERT_LE(std::fabs(got - exact), bound * 1.01 + 1e-6 * magnitude)
-                << DTypeName(wt) << " k=" << k << " m=" << m << " at " << i << "," << j;
-            worst = std::max(worst, std::fabs(got - exact) / (1e-6 * magnitude));
+    for (int64_t act_block : {(int64_t)kQuantBlock, (int64_t)kSuperBlock})
+      for (int64_t m : {1, 5, 10, 13})
+        for (int64_t blocks : {1, 5}) {
+          const int64_t n = 37, split = 32, k = blocks * BlockElems(wt);
+          const bool group = act_block == kSuperBlock;
+          EXPECT_EQ(Int8PanelsGroupSupported(wt, k), BlockElems(wt) == kSuperBlock) << DTypeName(wt);
+          if (group && !Int8PanelsGroupSupported(wt, k)) continue;
+          auto a = testing::RandomFloats(m * k, 31 + m);
+          a[k / 2 + 3] = -9.0f;  // an outlier
+          HostTensor w = testing::RandomBlocks(wt, {n, k}, 32);
+          PanelPackedWeight panels = PackPanels(w.data, wt, n, k);
+          for (int64_t slice : group ? std::vector<int64_t>{8, 16, 40} : std::vector<int64_t>{0}) {
+            std::vector<float> y(m * n, NAN);
+            GemmPanelsInt8(a.data(), m, panels.data.get(), wt, k, y.data(), n, 0, split, slice, act_block);
+            GemmPanelsInt8(a.data(), m, panels.data.get(), wt, k, y.data(), n, split, n, slice, act_block);
+            const std::string what = std::string(DTypeName(wt)) + " per " + std::to_string(act_block) +
+                                     " slice " + std::to_string(slice) + " k=" + std::to_string(k) +
+                                     " m=" + std::to_string(m);
+            double worst = 0;
+            for (int64_t i = 0; i < m; ++i)
+              for (int64_t j = 0; j < n; ++j) {
+                const Exact e = ExactDot(a.data(), k, w.data, wt, i, j);
+                const double exact = e.sum, magnitude = e.magnitude, got = y[i * n + j];
+                const double bound = Int8DotErrorBound(a.data() + i * k, w.data, wt, k, j, act_block);
+                ASSERT_FALSE(std::isnan(got)) << what << " at " << i << "," << j;
+                ASSERT_LE(std::fabs(got - exact), bound * 1.01 + 1e-6 * magnitude)
+                    << what << " at " << i << "," << j;
+                worst = std::max(worst, std::fabs(got - exact) / (1e-6 * magnitude));
+              }
+            EXPECT_GT(worst, 1.0) << what << ": no rounding visible; did the int8 form run?";
+            grouped += group;
           }
-        EXPECT_GT(worst, 1.0) << DTypeName(wt) << " k=" << k
-                              << ": no rounding visible; did the int8 form run?";
-      }
-  const int64_t k = 256, n = 32;
+        }
+  EXPECT_EQ(grouped, 6 * 8 * 3) << "every format of 256-value super-blocks, rounded per 256";
+  const int64_t k = 512, n = 32;
   auto a = testing::RandomFloats(3 * k, 5);
   a[k + 40] = NAN;  // row 1
   HostTensor w = testing::RandomBlocks(DType::Q6_K, {n, k}, 6);
   PanelPackedWeight panels = PackPanels(w.data, DType::Q6_K, n, k);
-  std::vector<float> y(3 * n, 0.0f);
-  GemmPanels(a.data(), 3, panels, y.data(), n, 0, n);
-  for (int64_t j = 0; j < n; ++j) {
-    EXPECT_FALSE(std::isnan(y[j])) << "row 0 column " << j;
-    EXPECT_TRUE(std::isnan(y[n + j])) << "row 1 column " << j;
+  for (int64_t act_block : {(int64_t)kQuantBlock, (int64_t)kSuperBlock}) {
+    std::vector<float> y(3 * n, 0.0f);
+    GemmPanelsInt8(a.data(), 3, panels.data.get(), DType::Q6_K, k, y.data(), n, 0, n, 8, act_block);
+    for (int64_t j = 0; j < n; ++j) {
+      EXPECT_FALSE(std::isnan(y[j])) << "row 0 column " << j << " per " << act_block;
+      EXPECT_TRUE(std::isnan(y[n + j])) << "row 1 column " << j << " per " << act_block;
+    }
   }
+  // Rounded per 256 values, slices must hold whole groups of 8 blocks, and the format 256-value blocks.
+  std::vector<float> y(3 * n);
+  EXPECT_THROW(
+      GemmPanelsInt8(a.data(), 3, panels.data.get(), DType::Q6_K, k, y.data(), n, 0, n, 12, kSuperBlock),
+      Error);
+  HostTensor q5 = testing::RandomBlocks(DType::Q5_0, {n, k}, 6);
+  PanelPackedWeight q5_panels = PackPanels(q5.data, DType::Q5_0, n, k);
+  EXPECT_THROW(
+      GemmPanelsInt8(a.data(), 3, q5_panels.data.get(), DType::Q5_0, k, y.data(), n, 0, n, 8, kSuperBlock),
+      Error);
 }
 
 // Both bf16 dot-product forms (weight rows as stored; packed panels of pairs) over odd K, M and N, with

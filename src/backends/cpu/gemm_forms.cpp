@@ -11,6 +11,7 @@
 #include "backends/cpu/gemm_int8_panels.h"
 #include "backends/cpu/gemm_panels.h"
 #include "backends/cpu/gemm_slices_avx2.h"
+#include "ir/quant_formats.h"
 
 namespace prism {
 namespace {
@@ -57,6 +58,17 @@ int64_t PanelsMinRows(DType wt) { return IsQuantized(wt) ? Int8PanelsMinRows(wt)
 std::vector<int64_t> PanelsParams(DType wt, int64_t, int64_t k) {
   return IsQuantized(wt) ? Int8PanelSliceChoices(k) : std::vector<int64_t>{};
 }
+
+// The same panels of K-quants against activations rounded per 256 values, as the q8k form rounds them: each
+// 16- or 32-value sum takes one multiply-add, the row's scale one per 256 values.
+bool Q8KPanelsOffered(DType wt, int64_t k) {
+  return Avx512TemplatesEnabled() && Int8PanelsGroupSupported(wt, k);
+}
+void RunQ8KPanels(const GemmCall& c) {
+  const auto& w = *static_cast<const PanelPackedWeight*>(c.packed);
+  GemmPanelsInt8(c.a, c.m, w.data.get(), w.type, w.k, c.y, c.n, c.nb, c.ne, c.param, kSuperBlock);
+}
+std::vector<int64_t> Q8KPanelsParams(DType, int64_t, int64_t k) { return Int8PanelSliceChoices(k); }
 
 // bf16 weights in panels of pairs for AVX512_BF16 dot products, the activation rounded to bf16.
 bool Bf16PanelsOffered(DType wt, int64_t) {
@@ -205,6 +217,20 @@ const std::vector<GemmForm>& GemmForms() {
        .fit_team = nullptr,
        .on_slabs = true,
        .step_param_values = Int8Avx2PrefetchChoices},
+      {.name = "q8k-panels",
+       .min_rows = 6,
+       .offered = Q8KPanelsOffered,
+       .label = [](DType) -> std::string { return "template-q8k-panels"; },
+       .pack = PackPanelForm,
+       .run = RunQ8KPanels,
+       .rounds = Ever,
+       .error_bound = BlockQ8KErrorBound,
+       .split_tile = kPanelCols,
+       .fit_team = nullptr,
+       .on_slabs = true,
+       .min_rows_of = PanelsMinRows,
+       .param = "slice",
+       .param_values = Q8KPanelsParams},
   };
   return forms;
 }

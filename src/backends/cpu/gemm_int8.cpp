@@ -79,11 +79,28 @@ constexpr int64_t LaneOffset(int64_t l, int64_t kk) { return (kk / 4) * 64 + l *
 
 // q = round(x / d) with d = max|x| / 127 (0 for a block of zeros).
 PRISM_VNNI float QuantizeActivationBlock(const float* x, int8_t* q, int32_t* sum) {
-  __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
-  float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
-  float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
-  // A NaN in the block makes its scale NaN (the max above may drop it), so every output it reaches is NaN.
-  if (_mm512_cmp_ps_mask(x0, x0, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(x1, x1, _CMP_UNORD_Q)) d = NAN;
+  float id = 0;
+  const float d = ActivationScale(x, kQuantBlock, &id);
+  RoundActivationBlock(x, id, q, sum);
+  return d;
+}
+
+PRISM_VNNI float ActivationScale(const float* x, int64_t n, float* id) {
+  __m512 amax = _mm512_setzero_ps();
+  __mmask16 nan = 0;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    amax = _mm512_max_ps(amax, _mm512_abs_ps(v));
+    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  }
+  const float m = _mm512_reduce_max_ps(amax);
+  *id = m > 0 ? 127.0f / m : 0.0f;
+  // A NaN in the values makes their scale NaN (the max above may drop it), so every output it reaches is NaN.
+  return nan ? NAN : m / 127.0f;
+}
+
+PRISM_VNNI void RoundActivationBlock(const float* x, float id, int8_t* q, int32_t* sum) {
+  const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
   __m512i q0 = _mm512_cvtps_epi32(
       _mm512_roundscale_ps(_mm512_mul_ps(x0, _mm512_set1_ps(id)), _MM_FROUND_TO_NEAREST_INT));
   __m512i q1 = _mm512_cvtps_epi32(
@@ -95,7 +112,6 @@ PRISM_VNNI float QuantizeActivationBlock(const float* x, int8_t* q, int32_t* sum
   // would overflow.
   if (sum)
     *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_cvtepi8_epi32(b0), _mm512_cvtepi8_epi32(b1)));
-  return d;
 }
 
 namespace {

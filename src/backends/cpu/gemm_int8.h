@@ -59,6 +59,12 @@ std::vector<int64_t> Int8PrefetchChoices(DType wt, int64_t k);
 // sum of q.
 float QuantizeActivationBlock(const float* x, int8_t* q, int32_t* sum = nullptr);
 
+// Its two halves, for a scale shared by more values (the q8k panels round 256 at a time): the scale d of n
+// values (a multiple of 16; NaN where one is NaN), with 127 / max|x| (0 for zeros) in *id; then one 32-value
+// block rounded by it, q = round(x * id), its sum in *sum where given.
+float ActivationScale(const float* x, int64_t n, float* id);
+void RoundActivationBlock(const float* x, float id, int8_t* q, int32_t* sum = nullptr);
+
 // That bound for one output: activation row a (K values) against weight row n of w (GGUF layout),
 // for activations rounded per `block` values (32 here; 256 for the q8k form of gemm_blocks.h).
 double Int8DotErrorBound(const float* a, const void* w, DType wt, int64_t k, int64_t n,

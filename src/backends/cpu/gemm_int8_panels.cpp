@@ -69,20 +69,29 @@ constexpr int kRows = 6;
 // scales d, then per half (subs of them) d x the sum of that half's values, which multiplies the
 // weights' offsets; for a fixed offset instead the i32 -offset x the sum, where the integer sums start
 // (the offset taken out exactly, before any rounding). Rows past the end are zero and contribute nothing.
+// Rounded per Group blocks (8: per 256 values, as llama.cpp's Q8_K), each block repeats its group's d and
+// the float sums are not multiplied by it: the tile applies d once per group.
 constexpr int64_t TileBlockBytes(int subs) { return kSteps * kRows * 4 + kRows * 4 * (1 + subs); }
 
 // Rows [i0, i0 + rows) of the activation (k values each, m rows in all) x blocks [b0, b0 + nb),
-// quantized as every int8 form does (QuantizeActivationBlock) into tile layout.
-template <int Subs, int Fixed>
+// quantized as every int8 form does (QuantizeActivationBlock), or per Group blocks, into tile layout.
+template <int Subs, int Fixed, int Group>
 void PackTile(const float* a, int64_t k, int64_t m, int64_t i0, int64_t b0, int64_t nb, uint8_t* out) {
   constexpr int MR = kRows;
   std::memset(out, 0, (size_t)(nb * TileBlockBytes(Subs)));
-  for (int64_t i = 0; i < MR && i0 + i < m; ++i)
+  for (int64_t i = 0; i < MR && i0 + i < m; ++i) {
+    float d = 0, id = 0;  // a group's scale, found at its first block
     for (int64_t bi = 0; bi < nb; ++bi) {
       uint8_t* dst = out + bi * TileBlockBytes(Subs);
       alignas(64) int8_t q[kQuantBlock];
       int32_t sum[2];  // per half (two-scale formats) or sum[0] for the whole block
-      const float d = QuantizeActivationBlock(a + (i0 + i) * k + (b0 + bi) * kQuantBlock, q, &sum[0]);
+      const float* x = a + (i0 + i) * k + (b0 + bi) * kQuantBlock;
+      if constexpr (Group == 1) {
+        d = QuantizeActivationBlock(x, q, &sum[0]);
+      } else {
+        if (bi % Group == 0) d = ActivationScale(x, Group * kQuantBlock, &id);
+        RoundActivationBlock(x, id, q, &sum[0]);
+      }
       if (Subs == 2) {
         const int32_t whole = sum[0];
         sum[0] = 0;
@@ -96,25 +105,28 @@ void PackTile(const float* a, int64_t k, int64_t m, int64_t i0, int64_t b0, int6
         if constexpr (Fixed != 0)
           reinterpret_cast<int32_t*>(scales)[MR * (1 + h) + i] = -Fixed * sum[h];
         else
-          scales[MR * (1 + h) + i] = d * (float)sum[h];
+          scales[MR * (1 + h) + i] = (Group == 1 ? d : 1.0f) * (float)sum[h];
     }
+  }
 }
 
 // The first Rows rows of one packed row tile (a tile's last rows, past m, are skipped rather than
 // computed) x one panel slice of nb blocks, stored into y (rows ldy apart) when first, else added to it.
-// Integer sums per half (a fixed offset taken out in them), then in f32. Block by block it
+// Integer sums per half (a fixed offset taken out in them), then in f32: times scale x d per half, or
+// with Group > 1 times the scale alone, and the group's sum times d into y. Block by block it
 // prefetches the slice at `next` (when given) into L2: the panels are read once, in pieces a few pages long,
 // and the hardware's prefetchers stop at each page.
-template <int Subs, bool Nib, int Fixed, bool Half, int Rows>
+template <int Subs, bool Nib, int Fixed, bool Half, int Group, int Rows>
 PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, float* y, int64_t ldy,
                           bool first, const uint8_t* next) {
   constexpr int MR = kRows;
   constexpr int kHalfSteps = kSteps / Subs;
-  __m512 acc[Rows][2];
+  static_assert(Group == 1 || !Half, "a group's formats have f32 scales");
+  __m512 acc[Rows][2];  // with Group > 1 the group's sums, in units of d
 #pragma GCC unroll 8
   for (int i = 0; i < Rows; ++i) {
-    acc[i][0] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + i * ldy);
-    acc[i][1] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + i * ldy + 16);
+    acc[i][0] = first || Group > 1 ? _mm512_setzero_ps() : _mm512_loadu_ps(y + i * ldy);
+    acc[i][1] = first || Group > 1 ? _mm512_setzero_ps() : _mm512_loadu_ps(y + i * ldy + 16);
   }
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   constexpr int64_t kBlock = PanelBlockBytes(Subs, Nib, Fixed, Half);
@@ -170,8 +182,10 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
 #pragma GCC unroll 8
       for (int i = 0; i < Rows; ++i) {
         const __m512 d = _mm512_set1_ps(as[i]);
-        acc[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[i][0]), _mm512_mul_ps(s0, d), acc[i][0]);
-        acc[i][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[i][1]), _mm512_mul_ps(s1, d), acc[i][1]);
+        acc[i][0] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[i][0]), Group > 1 ? s0 : _mm512_mul_ps(s0, d), acc[i][0]);
+        acc[i][1] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[i][1]), Group > 1 ? s1 : _mm512_mul_ps(s1, d), acc[i][1]);
         if constexpr (Fixed == 0) {
           const __m512 ds = _mm512_set1_ps(as[MR * (1 + h) + i]);
           acc[i][0] = _mm512_fnmadd_ps(o0, ds, acc[i][0]);
@@ -179,7 +193,23 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
         }
       }
     }
+    if constexpr (Group > 1) {
+      if (bi % Group != Group - 1) continue;
+      // The group's last block: its sums times d into y (stored over it at the slice's first group).
+      const bool store = first && bi < Group;
+#pragma GCC unroll 8
+      for (int i = 0; i < Rows; ++i) {
+        const __m512 d = _mm512_set1_ps(as[i]);
+        for (int v = 0; v < 2; ++v) {
+          float* out = y + i * ldy + 16 * v;
+          _mm512_storeu_ps(
+              out, store ? _mm512_mul_ps(acc[i][v], d) : _mm512_fmadd_ps(acc[i][v], d, _mm512_loadu_ps(out)));
+          acc[i][v] = _mm512_setzero_ps();
+        }
+      }
+    }
   }
+  if constexpr (Group > 1) return;
 #pragma GCC unroll 8
   for (int i = 0; i < Rows; ++i) {
     _mm512_storeu_ps(y + i * ldy, acc[i][0]);
@@ -188,23 +218,23 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
 }
 
 // PanelTile for the rows a tile holds (the last tile of m rows may hold fewer than kRows).
-template <int Subs, bool Nib, int Fixed, bool Half>
+template <int Subs, bool Nib, int Fixed, bool Half, int Group>
 void Tile(int64_t rows, const uint8_t* at, int64_t nb, const uint8_t* slice, float* y, int64_t ldy,
           bool first, const uint8_t* next) {
   static_assert(kRows == 6, "one case per row count");
   switch (rows) {
-    case 6: return PanelTile<Subs, Nib, Fixed, Half, 6>(at, nb, slice, y, ldy, first, next);
-    case 5: return PanelTile<Subs, Nib, Fixed, Half, 5>(at, nb, slice, y, ldy, first, next);
-    case 4: return PanelTile<Subs, Nib, Fixed, Half, 4>(at, nb, slice, y, ldy, first, next);
-    case 3: return PanelTile<Subs, Nib, Fixed, Half, 3>(at, nb, slice, y, ldy, first, next);
-    case 2: return PanelTile<Subs, Nib, Fixed, Half, 2>(at, nb, slice, y, ldy, first, next);
-    default: return PanelTile<Subs, Nib, Fixed, Half, 1>(at, nb, slice, y, ldy, first, next);
+    case 6: return PanelTile<Subs, Nib, Fixed, Half, Group, 6>(at, nb, slice, y, ldy, first, next);
+    case 5: return PanelTile<Subs, Nib, Fixed, Half, Group, 5>(at, nb, slice, y, ldy, first, next);
+    case 4: return PanelTile<Subs, Nib, Fixed, Half, Group, 4>(at, nb, slice, y, ldy, first, next);
+    case 3: return PanelTile<Subs, Nib, Fixed, Half, Group, 3>(at, nb, slice, y, ldy, first, next);
+    case 2: return PanelTile<Subs, Nib, Fixed, Half, Group, 2>(at, nb, slice, y, ldy, first, next);
+    default: return PanelTile<Subs, Nib, Fixed, Half, Group, 1>(at, nb, slice, y, ldy, first, next);
   }
 }
 
 // For each slice of K (outermost: its packed activation tiles stay in L2), every row tile passes
 // over each of our panels' slice, which stays in L1 or L2 meanwhile.
-template <int Subs, bool Nib, int Fixed, bool Half>
+template <int Subs, bool Nib, int Fixed, bool Half, int Group>
 void GemmSlices(const float* a, int64_t m, const uint8_t* panels, int64_t k, float* y, int64_t n_total,
                 int64_t n_begin, int64_t n_end, int64_t slice_blocks) {
   constexpr int MR = kRows;
@@ -216,7 +246,7 @@ void GemmSlices(const float* a, int64_t m, const uint8_t* panels, int64_t k, flo
     const int64_t nb = std::min(slice_blocks, blocks - b0);
     const bool first = b0 == 0;
     for (int64_t t = 0; t < tiles; ++t)
-      PackTile<Subs, Fixed>(a, k, m, t * MR, b0, nb, packed.data() + t * nb * TileBlockBytes(Subs));
+      PackTile<Subs, Fixed, Group>(a, k, m, t * MR, b0, nb, packed.data() + t * nb * TileBlockBytes(Subs));
     auto slice_at = [&](int64_t n0, int64_t b) {
       return panels + (n0 / kPanelWidth * blocks + b) * PanelBlockBytes(Subs, Nib, Fixed, Half);
     };
@@ -232,13 +262,13 @@ void GemmSlices(const float* a, int64_t m, const uint8_t* panels, int64_t k, flo
         float* yt = y + t * MR * n_total + n0;
         const uint8_t* prefetch = t == 0 ? next : nullptr;
         if (cols == kPanelWidth) {
-          Tile<Subs, Nib, Fixed, Half>(rows, at, nb, slice, yt, n_total, first, prefetch);
+          Tile<Subs, Nib, Fixed, Half, Group>(rows, at, nb, slice, yt, n_total, first, prefetch);
           continue;
         }
         // A panel's last columns go through a full-width buffer; only its valid part touches y.
         for (int64_t r = 0; r < rows && !first; ++r)
           std::memcpy(edge + r * kPanelWidth, yt + r * n_total, (size_t)cols * sizeof(float));
-        Tile<Subs, Nib, Fixed, Half>(rows, at, nb, slice, edge, kPanelWidth, first, prefetch);
+        Tile<Subs, Nib, Fixed, Half, Group>(rows, at, nb, slice, edge, kPanelWidth, first, prefetch);
         for (int64_t r = 0; r < rows; ++r)
           std::memcpy(yt + r * n_total, edge + r * kPanelWidth, (size_t)cols * sizeof(float));
       }
@@ -337,8 +367,13 @@ void PackPanelsInt8(const void* w, DType wt, int64_t n, int64_t k, uint8_t* out)
     }
 }
 
+bool Int8PanelsGroupSupported(DType wt, int64_t k) {
+  return Int8PanelsSupported(wt, k) && IsBlockFormat(wt) && BlockFormatElems(wt) == kSuperBlock;
+}
+
 void GemmPanelsInt8(const float* a, int64_t m, const uint8_t* panels, DType wt, int64_t k, float* y,
-                    int64_t n_total, int64_t n_begin, int64_t n_end, int64_t slice_blocks) {
+                    int64_t n_total, int64_t n_begin, int64_t n_end, int64_t slice_blocks,
+                    int64_t act_block) {
   if (n_begin >= n_end || m <= 0) return;
   if (slice_blocks < 0) throw Error("int8 panels: a slice of " + std::to_string(slice_blocks) + " blocks");
   const int64_t sb = slice_blocks > 0 ? slice_blocks : kInt8PanelSlice;
@@ -348,26 +383,47 @@ void GemmPanelsInt8(const float* a, int64_t m, const uint8_t* panels, DType wt, 
   const int subs = SubsOf(wt), fixed = FixedOffsetOf(wt);
   const bool half = HalfScalesOf(wt);
   auto run = [&](auto slices) { slices(a, m, panels, k, y, n_total, n_begin, n_end, sb); };
+  if (act_block == kSuperBlock) {
+    constexpr int kGroup = kSuperBlock / kQuantBlock;
+    if (!Int8PanelsGroupSupported(wt, k) || sb % kGroup != 0)
+      throw Error("int8 panels: activations rounded per 256 values over " + std::string(DTypeName(wt)) +
+                  " weights, K=" + std::to_string(k) + ", in slices of " + std::to_string(sb) + " blocks");
+    if (fixed == 128)
+      run(GemmSlices<1, false, 128, false, kGroup>);
+    else if (fixed == 32)
+      run(GemmSlices<2, false, 32, false, kGroup>);
+    else if (fixed == 4)
+      run(GemmSlices<2, true, 4, false, kGroup>);
+    else if (subs == 1 && nib)
+      run(GemmSlices<1, true, 0, false, kGroup>);
+    else if (subs == 1)
+      run(GemmSlices<1, false, 0, false, kGroup>);
+    else
+      run(GemmSlices<2, true, 0, false, kGroup>);
+    return;
+  }
+  if (act_block != kQuantBlock)
+    throw Error("int8 panels: activations rounded per " + std::to_string(act_block) + " values");
   if (fixed == 8)
-    run(GemmSlices<1, true, 8, true>);
+    run(GemmSlices<1, true, 8, true, 1>);
   else if (fixed == 128 && half)
-    run(GemmSlices<1, false, 128, true>);
+    run(GemmSlices<1, false, 128, true, 1>);
   else if (fixed == 128)
-    run(GemmSlices<1, false, 128, false>);
+    run(GemmSlices<1, false, 128, false, 1>);
   else if (fixed == 16)
-    run(GemmSlices<1, false, 16, false>);
+    run(GemmSlices<1, false, 16, false, 1>);
   else if (fixed == 32)
-    run(GemmSlices<2, false, 32, false>);
+    run(GemmSlices<2, false, 32, false, 1>);
   else if (fixed == 4)
-    run(GemmSlices<2, true, 4, false>);
+    run(GemmSlices<2, true, 4, false, 1>);
   else if (subs == 1 && nib)
-    run(GemmSlices<1, true, 0, false>);
+    run(GemmSlices<1, true, 0, false, 1>);
   else if (subs == 1)
-    run(GemmSlices<1, false, 0, false>);
+    run(GemmSlices<1, false, 0, false, 1>);
   else if (nib)
-    run(GemmSlices<2, true, 0, false>);
+    run(GemmSlices<2, true, 0, false, 1>);
   else
-    run(GemmSlices<2, false, 0, false>);
+    run(GemmSlices<2, false, 0, false, 1>);
 }
 
 }  // namespace prism

@@ -33,8 +33,14 @@ void PackPanelsInt8(const void* w, DType wt, int64_t n, int64_t k, uint8_t* out)
 // is within Int8DotErrorBound of the exact sum. Threads split N at multiples of 32. K is taken in slices
 // of slice_blocks 32-value blocks (0: kInt8PanelSlice), each slice's panels passed by every row tile while
 // they stay in cache; any slice gives the same sums in the same order, only the speed differs.
+// act_block 256 (formats of 256-value super-blocks, Int8PanelsGroupSupported; slices of whole 8 blocks): the
+// activations rounded per 256 values instead, as llama.cpp's Q8_K rounds them (within Int8DotErrorBound for
+// blocks of 256), so that each 16- or 32-value sum takes one multiply-add by its weight scale and the row's
+// scale applies once per 256 values: Q6_K's tile did two multiplies per 16 values.
 void GemmPanelsInt8(const float* a, int64_t m, const uint8_t* panels, DType wt, int64_t k, float* y,
-                    int64_t n_total, int64_t n_begin, int64_t n_end, int64_t slice_blocks = 0);
+                    int64_t n_total, int64_t n_begin, int64_t n_end, int64_t slice_blocks = 0,
+                    int64_t act_block = 32);
+bool Int8PanelsGroupSupported(DType wt, int64_t k);
 
 // The default slice, and the others the search times for a reduction of k values: a longer slice stores
 // and reloads the outputs fewer times (the 1B shape's head, 16 rows: 6.6-6.8 ms at 64 blocks against
