@@ -1214,13 +1214,14 @@ TEST(Gemm, Bf16ActivationsRunOnBf16DotProductsUnsearched) {
 }
 
 // Quantized weights meet int8 dot products before any search, as llama.cpp's do: one row at a time for a
-// few rows, in panels over more (the rows form's f32 products ran decode at half the bandwidth and 16 rows
-// 3-4x slower). Every output stays within the chosen form's rounding bound of the exact sum, as the search
+// few rows, in panels over more (Q4_K and Q6_K against the activation rounded per 256 values; the rows
+// form's f32 products ran decode at half the bandwidth and 16 rows 3-4x slower). Every output stays within the chosen form's rounding bound of the exact sum, as the search
 // would check; float weights keep exact f32 products (the panels from 6 rows where N fills a panel, as
 // here; the rows form below that).
 TEST(Gemm, QuantizedWeightsRunOnInt8DotProductsUnsearched) {
   const int rounded = GemmFormIndex("rounded"), panels = GemmFormIndex("panels"), q8k = GemmFormIndex("q8k"),
-            slices = GemmFormIndex("slices"), int8_avx2 = GemmFormIndex("int8-avx2");
+            slices = GemmFormIndex("slices"), int8_avx2 = GemmFormIndex("int8-avx2"),
+            q8k_panels = GemmFormIndex("q8k-panels");
   // Panels from 2 rows where they hold the weights as nibbles, from 6 where as bytes or floats.
   EXPECT_EQ(MinRows(GemmForms()[panels], DType::Q4_K), 2);
   EXPECT_EQ(MinRows(GemmForms()[panels], DType::Q4_0), 2);
@@ -1240,7 +1241,8 @@ TEST(Gemm, QuantizedWeightsRunOnInt8DotProductsUnsearched) {
       if (IsQuantized(wt))
         for (int f : {rounded, q8k, int8_avx2})
           if (want == 0 && GemmForms()[f].offered(wt, k)) want = f;
-      if (m >= MinRows(GemmForms()[panels], wt) && GemmForms()[panels].offered(wt, k)) want = panels;
+      if (m >= MinRows(GemmForms()[panels], wt) && GemmForms()[panels].offered(wt, k))
+        want = GemmForms()[q8k_panels].offered(wt, k) ? q8k_panels : panels;  // Q4_K, Q6_K: rounded per 256
       // Without AVX-512: the slices from 16 rows of quantized weights (f16's rows form stays ahead), but for
       // Q8_0, Q4_0, Q4_K and Q6_K at every row count: their int8 tiles.
       if (m >= 16 && wt != DType::F16 && GemmForms()[slices].offered(wt, k)) want = slices;
@@ -1297,7 +1299,7 @@ TEST(Gemm, ExpertGemmsTakeTheirFormByTheRowsEachSlabMeets) {
     if (!prog->kernels().kernels[kk].gemm) continue;
     ++gemms;
     EXPECT_EQ(prog->DefaultChoice(kk, {{"m", 2}}).form, rounded) << "decode: one row per slab";
-    EXPECT_EQ(prog->DefaultChoice(kk, {{"m", 32}}).form, panels) << "4 rows per slab";
+    EXPECT_EQ(prog->DefaultChoice(kk, {{"m", 32}}).form, GemmFormIndex("q8k-panels")) << "4 rows per slab";
   }
   EXPECT_EQ(gemms, 1);
 }

@@ -24,6 +24,7 @@ using Clock = std::chrono::steady_clock;
 
 static const int kDotPanelsForm = GemmFormIndex("dot-panels");
 static const int kPanelsForm = GemmFormIndex("panels");
+static const int kQ8KPanelsForm = GemmFormIndex("q8k-panels");
 static const int kRoundedForm = GemmFormIndex("rounded");
 static const int kQ8KForm = GemmFormIndex("q8k");
 static const int kSlicesForm = GemmFormIndex("slices");
@@ -31,8 +32,11 @@ static const int kInt8Avx2Form = GemmFormIndex("int8-avx2");
 
 // Unsearched, a product of quantized weights takes the form a search picks for it on every CPU measured:
 // int8 dot products against the activation rounded per 32 values (as llama.cpp rounds it), one row at a
-// time for a few rows, int8 panels over more (from 2 rows for the formats they keep as nibbles). The rows
-// form (exact products, the weights decoded to f32) streamed Q4_0 at half the bandwidth at one row
+// time for a few rows, int8 panels over more (from 2 rows for the formats they keep as nibbles; for the
+// formats of 256-value super-blocks against the activation rounded per 256 values, as llama.cpp's Q8_K:
+// 1.04-1.19x the per-32 panels' GOP/s at 6 to 128 rows of 8192 x 2048 on Zen 5, one thread, within 4% of them
+// at 2-4 rows, and chosen by the search for every prefill product of the 1B shape in Q4_K_M and Q6_K). The
+// rows form (exact products, the weights decoded to f32) streamed Q4_0 at half the bandwidth at one row
 // (bench/gemm_forms.cpp: 17 against 35 GB/s on Zen 5) and ran 16 rows 3-4x slower than the panels. Each
 // form's rounding stays within the bound the search checks (Gemm.*RoundingBound tests). Float weights over
 // many rows take the panels where a panel's 32 columns are filled: on Zen 5 (bench/gemm_forms.cpp, one
@@ -53,7 +57,8 @@ static int DefaultForm(int64_t m, DType wt, int64_t n, int64_t k) {
   const GemmForm& panels = GemmForms()[kPanelsForm];
   if (!IsQuantized(wt))
     return m >= MinRows(panels, wt) && n >= kPanelCols && panels.offered(wt, k) ? kPanelsForm : -1;
-  if (m >= MinRows(panels, wt) && panels.offered(wt, k)) return kPanelsForm;
+  if (m >= MinRows(panels, wt) && panels.offered(wt, k))
+    return GemmForms()[kQ8KPanelsForm].offered(wt, k) ? kQ8KPanelsForm : kPanelsForm;
   for (int f : {kRoundedForm, kQ8KForm})
     if (GemmForms()[f].offered(wt, k)) return f;
   return -1;
