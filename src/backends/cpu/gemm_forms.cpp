@@ -42,6 +42,13 @@ void RunRounded(const GemmCall& c) {
 }
 
 // Q4_K/Q6_K weights as stored, the activation rounded as llama.cpp's Q8_K: integer dot products (AVX2).
+// Offered where the int8 rows form is not (no AVX512-VNNI, or the AVX-512 templates off): on Zen 5 that
+// form was ahead at every row count from cache (1.1-1.7x at one row, 1.9-3.2x at 2-5) and from memory tied
+// at the host's low bandwidth level and 13% ahead at its high one (the head, 128256 x 2048 Q6_K, two
+// threads), so a search timing both took q8k only by noise (that head, in decode, in the 1B shape's files).
+bool Q8KOffered(DType wt, int64_t k) {
+  return BlockQ8KSupported(wt, k) && !RoundedActivationSupported(wt, k);
+}
 void RunQ8K(const GemmCall& c) { GemmRowsBlockQ8K(c.a, c.m, c.k, c.w, c.wt, c.y, c.n, c.nb, c.ne); }
 
 // K-major panels of 32 columns for many activation rows.
@@ -182,7 +189,7 @@ const std::vector<GemmForm>& GemmForms() {
        .on_slabs = false},
       {.name = "q8k",
        .min_rows = 1,
-       .offered = BlockQ8KSupported,
+       .offered = Q8KOffered,
        .label = [](DType) -> std::string { return "template-q8k"; },
        .pack = nullptr,
        .run = RunQ8K,
