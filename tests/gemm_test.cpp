@@ -1215,9 +1215,9 @@ TEST(Gemm, Bf16ActivationsRunOnBf16DotProductsUnsearched) {
 
 // Quantized weights meet int8 dot products before any search, as llama.cpp's do: one row at a time for a
 // few rows, in panels over more (Q4_K and Q6_K against the activation rounded per 256 values; the rows
-// form's f32 products ran decode at half the bandwidth and 16 rows 3-4x slower). Every output stays within the chosen form's rounding bound of the exact sum, as the search
-// would check; float weights keep exact f32 products (the panels from 6 rows where N fills a panel, as
-// here; the rows form below that).
+// form's f32 products ran decode at half the bandwidth and 16 rows 3-4x slower). Every output stays within
+// the chosen form's rounding bound of the exact sum, as the search would check; float weights keep exact f32
+// products (the panels from 6 rows where N fills a panel, as here; the rows form below that).
 TEST(Gemm, QuantizedWeightsRunOnInt8DotProductsUnsearched) {
   const int rounded = GemmFormIndex("rounded"), panels = GemmFormIndex("panels"), q8k = GemmFormIndex("q8k"),
             slices = GemmFormIndex("slices"), int8_avx2 = GemmFormIndex("int8-avx2"),
