@@ -34,8 +34,9 @@ static const int kInt8Avx2Form = GemmFormIndex("int8-avx2");
 // int8 dot products against the activation rounded per 32 values (as llama.cpp rounds it), one row at a
 // time for a few rows, int8 panels over more (from 2 rows for the formats they keep as nibbles; for the
 // formats of 256-value super-blocks against the activation rounded per 256 values, as llama.cpp's Q8_K:
-// 1.04-1.19x the per-32 panels' GOP/s at 6 to 128 rows of 8192 x 2048 on Zen 5, one thread, within 4% of them
-// at 2-4 rows, and chosen by the search for every prefill product of the 1B shape in Q4_K_M and Q6_K). The
+// 1.08-1.19x the per-32 panels' GOP/s at 128 rows of 8192 x 2048 on Zen 5, one thread, and chosen by the
+// search for every prefill product of the 1B shape in Q4_K_M and Q6_K; at 2 to 32 rows from 8% behind
+// (Q6_K, 16384 x 2048, out of the L3) to 22% ahead (Q6_K, 2048 x 8192), the serving bench unmoved). The
 // rows form (exact products, the weights decoded to f32) streamed Q4_0 at half the bandwidth at one row
 // (bench/gemm_forms.cpp: 17 against 35 GB/s on Zen 5) and ran 16 rows 3-4x slower than the panels. Each
 // form's rounding stays within the bound the search checks (Gemm.*RoundingBound tests). Float weights over
