@@ -457,9 +457,12 @@ void Program::PlanLaunches(const SymbolBindings& b, bool prepare) {
     // Exact: a decision loaded from a database or artifact made without it does not round either.
     if (exact_ && kn.gemm && c->use_template && RoundsActivation(k, c->form)) c = &unsearched;
     st.use_template = st.use_template && c->use_template;
-    if (st.use_template && kn.gemm && PrepareForm(*kn.gemm, c->form, false)) {
-      st.form = c->form, st.param = c->param;
-      if (prepare) to_pack.emplace_back(&*kn.gemm, c->form);
+    // A decided form this CPU does not offer (a database written where the table offered it) gives way to the
+    // unsearched one, not to the exact rows form: a Q4_K product decided as q8k ran at a sixth of its speed.
+    const KernelChoice& form = !kn.gemm || PrepareForm(*kn.gemm, c->form, false) ? *c : unsearched;
+    if (st.use_template && kn.gemm && PrepareForm(*kn.gemm, form.form, false)) {
+      st.form = form.form, st.param = form.param;
+      if (prepare) to_pack.emplace_back(&*kn.gemm, form.form);
     }
     st.reduce_outer = !st.use_template && c->reduce_outer && fns_ro_[k];
     if (c->threading != Threading::ByWorkSize) st.parallel = threads > 1 && c->threading == Threading::Team;

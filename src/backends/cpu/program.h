@@ -107,6 +107,10 @@ class Program : public Executable {
   // Rows of GEMM k's output the last step stored (the rest stayed in the threads' buffers, read there by
   // the kernel computed inside it).
   int64_t StoredRows(size_t k) const;
+  // The GEMM form kernel k ran in the last step (a GemmForms() index; -1: no template GEMM).
+  int RanForm(size_t k) const {
+    return k < launches_.size() && launches_[k].use_template && kp_.kernels[k].gemm ? launches_[k].form : -1;
+  }
   int threads() const { return pool_->size(); }
   // Per-kernel wall time accumulated over runs when profiling is on ($PRISM_PROFILE=1 turns it on
   // for every program and prints the table when the program is destroyed).
