@@ -457,12 +457,15 @@ void Program::PlanLaunches(const SymbolBindings& b, bool prepare) {
     // Exact: a decision loaded from a database or artifact made without it does not round either.
     if (exact_ && kn.gemm && c->use_template && RoundsActivation(k, c->form)) c = &unsearched;
     st.use_template = st.use_template && c->use_template;
-    // A decided form this CPU does not offer (a database written where the table offered it) gives way to the
-    // unsearched one, not to the exact rows form: a Q4_K product decided as q8k ran at a sixth of its speed.
-    const KernelChoice& form = !kn.gemm || PrepareForm(*kn.gemm, c->form, false) ? *c : unsearched;
-    if (st.use_template && kn.gemm && PrepareForm(*kn.gemm, form.form, false)) {
-      st.form = form.form, st.param = form.param;
-      if (prepare) to_pack.emplace_back(&*kn.gemm, form.form);
+    if (st.use_template && kn.gemm) {
+      // A decided form this CPU does not offer (a database written where the table offered it) gives way to
+      // the unsearched one, not to the exact rows form: a Q4_K product decided as q8k ran at a sixth of its
+      // speed.
+      const KernelChoice* f = PrepareForm(*kn.gemm, c->form, false) ? c : &unsearched;
+      if (f == c || PrepareForm(*kn.gemm, f->form, false)) {
+        st.form = f->form, st.param = f->param;
+        if (prepare) to_pack.emplace_back(&*kn.gemm, f->form);
+      }
     }
     st.reduce_outer = !st.use_template && c->reduce_outer && fns_ro_[k];
     if (c->threading != Threading::ByWorkSize) st.parallel = threads > 1 && c->threading == Threading::Team;
