@@ -2,7 +2,11 @@
 // Usage: prism_gemm_bench [M N K [repeats [threads [cold|warm [DTYPES]]]]]  (default 1 8192 2048 10 1; best
 // of the repeats; threads split the weight rows in blocks of 64, as a decode step's team does; `cold`: the
 // weights of every form are evicted from the caches before each repeat, as the schedule search times a GEMM;
-// DTYPES: a comma-separated list of weight dtypes to time, e.g. q6_k,q4_k; default all).
+// DTYPES: a comma-separated list of weight dtypes to time, e.g. q6_k,q4_k; default all). Cold, each repeat
+// also times a plain read of the same memory just after (the probe's read: 2 streams a thread, prefetch
+// 4 KiB ahead, the same bytes a thread), and "of read" is the median over repeats of the kernel's rate
+// over that read's: a fraction of the memory's speed that a change of the host's bandwidth between
+// repeats or runs does not move.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -50,27 +54,50 @@ int main(int argc, char** argv) {
   }
   std::printf("M=%lld N=%lld K=%lld, %d thread(s), best of %d (micro-kernels: %s)\n", (long long)m,
               (long long)n, (long long)k, threads, reps, GemmIsa());
-  std::printf("| weights | form | ms | weight GB/s | GFLOP/s |\n| --- | --- | ---: | ---: | ---: |\n");
+  std::printf(
+      "| weights | form | ms | weight GB/s | GFLOP/s | read GB/s | of read |\n"
+      "| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
   // run(nb, ne) computes output columns [nb, ne); each thread takes its share of 64-column blocks.
   auto time = [&](DType wt, const char* form, size_t weight_bytes,
                   const std::function<void(int64_t, int64_t)>& run, const void* weights) {
     const int64_t blocks = (n + 63) / 64;
     double best = 1e30;
-    for (int r = 0; r <= reps; ++r) {  // repeat 0 warms up
+    std::vector<double> reads, ratios;  // cold: the plain read's seconds, and its over the kernel's
+    std::vector<float> sink(threads);
+    auto timed = [&](const std::function<void(int)>& f) {
       if (cold) {
         EvictFromCache(weights, weight_bytes);
         pool.ParallelFor(threads,
                          [](int) {});  // the team, asleep by now, awake again (else one thread ran it)
       }
       auto t0 = std::chrono::steady_clock::now();
-      pool.ParallelFor(threads, [&](int t) {
+      pool.ParallelFor(threads, f);
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    for (int r = 0; r <= reps; ++r) {  // repeat 0 warms up
+      const double s = timed([&](int t) {
         run(std::min(n, blocks * t / threads * 64), std::min(n, blocks * (t + 1) / threads * 64));
       });
-      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (r > 0) best = std::min(best, s);
+      if (!cold) continue;
+      const size_t share = weight_bytes / threads / 256 * 256;
+      const double read = timed([&](int t) {
+        sink[t] += ReadMemory(static_cast<const uint8_t*>(weights) + share * t, share, 2, 4096);
+      });
+      if (r > 0) reads.push_back(read * weight_bytes / (share * threads)), ratios.push_back(reads.back() / s);
     }
-    std::printf("| %s | %s | %.3f | %.1f | %.1f |\n", std::string(DTypeName(wt)).c_str(), form, best * 1e3,
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    std::printf("| %s | %s | %.3f | %.1f | %.1f |", std::string(DTypeName(wt)).c_str(), form, best * 1e3,
                 weight_bytes / best / 1e9, 2.0 * m * n * k / best / 1e9);
+    if (reads.empty())
+      std::printf(" - | - |\n");
+    else
+      std::printf(" %.1f | %.0f%% |\n", weight_bytes / median(reads) / 1e9, 100 * median(ratios));
+    volatile float keep = sink[0];
+    (void)keep;
   };
   // The int8 rows at the default prefetch distance, then at each the search times (int8-avx2 likewise).
   auto int8_rows = [&](DType wt, const void* w) {
@@ -80,7 +107,7 @@ int main(int argc, char** argv) {
         [&](int64_t nb, int64_t ne) { GemmRowsInt8(a.data(), m, p, y.data(), n, nb, ne); }, p.data.get());
     for (int64_t ahead : Int8PrefetchChoices(wt, k))
       time(
-          wt, ("rounded, prefetch=" + std::to_string(ahead)).c_str(), p.bytes,
+          wt, ("rounded, prefetch=" + Int8PrefetchName(ahead)).c_str(), p.bytes,
           [&](int64_t nb, int64_t ne) { GemmRowsInt8(a.data(), m, p, y.data(), n, nb, ne, ahead); },
           p.data.get());
   };

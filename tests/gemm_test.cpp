@@ -860,7 +860,8 @@ TEST(Gemm, Int8PrefetchDistancesChangeOnlyTheSpeedAndAreSearchedPerStep) {
     const Int8PackedWeight packed = PackForInt8Dot(w.data, wt, n, k);
     std::vector<float> want(m * n, NAN);
     GemmRowsInt8(a.data(), m, packed, want.data(), n, 0, n);
-    for (int64_t ahead : {kInt8NoPrefetch, (int64_t)64, (int64_t)1024, (int64_t)16384, (int64_t)1 << 24}) {
+    for (int64_t ahead : {kInt8NoPrefetch, (int64_t)64, (int64_t)1024, (int64_t)16384, (int64_t)1 << 24,
+                          4096 + kInt8PrefetchToL2}) {
       std::vector<float> y(m * n, NAN);
       GemmRowsInt8(a.data(), m, packed, y.data(), n, 0, 8, ahead);
       GemmRowsInt8(a.data(), m, packed, y.data(), n, 8, n, ahead);
@@ -869,7 +870,10 @@ TEST(Gemm, Int8PrefetchDistancesChangeOnlyTheSpeedAndAreSearchedPerStep) {
             << DTypeName(wt) << " prefetch " << ahead << " at " << i << ": " << y[i] << " vs " << want[i];
     }
     EXPECT_THROW(GemmRowsInt8(a.data(), m, packed, want.data(), n, 0, n, -64), Error);
+    EXPECT_THROW(GemmRowsInt8(a.data(), m, packed, want.data(), n, 0, n, 2 * kInt8PrefetchToL2), Error);
   }
+  EXPECT_EQ(Int8PrefetchName(4096 + kInt8PrefetchToL2), "4096+l2");
+  EXPECT_EQ(Int8PrefetchName(6144), "6144");
   EXPECT_TRUE(Int8PrefetchChoices(DType::BF16, 4096).empty()) << "bf16's rounded rows take no prefetch";
   EXPECT_TRUE(Int8Avx2PrefetchChoices(DType::BF16, 4096).empty()) << "int8-avx2 takes no bf16";
   // The int8 form a Q4_K product takes in decode on this tier, and the distances it offers.
@@ -907,13 +911,13 @@ TEST(Gemm, Int8PrefetchDistancesChangeOnlyTheSpeedAndAreSearchedPerStep) {
     if (r.value("scope", "") == "step")
       for (const auto& c : r["candidates"]) variants.insert(c["candidate"]), step_key = r["key"];
   const std::string variant = "team, int8 rows prefetch=";
-  for (int64_t ahead : choices) EXPECT_TRUE(variants.count(variant + std::to_string(ahead))) << ahead;
+  for (int64_t ahead : choices) EXPECT_TRUE(variants.count(variant + Int8PrefetchName(ahead))) << ahead;
   ASSERT_FALSE(step_key.empty());
 
   nlohmann::json entries = nlohmann::json::parse(std::ifstream(db));
   ASSERT_TRUE(entries.contains(step_key)) << entries.dump();
   const int64_t far = choices.back();
-  entries[step_key]["candidate"] = variant + std::to_string(far);
+  entries[step_key]["candidate"] = variant + Int8PrefetchName(far);
   std::ofstream(db) << entries.dump();
   auto [again, applied] = search(0);
   const std::vector<KernelChoice>& chosen = applied->choices().at("decode");

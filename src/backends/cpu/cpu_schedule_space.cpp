@@ -222,7 +222,7 @@ class CpuScheduleSpace : public ScheduleSpace {
       names.push_back("one thread");
     }
     for (int64_t ahead : PrefetchChoices(bucket))
-      names.push_back(std::string(kPrefetchVariant) + std::to_string(ahead));
+      names.push_back(std::string(kPrefetchVariant) + Int8PrefetchName(ahead));
     return names.size() > 1 ? names : std::vector<std::string>{};
   }
   double TimeStepUs(const std::string& bucket, const std::string& variant) override {
@@ -269,14 +269,17 @@ class CpuScheduleSpace : public ScheduleSpace {
 
   // The step's choices under a whole-step variant: the kernels' own on the team; the same with every
   // template GEMM split across the team; every kernel on thread 0 alone; or the kernels' own with every
-  // GEMM whose form takes a step parameter at that value (the int8 GEMMs' prefetch distance in bytes).
+  // GEMM whose form takes a step parameter at that value (the int8 GEMMs' prefetch distance in bytes, as
+  // Int8PrefetchName writes it).
   std::vector<KernelChoice> Variant(const std::string& name, std::vector<KernelChoice> cs) const {
     int64_t ahead = 0;  // a name the database holds that does not parse leaves the kernels' own
     const std::string_view tail =
         std::string_view(name).substr(std::min(name.size(), kPrefetchVariant.size()));
-    const bool prefetch = name.starts_with(kPrefetchVariant) &&
-                          std::from_chars(tail.data(), tail.data() + tail.size(), ahead).ec == std::errc() &&
-                          ahead >= 0;
+    const auto [end, ec] = std::from_chars(tail.data(), tail.data() + tail.size(), ahead);
+    const std::string_view rest(end, tail.data() + tail.size());
+    if (rest == "+l2") ahead += kInt8PrefetchToL2;
+    const bool prefetch = name.starts_with(kPrefetchVariant) && ec == std::errc() && ahead >= 0 &&
+                          (rest.empty() || rest == "+l2");
     for (size_t k = 0; k < cs.size() && k < p_.kp_.kernels.size(); ++k) {
       if (name == "one thread") cs[k].threading = Threading::OneThread;
       if (name == "team, every GEMM split" && p_.kp_.kernels[k].gemm && cs[k].use_template)

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backends/cpu/weight_memory.h"
@@ -44,11 +45,15 @@ Int8PackedWeight PackForInt8Dot(const void* w, DType wt, int64_t n, int64_t k);
 // Y[m, n] = sum_k A[m, k] * W[n, k] for n in [n_begin, n_end), with A quantized to Q8_0 blocks on
 // the way in. Each row's error is bounded by the activation rounding: |dy| <= sum_k |W[n,k]| d_k / 2,
 // d_k = max|A| / 127 over the block holding k. `prefetch` is how far ahead of its loads the kernel
-// prefetches the weights, in bytes into L1 (and 4 times as far into L2): 0 for the default (4 KiB),
-// kInt8NoPrefetch for none (the hardware prefetcher alone). It changes the speed, never the sums.
+// prefetches the weights, in bytes, into L1; with kInt8PrefetchToL2 added, also into L2 4 times as far: 0 for
+// the default (6 KiB into L1), kInt8NoPrefetch for none (the hardware prefetcher alone). It changes the
+// speed, never the sums.
 void GemmRowsInt8(const float* a, int64_t m, const Int8PackedWeight& w, float* y, int64_t n_total,
                   int64_t n_begin, int64_t n_end, int64_t prefetch = 0);
 constexpr int64_t kInt8NoPrefetch = 1;
+constexpr int64_t kInt8PrefetchToL2 = int64_t{1} << 32;
+// A prefetch parameter as the search's receipts name it: the distance, "+l2" where it also fills L2.
+std::string Int8PrefetchName(int64_t prefetch);
 
 // The prefetch distances the search times besides the default (none where GemmRowsInt8 does not take
 // weights of type wt over k values).

@@ -16,10 +16,12 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "backends/cpu/gemm_amx.h"
 #include "backends/cpu/thread_pool.h"
+#include "ir/error.h"
 
 namespace prism {
 
@@ -194,6 +196,15 @@ ReadBandwidth MeasureReadBandwidth(int threads, size_t bytes, int passes) {
   for (float x : sink) keep = keep + x;
   std::free(data);
   return r;
+}
+
+float ReadMemory(const void* p, size_t bytes, int streams, int64_t ahead) {
+  if (streams != 1 && streams != 2 && streams != 4)
+    throw Error("memory read: " + std::to_string(streams) + " streams (1, 2 or 4)");
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (!avx512 && !__builtin_cpu_supports("avx2")) return 0;
+  return (avx512 ? kReads512 : kReads256)[streams / 2](static_cast<const float*>(p),
+                                                       (int64_t)(bytes / sizeof(float)), ahead);
 }
 
 bool PeakLoopSupported(PeakLoop loop) {

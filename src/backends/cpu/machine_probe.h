@@ -47,6 +47,11 @@ struct ReadBandwidth {
 };
 ReadBandwidth MeasureReadBandwidth(int threads, size_t bytes, int passes);
 
+// One read of `bytes` at p (a multiple of 256 read; the rest ignored) as the probe reads: `streams` (1, 2
+// or 4) interleaved sequential streams, software prefetch `ahead` bytes in front (0: none). Returns a sum
+// of what it read, for the caller to keep. For timing a kernel against a plain read of the same memory.
+float ReadMemory(const void* p, size_t bytes, int streams, int64_t ahead);
+
 // Runs the probe (about a second) once per process and thread count.
 const MachinePeaks& ProbeMachine(int threads);
 std::string CpuModelName();
