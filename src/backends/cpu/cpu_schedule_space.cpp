@@ -185,10 +185,14 @@ class CpuScheduleSpace : public ScheduleSpace {
   }
 
   // A step reads each weight once, from memory: timing a GEMM with its weights left in cache by the
-  // previous run favoured compute-light single-thread forms that lose in the step.
+  // previous run favoured compute-light single-thread forms that lose in the step. And in the step the team
+  // is awake (spinning at its barriers): a team candidate timed just after the eviction, which outlasts
+  // the workers' spin, paid their wake-up from sleep (tens of microseconds), which kept small GEMMs on one
+  // thread while the other waited for them in the step.
   double TimeUs(size_t k, const ScheduleCandidate& c) override {
     const KernelChoice choice = Select(k, c);
     if (const auto& gm = p_.kp_.kernels[k].gemm) p_.EvictWeights(*gm);
+    if (choice.threading == Threading::Team) p_.pool_->ParallelFor(threads_, [](int) {});
     const auto t0 = Clock::now();
     RunOnce(k, choice);
     return Since(t0) * 1e6;
