@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
                   const std::function<void(int64_t, int64_t)>& run, const void* weights) {
     const int64_t blocks = (n + 63) / 64;
     double best = 1e30;
-    std::vector<double> reads, ratios;  // cold: the plain read's seconds, and its over the kernel's
+    std::vector<double> reads, ratios;  // cold: the plain read's seconds, and the kernel's rate over its
     std::vector<float> sink(threads);
     auto timed = [&](const std::function<void(int)>& f) {
       if (cold) {
