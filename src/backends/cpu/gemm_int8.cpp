@@ -36,7 +36,7 @@ constexpr int64_t kTileRows = 4;
 // where near is 0. The default fills L1 alone, 6 KiB ahead: on Zen 5 (AMD EPYC, one thread, weights evicted,
 // `prism_gemm_bench 1 8192 2048 30 1 cold`, against a plain read of the same bytes beside each repeat) the
 // kernels then read Q8_0, Q4_K and Q6_K at 89-95% of the plain read's rate, against 78-84% with the earlier
-// default (4 KiB into L1 and 16 KiB into L2, which an Intel host's decode had gained 12% from) and 76-85%
+// default (4 KiB into L1 and 16 KiB into L2, which an Intel host's decode had gained 12% from) and 76-86%
 // with 12-16 KiB into L1 alone. The earlier default stays a searched value, for the CPUs it suits.
 struct Prefetch {
   int64_t near, far;
