@@ -114,11 +114,11 @@ void PackTile(const float* a, int64_t k, int64_t m, int64_t i0, int64_t b0, int6
 // computed) x one panel slice of nb blocks, stored into y (rows ldy apart) when first, else added to it.
 // Integer sums per half (a fixed offset taken out in them), then in f32: times scale x d per half, or
 // with Group > 1 times the scale alone, and the group's sum times d into y. Block by block it
-// prefetches the slice at `next` (when given) into L2: the panels are read once, in pieces a few pages long,
-// and the hardware's prefetchers stop at each page.
+// prefetches lines part, part + parts, ... of the slice at `next` (when given) into L2: the panels are read
+// once, in pieces a few pages long, and the hardware's prefetchers stop at each page.
 template <int Subs, bool Nib, int Fixed, bool Half, int Group, int Rows>
 PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, float* y, int64_t ldy,
-                          bool first, const uint8_t* next) {
+                          bool first, const uint8_t* next, int part, int parts) {
   constexpr int MR = kRows;
   constexpr int kHalfSteps = kSteps / Subs;
   static_assert(Group == 1 || !Half, "a group's formats have f32 scales");
@@ -133,7 +133,7 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
   for (int64_t bi = 0; bi < nb; ++bi, at += TileBlockBytes(Subs), slice += kBlock) {
     const float* ws = reinterpret_cast<const float*>(slice + ValueBytes(Nib));  // scales, offsets
     if (next)
-      for (int64_t line = 0; line < kBlock; line += 64)
+      for (int64_t line = part * 64; line < kBlock; line += 64 * parts)
         _mm_prefetch(reinterpret_cast<const char*>(next + bi * kBlock + line), _MM_HINT_T1);
     const float* as = reinterpret_cast<const float*>(at + kSteps * MR * 4);  // d, d x sums
     // Each half's integer sums are finished into acc before the next half starts, so one set of
@@ -220,15 +220,21 @@ PRISM_VNNI void PanelTile(const uint8_t* at, int64_t nb, const uint8_t* slice, f
 // PanelTile for the rows a tile holds (the last tile of m rows may hold fewer than kRows).
 template <int Subs, bool Nib, int Fixed, bool Half, int Group>
 void Tile(int64_t rows, const uint8_t* at, int64_t nb, const uint8_t* slice, float* y, int64_t ldy,
-          bool first, const uint8_t* next) {
+          bool first, const uint8_t* next, int part, int parts) {
   static_assert(kRows == 6, "one case per row count");
   switch (rows) {
-    case 6: return PanelTile<Subs, Nib, Fixed, Half, Group, 6>(at, nb, slice, y, ldy, first, next);
-    case 5: return PanelTile<Subs, Nib, Fixed, Half, Group, 5>(at, nb, slice, y, ldy, first, next);
-    case 4: return PanelTile<Subs, Nib, Fixed, Half, Group, 4>(at, nb, slice, y, ldy, first, next);
-    case 3: return PanelTile<Subs, Nib, Fixed, Half, Group, 3>(at, nb, slice, y, ldy, first, next);
-    case 2: return PanelTile<Subs, Nib, Fixed, Half, Group, 2>(at, nb, slice, y, ldy, first, next);
-    default: return PanelTile<Subs, Nib, Fixed, Half, Group, 1>(at, nb, slice, y, ldy, first, next);
+    case 6:
+      return PanelTile<Subs, Nib, Fixed, Half, Group, 6>(at, nb, slice, y, ldy, first, next, part, parts);
+    case 5:
+      return PanelTile<Subs, Nib, Fixed, Half, Group, 5>(at, nb, slice, y, ldy, first, next, part, parts);
+    case 4:
+      return PanelTile<Subs, Nib, Fixed, Half, Group, 4>(at, nb, slice, y, ldy, first, next, part, parts);
+    case 3:
+      return PanelTile<Subs, Nib, Fixed, Half, Group, 3>(at, nb, slice, y, ldy, first, next, part, parts);
+    case 2:
+      return PanelTile<Subs, Nib, Fixed, Half, Group, 2>(at, nb, slice, y, ldy, first, next, part, parts);
+    default:
+      return PanelTile<Subs, Nib, Fixed, Half, Group, 1>(at, nb, slice, y, ldy, first, next, part, parts);
   }
 }
 
@@ -260,15 +266,18 @@ void GemmSlices(const float* a, int64_t m, const uint8_t* panels, int64_t k, flo
         const uint8_t* at = packed.data() + t * nb * TileBlockBytes(Subs);
         const int64_t rows = std::min<int64_t>(MR, m - t * MR);
         float* yt = y + t * MR * n_total + n0;
-        const uint8_t* prefetch = t == 0 ? next : nullptr;
+        // Each row tile prefetches its share of the next slice's lines, so the memory stays busy
+        // while the slice is passed by every tile (at 16 rows Q6_K's products 6-16% faster than the
+        // first tile prefetching all of it).
+        const int part = (int)t, parts = (int)tiles;
         if (cols == kPanelWidth) {
-          Tile<Subs, Nib, Fixed, Half, Group>(rows, at, nb, slice, yt, n_total, first, prefetch);
+          Tile<Subs, Nib, Fixed, Half, Group>(rows, at, nb, slice, yt, n_total, first, next, part, parts);
           continue;
         }
         // A panel's last columns go through a full-width buffer; only its valid part touches y.
         for (int64_t r = 0; r < rows && !first; ++r)
           std::memcpy(edge + r * kPanelWidth, yt + r * n_total, (size_t)cols * sizeof(float));
-        Tile<Subs, Nib, Fixed, Half, Group>(rows, at, nb, slice, edge, kPanelWidth, first, prefetch);
+        Tile<Subs, Nib, Fixed, Half, Group>(rows, at, nb, slice, edge, kPanelWidth, first, next, part, parts);
         for (int64_t r = 0; r < rows; ++r)
           std::memcpy(yt + r * n_total, edge + r * kPanelWidth, (size_t)cols * sizeof(float));
       }
