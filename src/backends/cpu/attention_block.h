@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "backends/cpu/attention.h"
@@ -81,11 +82,14 @@ BlockSetup SetUpBlock(const float* q, const AttentionDims& a, int64_t h, int64_t
   scratch.resize((size_t)(D + b.keys) * R);
   b.qt = scratch.data();
   b.p = b.qt + D * R;
-  for (int64_t e = 0; e < D; ++e)
-    for (int r = 0; r < R; ++r) {
-      const int64_t s = (row0 + r) / G, g = (row0 + r) % G;
-      b.qt[e * R + r] = r < b.rows ? q[s * l.q_row + (h * G + g) * l.q_head + e] * a.scale : 0.0f;
-    }
+  // Row by row, each query's place found once; the rows past the block's (a decode block has few) zeroed
+  // at once.
+  if (b.rows < R) std::memset(b.qt, 0, sizeof(float) * (size_t)(D * R));
+  for (int r = 0; r < b.rows; ++r) {
+    const int64_t s = (row0 + r) / G, g = (row0 + r) % G;
+    const float* qr = q + s * l.q_row + (h * G + g) * l.q_head;
+    for (int64_t e = 0; e < D; ++e) b.qt[e * R + r] = qr[e] * a.scale;
+  }
   return b;
 }
 
