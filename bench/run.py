@@ -55,27 +55,34 @@ def worker_llamacpp(a):
     import llama_cpp
     from llama_cpp import Llama
 
-    n_ctx = max(max(a.prompts, default=0), a.gen + 1) + 64
+    n_ctx = a.depth + max(max(a.prompts, default=0), a.gen + 1) + 64
     llm = Llama(model_path=a.file, n_ctx=n_ctx, n_threads=a.threads, n_threads_batch=a.threads,
                 n_batch=512, n_ubatch=512, logits_all=False, verbose=False, seed=1234)
     n_vocab = llm.n_vocab()
     rng = random.Random(1234)
     tok = lambda: rng.randrange(n_vocab)
+    at = f" @ d{a.depth}" if a.depth else ""
+
+    def reset():  # each test starts from `depth` random tokens in the cache (untimed)
+        llm.reset()
+        if a.depth:
+            llm.eval([tok() for _ in range(a.depth)])
+
     for p in a.prompts:
         tps = []
         for r in range(a.reps + 1):  # repetition 0 is the warm-up
             ids = [tok() for _ in range(p)]
-            llm.reset()
+            reset()
             t0 = time.perf_counter()
             llm.eval(ids)
             sec = time.perf_counter() - t0
             if r > 0:
                 tps.append(p / sec)
-        print(json.dumps({"test": f"pp{p}", "threads": a.threads, "samples": tps}), flush=True)
+        print(json.dumps({"test": f"pp{p}{at}", "threads": a.threads, "samples": tps}), flush=True)
     if a.gen > 0:
         tps = []
         for r in range(a.reps + 1):
-            llm.reset()
+            reset()
             llm.eval([tok()])  # generation starts after one token
             t0 = time.perf_counter()
             for _ in range(a.gen):
@@ -83,7 +90,7 @@ def worker_llamacpp(a):
             sec = time.perf_counter() - t0
             if r > 0:
                 tps.append(a.gen / sec)
-        print(json.dumps({"test": f"tg{a.gen}", "threads": a.threads, "samples": tps}), flush=True)
+        print(json.dumps({"test": f"tg{a.gen}{at}", "threads": a.threads, "samples": tps}), flush=True)
     print(json.dumps({"info": {"llama_cpp_python": llama_cpp.__version__,
                                "system_info": llama_cpp.llama_print_system_info().decode(errors="replace")}}),
           flush=True)
@@ -99,22 +106,26 @@ def worker_torch(a):
     n_vocab = model.config.vocab_size
     g = torch.Generator().manual_seed(1234)
     ids = lambda n: torch.randint(0, n_vocab, (1, n), generator=g)
+    at = f" @ d{a.depth}" if a.depth else ""
+    # each test starts from `depth` random tokens in the cache (untimed)
+    start = lambda: model(input_ids=ids(a.depth), use_cache=True, logits_to_keep=1).past_key_values if a.depth \
+        else None
     with torch.inference_mode():
         for p in a.prompts:
             tps = []
             for r in range(a.reps + 1):
-                x = ids(p)
+                x, past = ids(p), start()
                 t0 = time.perf_counter()
-                out = model(input_ids=x, use_cache=True, logits_to_keep=1)
+                out = model(input_ids=x, past_key_values=past, use_cache=True, logits_to_keep=1)
                 sec = time.perf_counter() - t0
                 del out
                 if r > 0:
                     tps.append(p / sec)
-            print(json.dumps({"test": f"pp{p}", "threads": a.threads, "samples": tps}), flush=True)
+            print(json.dumps({"test": f"pp{p}{at}", "threads": a.threads, "samples": tps}), flush=True)
         if a.gen > 0:
             tps = []
             for r in range(a.reps + 1):
-                out = model(input_ids=ids(1), use_cache=True, logits_to_keep=1)
+                out = model(input_ids=ids(1), past_key_values=start(), use_cache=True, logits_to_keep=1)
                 past = out.past_key_values
                 t0 = time.perf_counter()
                 for _ in range(a.gen):
@@ -124,7 +135,7 @@ def worker_torch(a):
                 del out, past
                 if r > 0:
                     tps.append(a.gen / sec)
-            print(json.dumps({"test": f"tg{a.gen}", "threads": a.threads, "samples": tps}), flush=True)
+            print(json.dumps({"test": f"tg{a.gen}{at}", "threads": a.threads, "samples": tps}), flush=True)
     import transformers
     print(json.dumps({"info": {"torch": torch.__version__, "transformers": transformers.__version__,
                                "attn_implementation": getattr(model.config, "_attn_implementation", None),
@@ -139,6 +150,7 @@ def run_worker(argv):
     ap.add_argument("--threads", type=int)
     ap.add_argument("--prompts", type=lambda s: [int(x) for x in s.split(",") if x])
     ap.add_argument("--gen", type=int)
+    ap.add_argument("--depth", type=int, default=0)
     ap.add_argument("--reps", type=int)
     a = ap.parse_args(argv)
     {"llamacpp": worker_llamacpp, "torch": worker_torch}[a.worker](a)
@@ -173,9 +185,10 @@ def stats_gguf(path):
     meta = lambda k, d=None: r.fields[f"{arch}.{k}"].contents() if f"{arch}.{k}" in r.fields else d
     tensors = {t.name: (tuple(int(x) for x in reversed(t.shape)), int(t.n_bytes)) for t in r.tensors}
     hidden, heads = meta("embedding_length"), meta("attention.head_count")
+    kv_heads = meta("attention.head_count_kv", heads)
     vocab = meta("vocab_size") or len(r.fields["tokenizer.ggml.tokens"].data)
-    cfg = dict(hidden=hidden, layers=meta("block_count"), heads=heads, head_dim=meta("attention.key_length", hidden // heads),
-               vocab=vocab)
+    cfg = dict(hidden=hidden, layers=meta("block_count"), heads=heads, kv_heads=kv_heads,
+               head_dim=meta("attention.key_length", hidden // heads), vocab=vocab)
     experts = meta("expert_count", 0)
     return stats_from_shapes(tensors, cfg, meta("expert_used_count") / experts if experts else 1.0)
 
@@ -193,6 +206,7 @@ def stats_safetensors(folder):
             if name != "__metadata__":
                 tensors[name] = (tuple(info["shape"]), math.prod(info["shape"]) * size[info["dtype"]])
     cfg = dict(hidden=c["hidden_size"], layers=c["num_hidden_layers"], heads=c["num_attention_heads"],
+               kv_heads=c.get("num_key_value_heads", c["num_attention_heads"]),
                head_dim=c.get("head_dim", c["hidden_size"] // c["num_attention_heads"]), vocab=c["vocab_size"])
     return stats_from_shapes(tensors, cfg)
 
@@ -211,7 +225,8 @@ def stats_llama2c(path):
     if vocab < 0:
         shapes["lm_head.weight"] = (abs(vocab), dim)
     tensors = {n: (s, math.prod(s) * 4) for n, s in shapes.items()}
-    return stats_from_shapes(tensors, dict(hidden=dim, layers=layers, heads=heads, head_dim=hd, vocab=abs(vocab)))
+    return stats_from_shapes(tensors, dict(hidden=dim, layers=layers, heads=heads, kv_heads=kv_heads, head_dim=hd,
+                                                  vocab=abs(vocab)))
 
 
 def model_stats(path):
@@ -223,11 +238,23 @@ def model_stats(path):
     return stats_llama2c(p)
 
 
-def prefill_flops(st, n):
-    """Flops of a forward over n tokens with the logits of the last one: 2 flops per weight per
-    token in the layers, causal attention (QK^T and PV), and one LM-head row."""
-    attn = st["layers"] * 2 * 2 * st["heads"] * st["head_dim"] * n * (n + 1) / 2
+def prefill_flops(st, n, depth=0):
+    """Flops of a forward over n tokens after `depth` cached ones with the logits of the last one: 2 flops
+    per weight per token in the layers, causal attention (QK^T and PV), and one LM-head row."""
+    attn = st["layers"] * 2 * 2 * st["heads"] * st["head_dim"] * n * (depth + (n + 1) / 2)
     return 2 * st["layer_params"] * n + attn + 2 * st["vocab"] * st["hidden"]
+
+
+def kv_bytes(st, keys):
+    """Bytes of keys and values a decode step reads over `keys` cached tokens, at 2 bytes a value (llama.cpp's
+    f16 cache: the smaller of the two engines')."""
+    return 2 * st["layers"] * st.get("kv_heads", st["heads"]) * st["head_dim"] * keys * 2
+
+
+def parse_test(test):
+    """'tg64 @ d2048' -> ('tg', 64, 2048)."""
+    name, _, depth = test.partition(" @ d")
+    return name[:2], int(name[2:]), int(depth or 0)
 
 
 # The probe ceilings that can compute with each weight dtype, each with the number of its operations
@@ -250,14 +277,17 @@ CACHE_RESIDENT_BYTES = 32 << 20  # weights this small live in cache: DRAM bandwi
 def roofline(st, dtype, test, threads, probe):
     """(ceiling tokens/s, what bounds it) for one test, or (None, reason)."""
     t = str(threads)
-    if test.startswith("tg"):
-        if st["bytes_per_token"] < CACHE_RESIDENT_BYTES:
+    kind, n, depth = parse_test(test)
+    if kind == "tg":
+        # the mean over the test's steps: the cache holds depth + 1 .. depth + n keys
+        per_token = st["bytes_per_token"] + kv_bytes(st, depth + (n + 1) / 2)
+        if per_token < CACHE_RESIDENT_BYTES:
             return None, "weights fit in cache"
         bw = probe.get("bandwidth", {}).get("gbps", {}).get(t)
         if not bw:
             return None, f"no bandwidth measured at {t} threads"
-        return bw * 1e9 / st["bytes_per_token"], f"{st['bytes_per_token'] / 1e9:.2f} GB/token at {bw:.1f} GB/s"
-    n = int(test[2:])
+        kv = " with the f16 KV cache" if depth else ""
+        return bw * 1e9 / per_token, f"{per_token / 1e9:.2f} GB/token{kv} at {bw:.1f} GB/s"
     best = None
     for k, ops in CEILING[dtype]:
         c = probe.get("compute", {}).get(k, {})
@@ -266,7 +296,7 @@ def roofline(st, dtype, test, threads, probe):
             best = (k if ops == 1 else f"{k}/{ops}", peak / ops)
     if best is None:
         return None, f"no peak measured at {t} threads"
-    return best[1] * 1e9 / (prefill_flops(st, n) / n), f"{best[0]} {best[1]:.0f} G/s"
+    return best[1] * 1e9 / (prefill_flops(st, n, depth) / n), f"{best[0]} {best[1]:.0f} G/s"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -351,7 +381,7 @@ def run_prism(args, conf, threads):
     if args.search_budget > 0:
         # Search schedules first, for these threads and this context size (what `prism bench` loads):
         # decisions land in the tuning database, where the bench process finds them.
-        ctx = max(args.prompts + [args.gen]) + 8
+        ctx = args.depth + max(args.prompts + [args.gen]) + 8
         out = tempfile.mkdtemp(prefix="prism-compile-")
         cmd = [str(args.prism), "compile", conf["prism"], "-o", out, "--search-budget", str(args.search_budget),
                "--threads", str(threads), "--ctx", str(ctx)]
@@ -364,7 +394,7 @@ def run_prism(args, conf, threads):
         log(f"  {info[key]['summary']}")
         shutil.rmtree(out, ignore_errors=True)
     cmd = [str(args.prism), "bench", conf["prism"], "-p", ",".join(map(str, args.prompts)), "-n", str(args.gen),
-           "-t", str(threads), "-r", str(args.reps), "--json"]
+           "-t", str(threads), "-r", str(args.reps), "-d", str(args.depth), "--json"]
     lines, err = run_cmd(cmd, args.timeout)
     return {(l["test"], int(l["threads"])): l["samples"] for l in lines if "test" in l}, info, err
 
@@ -372,7 +402,7 @@ def run_prism(args, conf, threads):
 def run_python_worker(args, engine, conf, threads):
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", engine, "--file", conf[engine],
            "--dtype", conf["dtype"], "--threads", str(threads), "--prompts", ",".join(map(str, args.prompts)),
-           "--gen", str(args.gen), "--reps", str(args.reps)]
+           "--gen", str(args.gen), "--reps", str(args.reps), "--depth", str(args.depth)]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     lines, err = run_cmd(cmd, args.timeout, env)
     info = next((l["info"] for l in lines if "info" in l), {})
@@ -432,6 +462,8 @@ def main():
     ap.add_argument("--threads", default="1,2", help="thread counts (default 1,2)")
     ap.add_argument("--prompts", default="128,512", help="prompt lengths (ppN)")
     ap.add_argument("--gen", type=int, default=128, help="generated tokens (tgN)")
+    ap.add_argument("--depth", type=int, default=0,
+                    help="tokens in the KV cache before each test (llama-bench's -d; tests gain ' @ dN')")
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions after one warm-up")
     ap.add_argument("--prism-formats", default="gguf",
                     help="Prism runs the 1B shape from: gguf (the llama.cpp files), hf (the safetensors "
@@ -453,7 +485,7 @@ def main():
         args.dtypes = "q8_0"
         args.reps = 1
     args.threads = [int(x) for x in args.threads.split(",") if x]
-    args.prompts = [int(x) for x in args.prompts.split(",") if x]
+    args.prompts = [int(x) for x in args.prompts.split(",") if x and int(x) > 0]  # 0: no prefill test
     args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     args.prism_formats = [f.strip() for f in args.prism_formats.split(",")]
     for d in args.dtypes:
@@ -579,7 +611,8 @@ def write_outputs(state, final=False):
     Returns the markdown."""
     args, confs, probe, results = state["args"], state["confs"], state["probe"], state["results"]
     stats, rows, fact_notes = {}, [], []
-    tests = [f"pp{p}" for p in args.prompts] + ([f"tg{args.gen}"] if args.gen > 0 else [])
+    at = f" @ d{args.depth}" if args.depth else ""
+    tests = [f"pp{p}{at}" for p in args.prompts] + ([f"tg{args.gen}{at}"] if args.gen > 0 else [])
     for c in confs:
         src = c.get("prism") or c.get("llamacpp") or c.get("torch")
         try:
@@ -609,7 +642,8 @@ def write_outputs(state, final=False):
         "command": " ".join(["bench/run.py"] + sys.argv[1:]),
         "host": {"platform": platform.platform(), "python": sys.version.split()[0], "cpus": os.cpu_count(),
                  "load_average_at_start": state["load_at_start"], "load_average_now": os.getloadavg()},
-        "settings": {"threads": args.threads, "prompts": args.prompts, "gen": args.gen, "reps": args.reps,
+        "settings": {"threads": args.threads, "prompts": args.prompts, "gen": args.gen, "depth": args.depth,
+                     "reps": args.reps,
                      "dtypes": args.dtypes, "models": args.models, "prism_formats": args.prism_formats},
         "probe": probe, "engines": state["engine_info"], "model_facts": stats, "rows": rows, "notes": notes,
         "errors": state["errors"], "table_markdown": table,

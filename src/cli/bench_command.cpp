@@ -55,7 +55,7 @@ Runner AddBenchCommand(CLI::App& app) {
     bool exact = false;
     std::string model, prompts = "128,512", threads = "1,2", tokenizer, device = "cpu", prefill_device,
                        program;
-    int gen = 128, reps = 3;
+    int gen = 128, reps = 3, depth = 0;
     bool json = false;
   };
   auto o = std::make_shared<Opts>();
@@ -63,6 +63,10 @@ Runner AddBenchCommand(CLI::App& app) {
   cmd->add_option("-p,--n-prompt", o->prompts, "prompt lengths, comma-separated (ppN); 0 skips")
       ->capture_default_str();
   cmd->add_option("-n,--n-gen", o->gen, "generated tokens (tgN); 0 skips")->capture_default_str();
+  cmd->add_option("-d,--n-depth", o->depth,
+                  "tokens in the KV cache before each test (llama-bench's depth; the name gains @ dN)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("-t,--threads", o->threads, "thread counts, comma-separated")->capture_default_str();
   cmd->add_option("-r,--repetitions", o->reps, "timed repetitions after one warm-up")->capture_default_str();
   cmd->add_flag("--json", o->json, "one JSON object per line instead of a table");
@@ -83,7 +87,7 @@ Runner AddBenchCommand(CLI::App& app) {
     for (int t : threads) {
       LoadOptions lo;
       lo.tokenizer_path = o->tokenizer;
-      lo.max_context = std::max<int64_t>(max_prompt, o->gen) + 8;
+      lo.max_context = o->depth + std::max<int64_t>(max_prompt, o->gen) + 8;
       lo.threads = t;
       lo.exact = o->exact;
       lo.device = o->device;
@@ -139,28 +143,37 @@ Runner AddBenchCommand(CLI::App& app) {
         }
         std::fflush(stdout);
       };
+      // Each test starts from a reset cache holding `depth` random tokens (untimed).
+      auto reset = [&]() {
+        lm->Reset();
+        if (o->depth == 0) return;
+        std::vector<int32_t> ids(o->depth);
+        for (auto& x : ids) x = tok(rng);
+        lm->Forward(ids);
+      };
+      const std::string at = o->depth ? " @ d" + std::to_string(o->depth) : "";
       for (int p : prompts) {
         if (p <= 0) continue;  // llama-bench's `-p 0`: generation only
         std::vector<double> tps;
         for (int r = 0; r <= o->reps; ++r) {  // repetition 0 is the warm-up
           std::vector<int32_t> ids(p);
           for (auto& x : ids) x = tok(rng);
-          lm->Reset();
+          reset();
           const double sec = step_seconds(ids);
           if (r > 0) tps.push_back(p / sec);
         }
-        report("pp" + std::to_string(p), tps);
+        report("pp" + std::to_string(p) + at, tps);
       }
       if (o->gen > 0) {
         std::vector<double> tps;
         for (int r = 0; r <= o->reps; ++r) {
-          lm->Reset();
+          reset();
           lm->Forward({tok(rng)});  // generation starts after one token, as llama-bench does
           double sec = 0;
           for (int i = 0; i < o->gen; ++i) sec += step_seconds({tok(rng)});
           if (r > 0) tps.push_back(o->gen / sec);
         }
-        report("tg" + std::to_string(o->gen), tps);
+        report("tg" + std::to_string(o->gen) + at, tps);
       }
     }
     return 0;
