@@ -24,14 +24,14 @@ struct Heads {
   int64_t kv, group, dim;
 };
 
-// q/k/v inputs, K/V caches of `cap` rows, one attention output.
+// q/k/v inputs, K/V caches of `cap` rows (head-major), one attention output.
 Graph AttentionGraph(Heads hd, int64_t cap, const AttentionVariant& variant = {}) {
   Graph g;
   Tensor q{&g, g.Input("q", DType::F32, {Seq(), Expr(hd.kv * hd.group), Expr(hd.dim)})};
   Tensor k{&g, g.Input("k", DType::F32, {Seq(), Expr(hd.kv), Expr(hd.dim)})};
   Tensor v{&g, g.Input("v", DType::F32, {Seq(), Expr(hd.kv), Expr(hd.dim)})};
-  Tensor kc{&g, g.State("k_cache", DType::F32, {Expr(cap), Expr(hd.kv), Expr(hd.dim)})};
-  Tensor vc{&g, g.State("v_cache", DType::F32, {Expr(cap), Expr(hd.kv), Expr(hd.dim)})};
+  Tensor kc{&g, g.State("k_cache", DType::F32, {Expr(hd.kv), Expr(cap), Expr(hd.dim)})};
+  Tensor vc{&g, g.State("v_cache", DType::F32, {Expr(hd.kv), Expr(cap), Expr(hd.dim)})};
   Tensor a = CausalAttention(q, k, v, kc, vc, Past(), 1.0 / std::sqrt((double)hd.dim), variant);
   g.MarkOutput(a.id(), "attn");
   return g;

@@ -80,8 +80,8 @@ TEST(NnOps, AttentionMatchesNaiveSoftmaxForOneHead) {
   Graph g;
   Tensor q = In(g, "q", {Expr(3), Expr(1), Expr(2)}), k = In(g, "k", {Expr(3), Expr(1), Expr(2)});
   Tensor v = In(g, "v", {Expr(3), Expr(1), Expr(2)});
-  Tensor kc{&g, g.State("kc", DType::F32, {Expr(4), Expr(1), Expr(2)})};
-  Tensor vc{&g, g.State("vc", DType::F32, {Expr(4), Expr(1), Expr(2)})};
+  Tensor kc{&g, g.State("kc", DType::F32, {Expr(1), Expr(4), Expr(2)})};
+  Tensor vc{&g, g.State("vc", DType::F32, {Expr(1), Expr(4), Expr(2)})};
   Out(CausalAttention(q, k, v, kc, vc, Expr(0), 1.0), "o");
   auto qv = testing::RandomFloats(6, 1), kv = testing::RandomFloats(6, 2), vv = testing::RandomFloats(6, 3);
   auto got = Interpret(g, {{"q", HostTensor::FromFloats({3, 1, 2}, qv)},

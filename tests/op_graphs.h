@@ -266,8 +266,8 @@ inline std::vector<OpGraphCase> OpGraphCases() {
                     T q = in(g, "q", {S(), Expr(4), Expr(8)});
                     T k = in(g, "k", {S(), Expr(2), Expr(8)});
                     T v = in(g, "v", {S(), Expr(2), Expr(8)});
-                    T kc{&g, g.State("k_cache", DType::F32, {Expr(32), Expr(2), Expr(8)})};
-                    T vc{&g, g.State("v_cache", DType::F32, {Expr(32), Expr(2), Expr(8)})};
+                    T kc{&g, g.State("k_cache", DType::F32, {Expr(2), Expr(32), Expr(8)})};
+                    T vc{&g, g.State("v_cache", DType::F32, {Expr(2), Expr(32), Expr(8)})};
                     out(CausalAttention(q, k, v, kc, vc, past, 1.0 / std::sqrt(8.0)), "attn");
                   },
                   {},
@@ -288,8 +288,8 @@ inline std::vector<OpGraphCase> OpGraphCases() {
                     T q = in(g, "q", {S(), Expr(6), Expr(8)});
                     T k = in(g, "k", {S(), Expr(3), Expr(8)});
                     T v = in(g, "v", {S(), Expr(3), Expr(8)});
-                    T kc{&g, g.State("k_cache", DType::F32, {Expr(32), Expr(3), Expr(8)})};
-                    T vc{&g, g.State("v_cache", DType::F32, {Expr(32), Expr(3), Expr(8)})};
+                    T kc{&g, g.State("k_cache", DType::F32, {Expr(3), Expr(32), Expr(8)})};
+                    T vc{&g, g.State("v_cache", DType::F32, {Expr(3), Expr(32), Expr(8)})};
                     out(CausalAttention(q, k, v, kc, vc, Expr(0), 0.3, {.bidirectional = true}), "attn");
                   },
                   {{{"seq", 7}}, {{"seq", 1}}, {{"seq", 19}}},
@@ -305,8 +305,8 @@ inline std::vector<OpGraphCase> OpGraphCases() {
                     T q = in(g, "q", {S(), Expr(4), Expr(8)});
                     T k = in(g, "k", {S(), Expr(2), Expr(8)});
                     T v = in(g, "v", {S(), Expr(2), Expr(8)});
-                    T kc{&g, g.State("k_cache", DType::F32, {Expr(32), Expr(2), Expr(8)})};
-                    T vc{&g, g.State("v_cache", DType::F32, {Expr(32), Expr(2), Expr(8)})};
+                    T kc{&g, g.State("k_cache", DType::F32, {Expr(2), Expr(32), Expr(8)})};
+                    T vc{&g, g.State("v_cache", DType::F32, {Expr(2), Expr(32), Expr(8)})};
                     out(CausalAttention(q, k, v, kc, vc, Expr(0), 0.9, {.window = 4, .bidirectional = true}),
                         "attn");
                   },

@@ -333,21 +333,28 @@ TEST(SplitDevices, StateRowsRoundTripAndMisfitsAreRefused) {
     for (const Node& n : c.exe->graph().nodes())
       if (n.op == Op::State) state = n.name;
     ASSERT_FALSE(state.empty());
+    // A KV cache's rows are its positions: axis 1 of the head-major [heads, positions, head_dim].
+    ASSERT_EQ(StateRowAxis(c.exe->graph(), state), 1);
     HostTensor rows = c.exe->ReadStateRows(state, 0, 3);
     ASSERT_EQ(rows.shape.size(), 3u) << device;
-    EXPECT_EQ(rows.shape[0], 3);
+    EXPECT_EQ(rows.shape[1], 3);
+    const int64_t heads = rows.shape[0], dim = rows.shape[2];
     for (int64_t i = 0; i < rows.numel(); ++i) static_cast<float*>(rows.data)[i] = 0.5f + (float)i;
     c.exe->WriteStateRows(state, 0, rows);
     c.exe->WriteStateRows(state, 5, rows);  // and again from row 5: rows 3 and 4 stay as they were
     const HostTensor back = c.exe->ReadStateRows(state, 0, 8);
-    const int64_t row = rows.numel() / 3;
-    for (int64_t i = 0; i < rows.numel(); ++i) {
-      ASSERT_EQ(static_cast<const float*>(back.data)[i], 0.5f + (float)i) << device;
-      ASSERT_EQ(static_cast<const float*>(back.data)[5 * row + i], 0.5f + (float)i) << device;
-    }
-    for (int64_t i = 3 * row; i < 5 * row; ++i)
-      ASSERT_EQ(static_cast<const float*>(back.data)[i], 0.0f) << device;
-    HostTensor wrong = HostTensor::Zeros(DType::F32, {3, rows.shape[1] + 1, rows.shape[2]});
+    auto at = [&](int64_t h, int64_t r, int64_t e) {
+      return static_cast<const float*>(back.data)[(h * 8 + r) * dim + e];
+    };
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t r = 0; r < 8; ++r)
+        for (int64_t e = 0; e < dim; ++e) {
+          const float want = r < 3    ? 0.5f + (float)((h * 3 + r) * dim + e)
+                             : r >= 5 ? 0.5f + (float)((h * 3 + r - 5) * dim + e)
+                                      : 0.0f;
+          ASSERT_EQ(at(h, r, e), want) << device << " head " << h << " row " << r;
+        }
+    HostTensor wrong = HostTensor::Zeros(DType::F32, {rows.shape[0] + 1, 3, rows.shape[2]});
     for (int64_t first : {int64_t{0}, int64_t{1} << 20}) {
       try {
         c.exe->WriteStateRows(state, first, first == 0 ? wrong : rows);

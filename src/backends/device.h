@@ -58,14 +58,35 @@ inline void CheckWeightDtype(const std::string& name, DType given, DType expecte
                 std::string(DTypeName(expected)));
 }
 
+// A state's rows are its positions along the axis its writes go (a head-major KV cache's axis 1; a paged
+// pool's rows, axis 0); a state no step writes, axis 0.
+inline int64_t StateRowAxis(const Graph& g, const std::string& name) {
+  for (const Node& n : g.nodes())
+    if (WritesState(n.op) && n.name == name) return n.axes.at(0);
+  return 0;
+}
+
+// Where rows [first, first + rows) along `axis` of a state of this shape lie, in elements: `pieces` runs of
+// `count` elements, run i at at + i * stride in the state and at i * count in the rows' tensor.
+struct StateRowRuns {
+  int64_t pieces, at, stride, count;
+};
+inline StateRowRuns RowRuns(const std::vector<int64_t>& state, int64_t axis, int64_t first, int64_t rows) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t a = 0; a < axis; ++a) outer *= state[a];
+  for (size_t a = axis + 1; a < state.size(); ++a) inner *= state[a];
+  return {outer, first * inner, state[axis] * inner, rows * inner};
+}
+
 // Every executable's check of state rows handed to it (WriteStateRows) for state `name` of this shape and
-// dtype from row `first`: the same dtype and row shape, no row past the state's.
+// dtype from row `first` along `axis`: the same dtype, the state's shape but along the axis, no row past
+// the state's.
 inline void CheckStateRows(const std::string& name, int64_t first, const HostTensor& rows,
-                           const std::vector<int64_t>& state, DType dtype) {
-  if (rows.dtype == dtype && !rows.shape.empty() && !state.empty() && first >= 0 &&
-      first + rows.shape[0] <= state[0] &&
-      std::equal(rows.shape.begin() + 1, rows.shape.end(), state.begin() + 1, state.end()))
-    return;
+                           const std::vector<int64_t>& state, DType dtype, int64_t axis) {
+  bool fits = rows.dtype == dtype && rows.shape.size() == state.size() && axis < (int64_t)state.size() &&
+              first >= 0 && first + rows.shape[axis] <= state[axis];
+  for (size_t a = 0; fits && a < state.size(); ++a) fits = (int64_t)a == axis || rows.shape[a] == state[a];
+  if (fits) return;
   std::string want;
   for (int64_t d : state) want += (want.empty() ? "" : ", ") + std::to_string(d);
   throw Error("state '" + name + "': rows " + rows.ShapeString() + " " + std::string(DTypeName(rows.dtype)) +
@@ -73,14 +94,14 @@ inline void CheckStateRows(const std::string& name, int64_t first, const HostTen
               std::string(DTypeName(dtype)));
 }
 
-// The tensor ReadStateRows fills: rows [first, first + rows) of state `name` of this shape and dtype (zeros),
-// or prism::Error when the state has fewer.
+// The tensor ReadStateRows fills: rows [first, first + rows) along `axis` of state `name` of this shape and
+// dtype (zeros), or prism::Error when the state has fewer.
 inline HostTensor StateRowsTensor(const std::string& name, int64_t first, int64_t rows,
-                                  std::vector<int64_t> state, DType dtype) {
-  if (state.empty() || rows < 0 || first < 0 || first + rows > state[0])
+                                  std::vector<int64_t> state, DType dtype, int64_t axis) {
+  if (axis >= (int64_t)state.size() || rows < 0 || first < 0 || first + rows > state[axis])
     throw Error("state '" + name + "': rows [" + std::to_string(first) + ", " + std::to_string(first + rows) +
-                ") asked of " + std::to_string(state.empty() ? 0 : state[0]));
-  state[0] = rows;
+                ") asked of " + std::to_string(axis < (int64_t)state.size() ? state[axis] : 0));
+  state[axis] = rows;
   return HostTensor::Zeros(dtype, state);
 }
 
@@ -98,8 +119,8 @@ class Executable {
                                       const SymbolBindings& syms = {}) = 0;
   virtual void ResetState() = 0;
   // Persistent state crossing to another device (a KV cache prefilled on one and decoded on another):
-  // rows [first, first + rows) along axis 0 of state `name`, in the graph's dtype (zeros where nothing was
-  // written), and writing such rows back in place from row `first`.
+  // rows [first, first + rows) of state `name` along its row axis (StateRowAxis), in the graph's dtype
+  // (zeros where nothing was written), and writing such rows back in place from row `first`.
   virtual HostTensor ReadStateRows(const std::string& name, int64_t first, int64_t rows) = 0;
   virtual void WriteStateRows(const std::string& name, int64_t first, const HostTensor& rows) = 0;
   // Predicted seconds for `bytes` of state to cross between this device and the host (a simulated device's

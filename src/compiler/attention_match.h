@@ -11,8 +11,9 @@ namespace prism {
 
 // out[h, g, s, d] = sum_t softmax_t(mask(scale * q[s, h*G + g, :] · k[t, h, :])) v[t, h, d], where
 // key t is visible to query s when t < s + offset, and the softmax is exp2((x - max) * exp_scale)
-// normalized. q is an f32 node (any view of it) and k and v f32 state writes [cap, H, D] read over their
-// first `total` rows, or (unpaged) any f32 nodes, each in a layout with contiguous rows (below).
+// normalized. q is an f32 node (any view of it) and k and v f32 state writes read over their first `total`
+// rows ([cap, H, D], or a single sequence's head-major [H, cap, D] in its layout), or (unpaged) any f32
+// nodes, each in a layout with contiguous rows (below).
 //
 // Paged (table >= 0): K and V are state scatters [rows, H, D] read through a gather: query s's key t is
 // row table[s, t / block] * block + t % block, visible when t < positions[s] + 1 (table [S, blocks] and

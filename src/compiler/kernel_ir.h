@@ -82,8 +82,9 @@ struct OperandLayout {
 
 // A kernel computing causal grouped-query attention in one pass (the template tier's fused form of
 // scores, mask, softmax and P·V): out[h, g, s, d] over [heads_kv, group, seq, head_dim], from
-// q [seq, heads_kv * group * head_dim] and the K/V caches [cap, heads_kv, head_dim] (all f32); key t
-// is visible to query s when t < s + offset. The kernels it replaces (the pattern's realized interior)
+// q [seq, heads_kv * group * head_dim] and the K/V caches [cap, heads_kv, head_dim] or, as a single
+// sequence's are, head-major [heads_kv, cap, head_dim] (all f32; k_layout, v_layout); key t is visible to
+// query s when t < s + offset. The kernels it replaces (the pattern's realized interior)
 // name it in `covered_by` and are skipped when it runs.
 //
 // Paged (table_buffer >= 0): K and V are pools [rows, heads_kv, head_dim]; query s's key t is row
@@ -103,11 +104,18 @@ struct AttentionTemplate {
   OperandLayout q_layout, k_layout, v_layout;  // in elements (dense: as above)
   int mask_buffer = -1;
   OperandLayout mask_layout;
-  // The dense layouts of the caches and no mask: what every device's attention runs.
+  // The dense layouts of the caches and no mask.
   bool Plain() const {
     const int64_t hd = heads_kv * head_dim;
     return mask_buffer < 0 && q_layout.Is(group * hd, head_dim) && k_layout.Is(hd, head_dim) &&
            v_layout.Is(hd, head_dim);
+  }
+  // q dense, no mask, K's and V's rows from their buffers' starts at any strides (the dense layouts, a single
+  // sequence's head-major cache): what the systolic devices' attention runs.
+  bool RowsAtStrides() const {
+    const int64_t hd = heads_kv * head_dim;
+    return mask_buffer < 0 && q_layout.Is(group * hd, head_dim) && k_layout.offset.IsConst(0) &&
+           v_layout.offset.IsConst(0);
   }
 };
 

@@ -229,17 +229,20 @@ Tensor CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const 
   if (!hq.IsConst() || !hkv.IsConst() || hq.value() % hkv.value())
     throw Error("attention: query heads " + hq.str() + " must be a multiple of key/value heads " + hkv.str());
   int64_t group = hq.value() / hkv.value();
-  Tensor kc{g, g->StateWrite(k_cache.id(), k.cast(k_cache.dtype()).id(), 0, past)};
-  Tensor vc{g, g->StateWrite(v_cache.id(), v.cast(v_cache.dtype()).id(), 0, past)};
+  // The caches are head-major: one head's keys lie together, so attention reads each head's as one stream.
+  auto write = [&](const Tensor& cache, const Tensor& x) {
+    return Tensor{g, g->StateWrite(cache.id(), x.cast(cache.dtype()).permute({1, 0, 2}).id(), 1, past)};
+  };
+  Tensor kc = write(k_cache, k), vc = write(v_cache, v);
   // Keys [first, past + seq): a windowed layer's first query sees none before past + 1 - window.
   const bool windowed = variant.window > 0;
   Expr first = windowed && !variant.bidirectional ? Max(Expr(0), past + Expr(1 - variant.window)) : Expr(0);
   Expr total = past + seq, keys_n = windowed ? total - first : total;
-  Tensor keys = kc.slice(0, first, keys_n).cast(DType::F32);  // [T, Hkv, D]
-  Tensor vals = vc.slice(0, first, keys_n).cast(DType::F32);
+  Tensor keys = kc.slice(1, first, keys_n).cast(DType::F32);  // [Hkv, T, D]
+  Tensor vals = vc.slice(1, first, keys_n).cast(DType::F32);
   // Queries grouped by their key/value head: [Hkv, group, seq, D]
   Tensor qg = q.cast(DType::F32).reshape({seq, hkv, Expr(group), d}).permute({1, 2, 0, 3});
-  Tensor kt = keys.permute({1, 0, 2}).unsqueeze(1);  // [Hkv, 1, T, D]
+  Tensor kt = keys.unsqueeze(1);                             // [Hkv, 1, T, D]
   Tensor scores = Matmul(qg, kt.transpose(-1, -2)) * scale;  // [Hkv, group, seq, T]
   if (variant.softcap > 0) scores = SoftCap(scores, variant.softcap);
   // Query s sits at absolute position past + s and sees keys first + t <= past + s (and, windowed,
@@ -267,8 +270,8 @@ Tensor CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const 
   }
   Tensor masked = Where(Less(t_idx, shifted(offset)), scores, Full(g, -INFINITY, sshape));
   Tensor p = Softmax(masked, -1);
-  Tensor vt = vals.permute({1, 0, 2}).unsqueeze(1);  // [Hkv, 1, T, D]
-  Tensor out = Matmul(p, vt);                          // [Hkv, group, seq, D]
+  Tensor vt = vals.unsqueeze(1);  // [Hkv, 1, T, D]
+  Tensor out = Matmul(p, vt);     // [Hkv, group, seq, D]
   return out.permute({2, 0, 1, 3}).reshape({seq, hq * d}).cast(q.dtype());
 }
 

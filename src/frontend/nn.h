@@ -63,10 +63,10 @@ struct AttentionVariant {
 };
 
 // Causal grouped-query attention over a KV cache held in state buffers.
-// q [seq, Hq, D]; k, v [seq, Hkv, D]; k_cache, v_cache are State tensors [max_ctx, Hkv, D].
-// The new keys and values are written at [past, past + seq); queries attend to [0, past + seq)
-// causally. Returns [seq, Hq * D]. With a window, only the cache rows some query of the step sees are read
-// (from past + 1 - window on).
+// q [seq, Hq, D]; k, v [seq, Hkv, D]; k_cache, v_cache are State tensors [Hkv, max_ctx, D] (head-major:
+// each head's keys together). The new keys and values are written at positions [past, past + seq); queries
+// attend to [0, past + seq) causally. Returns [seq, Hq * D]. With a window, only the cache rows some query
+// of the step sees are read (from past + 1 - window on).
 Tensor CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
                        const Tensor& v_cache, const Expr& past, double scale, const AttentionVariant& variant = {});
 

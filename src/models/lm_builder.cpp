@@ -117,10 +117,12 @@ double LmBuilder::AttentionScale() const {
   return cfg_.attention_scale > 0 ? cfg_.attention_scale : 1.0 / std::sqrt((double)cfg_.head_dim);
 }
 
+// A paged pool [rows, heads, D]; a single sequence's cache [heads, rows, D] (CausalAttention's head-major).
 Tensor LmBuilder::KvCache(const std::string& kind, int64_t l, int64_t heads) {
   const int64_t rows = paged() ? opts_.kv_blocks * opts_.kv_block : opts_.max_context;
-  return {g_, g_->State(kind + "." + std::to_string(l), DType::F32,
-                        {Expr(rows), Expr(heads), Expr(cfg_.head_dim)})};
+  std::vector<Expr> shape = {Expr(rows), Expr(heads), Expr(cfg_.head_dim)};
+  if (!paged()) std::swap(shape[0], shape[1]);
+  return {g_, g_->State(kind + "." + std::to_string(l), DType::F32, shape)};
 }
 
 Tensor LmBuilder::Attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t l, double scale) {

@@ -43,7 +43,7 @@ PRISM_LANES_TARGET Probabilities SoftmaxAcrossKeys(const float* kh, int64_t k_ro
   for (int r = 0; r < b.rows; ++r)                              // the block's queries, transposed back
     for (int64_t e = 0; e < D; ++e) qs[r * dp + e] = b.qt[e * kRows + r];
   const typename V::T tail = V::TailOf((int)(D - (dp - W)));  // K's last 1..kW elements of a row
-  const int64_t full = D / W * W;
+  const int64_t full = D / W * W, ahead = DenseAhead(D);
   for (int64_t t0 = 0; t0 < keys; t0 += W) {
     const float* kt[W];  // keys past the last read the zero row (their lanes are hidden below)
 #pragma GCC unroll 16    // unrolled first: vectorized, it loaded key_rows with masked loads, slow on AMD
@@ -51,6 +51,8 @@ PRISM_LANES_TARGET Probabilities SoftmaxAcrossKeys(const float* kh, int64_t k_ro
     if (kr.rows)  // paged: its blocks lie anywhere
       for (int64_t u = t0 + kAhead * W / 8; u < std::min(keys, t0 + kAhead * W / 8 + W); ++u)
         PrefetchRow(kh + kr(u) * k_row, D);
+    else  // one sequence's cache
+      for (int64_t u = t0 + ahead; u < std::min(keys, t0 + ahead + W); ++u) PrefetchRow(kh + u * k_row, D);
     for (int r = 0; r < b.rows; ++r) {
       typename V::F acc[W];
       const float* qr = qs + r * dp;

@@ -315,17 +315,25 @@ static HostTensor& StateStorage(const KernelProgram& kp, std::vector<HostTensor>
 
 HostTensor Program::ReadStateRows(const std::string& name, int64_t first, int64_t rows) {
   const HostTensor& s = StateStorage(kp_, storage_, name);
-  HostTensor out = StateRowsTensor(name, first, rows, s.shape, s.dtype);
-  const size_t row = (size_t)(s.nbytes() / s.shape[0]);
-  std::memcpy(out.data, static_cast<const char*>(s.data) + first * row, (size_t)out.nbytes());
+  const int64_t axis = StateRowAxis(graph_, name);
+  HostTensor out = StateRowsTensor(name, first, rows, s.shape, s.dtype, axis);
+  const StateRowRuns r = RowRuns(s.shape, axis, first, rows);
+  const size_t e = (size_t)BlockBytes(s.dtype);
+  for (int64_t i = 0; i < r.pieces; ++i)
+    std::memcpy(static_cast<char*>(out.data) + i * r.count * e,
+                static_cast<const char*>(s.data) + (r.at + i * r.stride) * e, (size_t)r.count * e);
   return out;
 }
 
 void Program::WriteStateRows(const std::string& name, int64_t first, const HostTensor& rows) {
   HostTensor& s = StateStorage(kp_, storage_, name);
-  CheckStateRows(name, first, rows, s.shape, s.dtype);
-  const size_t row = (size_t)(s.nbytes() / s.shape[0]);
-  std::memcpy(static_cast<char*>(s.data) + first * row, rows.data, (size_t)rows.nbytes());
+  const int64_t axis = StateRowAxis(graph_, name);
+  CheckStateRows(name, first, rows, s.shape, s.dtype, axis);
+  const StateRowRuns r = RowRuns(s.shape, axis, first, rows.shape[axis]);
+  const size_t e = (size_t)BlockBytes(s.dtype);
+  for (int64_t i = 0; i < r.pieces; ++i)
+    std::memcpy(static_cast<char*>(s.data) + (r.at + i * r.stride) * e,
+                static_cast<const char*>(rows.data) + i * r.count * e, (size_t)r.count * e);
 }
 
 KernelChoice Program::DefaultChoice(size_t k, const SymbolBindings& b) const {

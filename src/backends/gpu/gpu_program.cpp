@@ -291,19 +291,25 @@ size_t GpuProgram::StateSlot(const std::string& name) {
 
 HostTensor GpuProgram::ReadStateRows(const std::string& name, int64_t first, int64_t rows) {
   const size_t b = StateSlot(name);
-  HostTensor out = StateRowsTensor(name, first, rows, slots_[b].shape, kp_.buffers[b].dtype);
-  if (out.nbytes() > 0)
-    device_->DownloadAt(out.data, slots_[b].mem, (size_t)(first * (out.nbytes() / rows)),
-                        (size_t)out.nbytes());
+  const int64_t axis = StateRowAxis(graph_, name);
+  HostTensor out = StateRowsTensor(name, first, rows, slots_[b].shape, kp_.buffers[b].dtype, axis);
+  const StateRowRuns r = RowRuns(slots_[b].shape, axis, first, rows);
+  const size_t e = (size_t)BlockBytes(out.dtype);
+  for (int64_t i = 0; r.count > 0 && i < r.pieces; ++i)
+    device_->DownloadAt(static_cast<char*>(out.data) + i * r.count * e, slots_[b].mem,
+                        (size_t)(r.at + i * r.stride) * e, (size_t)r.count * e);
   return out;
 }
 
 void GpuProgram::WriteStateRows(const std::string& name, int64_t first, const HostTensor& rows) {
   const size_t b = StateSlot(name);
-  CheckStateRows(name, first, rows, slots_[b].shape, kp_.buffers[b].dtype);
-  if (rows.nbytes() > 0)
-    device_->UploadAt(slots_[b].mem, (size_t)(first * (rows.nbytes() / rows.shape[0])), rows.data,
-                      (size_t)rows.nbytes());
+  const int64_t axis = StateRowAxis(graph_, name);
+  CheckStateRows(name, first, rows, slots_[b].shape, kp_.buffers[b].dtype, axis);
+  const StateRowRuns r = RowRuns(slots_[b].shape, axis, first, rows.shape[axis]);
+  const size_t e = (size_t)BlockBytes(rows.dtype);
+  for (int64_t i = 0; r.count > 0 && i < r.pieces; ++i)
+    device_->UploadAt(slots_[b].mem, (size_t)(r.at + i * r.stride) * e,
+                      static_cast<const char*>(rows.data) + i * r.count * e, (size_t)r.count * e);
 }
 
 void GpuProgram::ResetState() {

@@ -27,18 +27,26 @@ class InterpExecutable : public Executable {
   void ResetState() override { interp_.ResetState(); }
   HostTensor ReadStateRows(const std::string& name, int64_t first, int64_t rows) override {
     const Node& n = StateNode(name);
-    HostTensor out = StateRowsTensor(name, first, rows, EvalShape(n.shape, {}), n.dtype);
+    const std::vector<int64_t> shape = EvalShape(n.shape, {});
+    const int64_t axis = StateRowAxis(graph_, name);
+    HostTensor out = StateRowsTensor(name, first, rows, shape, n.dtype, axis);
     const std::vector<double>& v = interp_.MutableStateValues(name);
-    const int64_t at = rows > 0 ? first * (out.numel() / rows) : 0;
-    for (int64_t i = 0; i < out.numel(); ++i) StoreFromDouble(out.data, n.dtype, i, v[at + i]);
+    const StateRowRuns r = RowRuns(shape, axis, first, rows);
+    for (int64_t i = 0; i < r.pieces; ++i)
+      for (int64_t j = 0; j < r.count; ++j)
+        StoreFromDouble(out.data, n.dtype, i * r.count + j, v[r.at + i * r.stride + j]);
     return out;
   }
   void WriteStateRows(const std::string& name, int64_t first, const HostTensor& rows) override {
     const Node& n = StateNode(name);
+    const std::vector<int64_t> shape = EvalShape(n.shape, {});
+    const int64_t axis = StateRowAxis(graph_, name);
     std::vector<double>& v = interp_.MutableStateValues(name);
-    CheckStateRows(name, first, rows, EvalShape(n.shape, {}), n.dtype);
-    const int64_t at = rows.shape[0] > 0 ? first * (rows.numel() / rows.shape[0]) : 0;
-    for (int64_t i = 0; i < rows.numel(); ++i) v[at + i] = LoadAsDouble(rows.data, rows.dtype, i);
+    CheckStateRows(name, first, rows, shape, n.dtype, axis);
+    const StateRowRuns r = RowRuns(shape, axis, first, rows.shape[axis]);
+    for (int64_t i = 0; i < r.pieces; ++i)
+      for (int64_t j = 0; j < r.count; ++j)
+        v[r.at + i * r.stride + j] = LoadAsDouble(rows.data, rows.dtype, i * r.count + j);
   }
   size_t kernel_count() const override { return graph_.size(); }
 

@@ -98,7 +98,8 @@ void SimulateAttention(const SystolicDescription& d, const float* q, const float
             continue;
           }
           float acc = 0;  // D <= one fold: one column sum
-          for (int64_t dd = 0; dd < D; ++dd) acc += qr[dd] * DeviceOperand(d, k[(r * H + h) * D + dd]);
+          const float* kr = k + a.KAt(r, h);
+          for (int64_t dd = 0; dd < D; ++dd) acc += qr[dd] * DeviceOperand(d, kr[dd]);
           s[t] = (float)scale * acc;
           mx = std::max(mx, s[t]);
         }
@@ -112,7 +113,7 @@ void SimulateAttention(const SystolicDescription& d, const float* q, const float
           float acc = 0;
           for (int64_t t = 0; t < a.total; ++t) {
             const int64_t r = row(sq, t);
-            if (r >= 0) acc += DeviceOperand(d, s[t] / sum) * DeviceOperand(d, v[(r * H + h) * D + dd]);
+            if (r >= 0) acc += DeviceOperand(d, s[t] / sum) * DeviceOperand(d, v[a.VAt(r, h) + dd]);
           }
           o[dd] =
               mx == -std::numeric_limits<float>::infinity() ? std::numeric_limits<float>::quiet_NaN() : acc;
@@ -138,8 +139,8 @@ double AttentionErrorBound(const SystolicDescription& d, const float* q, const f
     if (r < 0) continue;
     double dot = 0, mag = 0;
     for (int64_t c = 0; c < D; ++c) {
-      dot += (double)qs[c] * k[(r * H + h) * D + c];
-      mag += std::fabs((double)qs[c] * k[(r * H + h) * D + c]);
+      dot += (double)qs[c] * k[a.KAt(r, h) + c];
+      mag += std::fabs((double)qs[c] * k[a.KAt(r, h) + c]);
     }
     x[t] = scale * dot;
     mx = std::max(mx, x[t]);
@@ -153,7 +154,7 @@ double AttentionErrorBound(const SystolicDescription& d, const float* q, const f
   double pv = 0;
   for (int64_t t = 0; t < a.total; ++t) {
     const int64_t r = row(sq, t);
-    if (r >= 0) pv += x[t] / sum * std::fabs((double)v[(r * H + h) * D + dd]);
+    if (r >= 0) pv += x[t] / sum * std::fabs((double)v[a.VAt(r, h) + dd]);
   }
   // p moves by growth * p; the rounded p and v add (2u + u^2) of each product (on p * (1 + growth));
   // the f32 sum gamma_T of the magnitudes.

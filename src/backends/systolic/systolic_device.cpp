@@ -27,7 +27,10 @@ DeviceChoice DeviceChoiceFromJson(const nlohmann::json& j) {
 
 AttentionCall AttentionCallOf(const KernelProgram& kp, const AttentionTemplate& at, void* const* bufs,
                               const SymbolBindings& b) {
-  AttentionCall call{{at.heads_kv, at.group, at.head_dim, at.seq.Eval(b), at.total.Eval(b)}, nullptr};
+  AttentionCall call{
+      {at.heads_kv, at.group, at.head_dim, at.seq.Eval(b), at.total.Eval(b), at.k_layout.row.Eval(b),
+       at.k_layout.head.Eval(b), at.v_layout.row.Eval(b), at.v_layout.head.Eval(b)},
+      nullptr};
   if (at.table_buffer >= 0) {
     const auto* table = static_cast<const int32_t*>(bufs[at.table_buffer]);
     const auto* positions = static_cast<const int32_t*>(bufs[at.positions_buffer]);
@@ -75,7 +78,7 @@ SystolicProgram::SystolicProgram(std::string name, SystolicDescription desc, con
   for (size_t k = 0; k < kp.kernels.size(); ++k) {
     const Kernel& kn = kp.kernels[k];
     on_device_[k] = (kn.gemm && kn.gemm->index_buffer < 0) ||
-                    (kn.attention && kn.attention->Plain() && AttentionTemplateSupported());
+                    (kn.attention && kn.attention->RowsAtStrides() && AttentionTemplateSupported());
     if (kn.gemm) bytes[k] = (double)kn.gemm->n * kn.gemm->k * WeightBytes(desc_);
     total += on_device_[k] ? bytes[k] : 0;
   }

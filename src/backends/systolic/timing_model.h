@@ -63,6 +63,15 @@ KernelTime PredictGemm(const SystolicDescription& d, int64_t m, int64_t n, int64
 // (bf16) live in HBM beside the layer's weights; the new seq rows of K and V come over the link.
 struct AttentionShape {
   int64_t heads_kv, group, head_dim, seq, total;
+  // Where K's and V's rows start, in elements: row r of head h at r * row + h * head (0: the dense
+  // [rows, heads_kv, head_dim], row heads_kv * head_dim and head head_dim).
+  int64_t k_row = 0, k_head = 0, v_row = 0, v_head = 0;
+  int64_t KAt(int64_t r, int64_t h) const {
+    return r * (k_row ? k_row : heads_kv * head_dim) + h * (k_head ? k_head : head_dim);
+  }
+  int64_t VAt(int64_t r, int64_t h) const {
+    return r * (v_row ? v_row : heads_kv * head_dim) + h * (v_head ? v_head : head_dim);
+  }
 };
 KernelTime PredictAttention(const SystolicDescription& d, const AttentionShape& a, Placement p);
 
