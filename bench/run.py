@@ -115,8 +115,9 @@ def worker_torch(a):
             tps = []
             for r in range(a.reps + 1):
                 x, past = ids(p), start()
+                cached = {"past_key_values": past} if past is not None else {}
                 t0 = time.perf_counter()
-                out = model(input_ids=x, past_key_values=past, use_cache=True, logits_to_keep=1)
+                out = model(input_ids=x, use_cache=True, logits_to_keep=1, **cached)
                 sec = time.perf_counter() - t0
                 del out
                 if r > 0:

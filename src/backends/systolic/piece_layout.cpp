@@ -137,9 +137,11 @@ void StepLayouts::Apply(std::vector<TimedKernel>& step) {
     } else if (t.where == TimedKernel::Where::Array && kn.attention && t.out == TimedKernel::Out::Pieces) {
       const AttentionTemplate& at = *kn.attention;
       const PieceLayout heads = SplitLayout(at.head_dim, at.heads_kv, parts);
-      for (int s : {at.k_buffer, at.v_buffer}) {
+      // K and V by their heads, wherever a head's rows start (a head-major cache's heads are whole runs).
+      for (const auto& [s, layout] : {std::pair{at.k_buffer, &at.k_layout}, {at.v_buffer, &at.v_layout}}) {
         auto it = pieces.find(s);
-        if (it != pieces.end() && it->second == heads) t.in_place.push_back(s);
+        if (it != pieces.end() && it->second == SplitLayout(layout->head.Eval(b_), at.heads_kv, parts))
+          t.in_place.push_back(s);
       }
       auto q = pieces.find(at.q_buffer);
       if (q != pieces.end() && QueryByHeads(q->second, at, heads)) t.in_place.push_back(at.q_buffer);
