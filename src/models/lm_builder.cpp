@@ -117,7 +117,9 @@ double LmBuilder::AttentionScale() const {
   return cfg_.attention_scale > 0 ? cfg_.attention_scale : 1.0 / std::sqrt((double)cfg_.head_dim);
 }
 
-// A paged pool [rows, heads, D]; a single sequence's cache [heads, rows, D] (CausalAttention's head-major).
+// A single sequence's cache [heads, rows, D] (CausalAttention's head-major: each head's keys one stream); a
+// paged pool [rows, heads, D] (its blocks lie anywhere, and head-major ones gained nothing: bench/README.md,
+// "Decode at depth").
 Tensor LmBuilder::KvCache(const std::string& kind, int64_t l, int64_t heads) {
   const int64_t rows = paged() ? opts_.kv_blocks * opts_.kv_block : opts_.max_context;
   std::vector<Expr> shape = {Expr(rows), Expr(heads), Expr(cfg_.head_dim)};

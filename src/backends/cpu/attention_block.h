@@ -43,8 +43,9 @@ inline void PrefetchRow(const float* row, int64_t n) {
 }
 // Keys ahead whose rows a decode block's scores prefetch from one sequence's cache, whose head-major rows are
 // one stream a head: about 8 KiB. The hardware prefetcher alone left a cold step at half the read bandwidth
-// (`prism_attention_bench 1 2048 1 cold 50 heads`: 390 us without, 265-295 us at 6-10 KiB ahead). Its values
-// are left to the hardware: prefetching them gained a decode step nothing and cost a prefill 4-5%.
+// (`prism_attention_bench 1 2048 1 cold 50 heads`: 390 us without, 265-295 us at 8-10 KiB ahead, 292-306 at 4,
+// 6, 12 or 16 KiB). Its values are left to the hardware: prefetching them gained a decode step nothing and cost
+// a prefill 4-5%.
 inline int64_t DenseAhead(int64_t head_dim) { return std::max<int64_t>(1, 8192 / (4 * head_dim)); }
 
 // What both block kernels set up first: row r of the block (query (row0 + r) / group, group head
