@@ -36,16 +36,20 @@ struct KeyRows {
 
 // Keys ahead of the one in use whose rows both block kernels prefetch from a paged cache: one head's part of
 // a key row is a few cache lines at the stride of all heads' rows, in blocks anywhere in the pool, which the
-// hardware prefetcher does not foresee (reading them in place so beat copying them out first by 11-33%).
-constexpr int64_t kAhead = 8;
+// hardware prefetcher does not foresee (reading them in place so beat copying them out first by 11-33%). P·V
+// reads its values twice as far ahead: `prism_attention_bench 16 KEYS 2 cold N paged`, 16 keys against 8
+// through a temporary switch, twice each: 50 keys 144.1 / 143.9 against 146.9 / 146.0 us, 200 keys 469 / 476
+// against 482, 500 keys 1,164 / 1,157 against 1,214 / 1,220 us (4 sequences x 1,000 keys: 571 / 574 against
+// 601 / 596).
+constexpr int64_t kAhead = 8, kAheadValues = 16;
 inline void PrefetchRow(const float* row, int64_t n) {
   for (int64_t e = 0; e < n; e += 16) __builtin_prefetch(row + e);
 }
 // Keys ahead whose rows a decode block's scores prefetch from one sequence's cache, whose head-major rows are
 // one stream a head: about 8 KiB. The hardware prefetcher alone left a cold step at half the read bandwidth
-// (`prism_attention_bench 1 2048 1 cold 50 heads`: 390 us without, 265-295 us at 8-10 KiB ahead, 292-306 at 4,
-// 6, 12 or 16 KiB). Its values are left to the hardware: prefetching them gained a decode step nothing and cost
-// a prefill 4-5%.
+// (`prism_attention_bench 1 2048 1 cold 50 heads`: 390 us without, 265-303 us at 8-10 KiB ahead, 292-306 at
+// 4, 6, 12 or 16 KiB). Its values are left to the hardware: prefetching them gained a decode step nothing and
+// cost a prefill 4-5%.
 inline int64_t DenseAhead(int64_t head_dim) { return std::max<int64_t>(1, 8192 / (4 * head_dim)); }
 
 // What both block kernels set up first: row r of the block (query (row0 + r) / group, group head

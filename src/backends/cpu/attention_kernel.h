@@ -165,7 +165,7 @@ PRISM_LANES_TARGET void ValueStrip(Probabilities p, const float* v, int64_t v_st
   const bool masked = V::kMaskedLoadsFree || last < W;
   for (int64_t t = 0; t < keys; ++t) {
     const float* vr = v + kr(t) * v_stride + d0;
-    if (kr.rows && t + kAhead < keys) PrefetchRow(v + kr(t + kAhead) * v_stride + d0, width);
+    if (kr.rows && t + kAheadValues < keys) PrefetchRow(v + kr(t + kAheadValues) * v_stride + d0, width);
     typename V::F vv[NC];
 #pragma GCC unroll 4
     for (int c = 0; c < NC; ++c)
