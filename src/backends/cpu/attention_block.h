@@ -39,8 +39,8 @@ struct KeyRows {
 // hardware prefetcher does not foresee (reading them in place so beat copying them out first by 11-33%). P·V
 // reads its values twice as far ahead: `prism_attention_bench 16 KEYS 2 cold N paged`, 16 keys against 8
 // through a temporary switch, twice each: 50 keys 144.1 / 143.9 against 146.9 / 146.0 us, 200 keys 469 / 476
-// against 482, 500 keys 1,164 / 1,157 against 1,214 / 1,220 us (4 sequences x 1,000 keys: 571 / 574 against
-// 601 / 596).
+// against 482 (and a first 665), 500 keys 1,164 / 1,157 against 1,214 / 1,220 us (4 sequences x 1,000 keys:
+// 571 / 574 against 601 / 596).
 constexpr int64_t kAhead = 8, kAheadValues = 16;
 inline void PrefetchRow(const float* row, int64_t n) {
   for (int64_t e = 0; e < n; e += 16) __builtin_prefetch(row + e);
