@@ -139,6 +139,11 @@ int main(int argc, char** argv) {
     time(
         wt, "rows", (size_t)w.nbytes(),
         [&](int64_t nb, int64_t ne) { GemmRows(a.data(), m, k, w.data, wt, y.data(), n, nb, ne); }, w.data);
+    for (int64_t rows : GemvRowsChoices(wt, m))  // the values the search times besides the default
+      time(
+          wt, ("rows, gemv_rows=" + std::to_string(rows)).c_str(), (size_t)w.nbytes(),
+          [&](int64_t nb, int64_t ne) { GemmRows(a.data(), m, k, w.data, wt, y.data(), n, nb, ne, rows); },
+          w.data);
     if (wt == DType::BF16 && Bf16DotSupported()) {
       time(
           wt, "rounded (bf16 dot)", (size_t)w.nbytes(),
@@ -159,6 +164,11 @@ int main(int argc, char** argv) {
       time(
           wt, "panels", p.bytes,
           [&](int64_t nb, int64_t ne) { GemmPanels(a.data(), m, p, y.data(), n, nb, ne); }, p.data.get());
+      for (int64_t rows : PanelTileRowsChoices(wt))  // the register tiles the search times besides 12 rows
+        time(
+            wt, ("panels, tile_rows=" + std::to_string(rows)).c_str(), p.bytes,
+            [&](int64_t nb, int64_t ne) { GemmPanels(a.data(), m, p, y.data(), n, nb, ne, {}, rows); },
+            p.data.get());
     }
     if (AmxGemmSupported(wt, k)) {
       AmxPackedWeight p = PackForAmx(w.data, wt, n, k);

@@ -674,9 +674,6 @@ TEST(Gemm, Int8DotOverKQuantsStaysWithinTheRoundingBound) {
   }
 }
 
-// Quantized weights as panels (a column per lane) quantize the activations as the one-row int8
-// path does and sum the same integers per block, so the two agree to f32 rounding; both stay within
-// the rounding bound of the exact product. Tails in every dimension: rows past a 6-row tile, columns
 // The float panels add a bias as they store, after the last block of K: bit for bit the product stored and
 // then the bias added (as the epilogue does), over partial tiles and panels, K past a block, row-major and
 // K-major activations and column ranges split inside a panel.
@@ -711,6 +708,50 @@ TEST(Gemm, FloatPanelsAddTheBiasAsTheEpilogueWould) {
           }
 }
 
+// The float panels' register tile rows (8, 12, 14) are a template parameter the search times: each output's
+// sum runs over K in the same order whatever rows share its tile, so every tile gives the default's outputs
+// bit for bit, over partial tiles and row blocks, row-major and K-major activations, a bias and a split
+// inside a panel; a tile not built is an error. The search offers the others for float weights only.
+TEST(Gemm, FloatPanelTileRowsChangeOnlyTheSpeedAndAreSearched) {
+  if (!PanelGemmSupported(DType::F32)) GTEST_SKIP() << "this CPU has no AVX-512";
+  for (DType wt : {DType::F32, DType::F16, DType::BF16})
+    for (int64_t m : {1, 13, 29, 530})
+      for (int64_t group : {0, 7}) {
+        const int64_t n = 45, k = 300;
+        auto a = testing::RandomFloats(m * k, 31), bias = testing::RandomFloats(n, 33);
+        const HostTensor w = HostTensor::FromFloats({n, k}, testing::RandomFloats(n * k, 32), wt);
+        PanelPackedWeight panels = PackPanels(w.data, wt, n, k);
+        std::vector<float> src = a;  // K-major in groups of 7 rows, as in the bias test above
+        if (group > 0) src.assign((m + group - 1) / group * group * k, 0.0f);
+        if (group > 0)
+          for (int64_t r = 0; r < m; ++r)
+            for (int64_t kk = 0; kk < k; ++kk) src[(r / group * k + kk) * group + r % group] = a[r * k + kk];
+        std::vector<float> want(m * n, NAN);
+        GemmPanels(src.data(), m, panels, want.data(), n, 0, n, {group, 0}, 0, bias.data());
+        for (int64_t rows : {8, 12, 14}) {
+          std::vector<float> y(m * n, NAN);
+          GemmPanels(src.data(), m, panels, y.data(), n, 0, 16, {group, 0}, rows, bias.data());
+          GemmPanels(src.data(), m, panels, y.data(), n, 16, n, {group, 0}, rows, bias.data());
+          for (int64_t i = 0; i < m * n; ++i)
+            ASSERT_EQ(std::memcmp(&y[i], &want[i], sizeof(float)), 0)
+                << DTypeName(wt) << " m=" << m << " group=" << group << " tile rows " << rows << " at " << i
+                << ": " << y[i] << " vs " << want[i];
+        }
+      }
+  std::vector<float> a(64, 1.0f), w(64 * 32, 1.0f), y(32);
+  PanelPackedWeight p = PackPanels(w.data(), DType::F32, 32, 64);
+  EXPECT_THROW(GemmPanels(a.data(), 1, p, y.data(), 32, 0, 32, {}, 10), Error);
+  EXPECT_EQ(PanelTileRowsChoices(DType::F16), (std::vector<int64_t>{8, 14}));
+  EXPECT_TRUE(PanelTileRowsChoices(DType::Q4_0).empty());
+
+  const std::set<std::string> tiles =
+      SearchedParamCandidates(DType::F16, 96, 512, {{"batch", {{"seq", 16}}}}, "tile_rows")["batch"];
+  EXPECT_EQ(tiles, (std::set<std::string>{"template-panels/tile_rows=8", "template-panels/tile_rows=14"}));
+}
+
+// Quantized weights as panels (a column per lane) quantize the activations as the one-row int8
+// path does and sum the same integers per block, so the two agree to f32 rounding; both stay within
+// the rounding bound of the exact product. Tails in every dimension: rows past a 6-row tile, columns
 // past a 32-column panel, K past a 32-block slice and not a multiple of a 512-value group.
 TEST(Gemm, Int8PanelsAgreeWithTheOneRowPathOverOddShapes) {
   if (!PanelGemmSupported(DType::Q8_0)) GTEST_SKIP() << "this CPU has no AVX512-VNNI";

@@ -139,7 +139,9 @@ class CpuScheduleSpace : public ScheduleSpace {
         add(form.label(wt), true, false, (int)f);
         if (form.param_values)  // the form's template parameter: each value a candidate of its own
           for (int64_t v : form.param_values(wt, defaults_[k].m, kn.gemm->k))
-            add(form.label(wt) + "/" + form.param + "=" + std::to_string(v), true, false, (int)f, v);
+            add(form.label(wt) + "/" + (form.param_name_of ? form.param_name_of(wt) : form.param) + "=" +
+                    std::to_string(v),
+                true, false, (int)f, v);
       }
     }
     add("generated", false, false, 0);

@@ -63,8 +63,9 @@ void RunPanels(const GemmCall& c) {
 bool PlainFloat(DType wt) { return !IsQuantized(wt); }
 int64_t PanelsMinRows(DType wt) { return IsQuantized(wt) ? Int8PanelsMinRows(wt) : 6; }
 std::vector<int64_t> PanelsParams(DType wt, int64_t, int64_t k) {
-  return IsQuantized(wt) ? Int8PanelSliceChoices(k) : std::vector<int64_t>{};
+  return IsQuantized(wt) ? Int8PanelSliceChoices(k) : PanelTileRowsChoices(wt);
 }
+const char* PanelsParamName(DType wt) { return IsQuantized(wt) ? "slice" : "tile_rows"; }
 
 // The same panels of K-quants against activations rounded per 256 values, as the q8k form rounds them: each
 // 16- or 32-value sum takes one multiply-add, the row's scale one per 256 values.
@@ -164,6 +165,7 @@ const std::vector<GemmForm>& GemmForms() {
        .min_rows_of = PanelsMinRows,
        .param = "slice",
        .param_values = PanelsParams,
+       .param_name_of = PanelsParamName,
        .adds_bias = PlainFloat},
       {.name = "dot-panels",
        .min_rows = 1,

@@ -72,6 +72,8 @@ struct GemmForm {
   // reference.
   const char* param = nullptr;
   std::vector<int64_t> (*param_values)(DType wt, int64_t m, int64_t k) = nullptr;
+  // The parameter's name where it depends on the weight type (null: param for every type).
+  const char* (*param_name_of)(DType wt) = nullptr;
   // Or a parameter the search varies over the whole step at once, every such GEMM together (null: none):
   // the values offered besides the default (0). The int8 GEMMs' weight prefetch distance is one: timed
   // alone, each GEMM's distances come out within the noise of one another (cpu_schedule_space.cpp).

@@ -1,5 +1,6 @@
-// Template-tier CPU GEMM for many activation rows: 12 x 32 register tiles over K-major weight panels,
-// each activation value broadcast against two vectors of 16 columns.
+// Template-tier CPU GEMM for many activation rows: 12 x 32 register tiles (8 or 14 rows where the search
+// finds them faster) over K-major weight panels, each activation value broadcast against two vectors of 16
+// columns.
 #include "backends/cpu/gemm_panels.h"
 
 #include "backends/cpu/gemm.h"
@@ -41,14 +42,15 @@ PRISM_PANELS inline __m512 Load16(const uint8_t* p) {
   }
 }
 
-// Register tile: kMR activation rows x the 32 columns of a panel.
-constexpr int kMR = 12;
+// Register tile: MR activation rows x the 32 columns of a panel, 2 x MR accumulators: kMR by default, or
+// another of PanelTileRowsChoices (a template parameter the search times; 14 leaves one of the 32 vector
+// registers for the activation's broadcast past the two weight vectors).
+constexpr int kMR = 12, kMaxMR = 14;
 // Blocks: a block of activation rows (at most kMaxMBlock rows x kKBlock values of K, repacked tile by
 // tile) stays in L2, and each panel's kKBlock x 32 slice (converted to f32) stays in L1 while every
 // tile of the row block passes over it. Weights are so read from memory, and converted, once per row
 // block: a 512-token prompt is one block (with 96-row blocks, weights were streamed 6 times).
 constexpr int64_t kMaxMBlock = 516, kKBlock = 256;
-constexpr int64_t kMaxMBlockTiles = (kMaxMBlock + kMR - 1) / kMR;
 // Weights of a panel slice as f32, 16 at a time.
 template <DType T>
 PRISM_PANELS void ToF32(const uint8_t* src, int64_t count, float* dst) {
@@ -56,22 +58,23 @@ PRISM_PANELS void ToF32(const uint8_t* src, int64_t count, float* dst) {
   for (int64_t i = 0; i < count; i += 16) _mm512_store_ps(dst + i, Load16<T>(src + i * elem));
 }
 
-// kMR activation rows x 32 weight columns (f32, K-major) over kb values of K, stored into y (rows ldy apart)
+// MR activation rows x 32 weight columns (f32, K-major) over kb values of K, stored into y (rows ldy apart)
 // when first, else added to it; the 32 values of `bias` (if any) added as it is stored. Row i's value kk is
-// ap[i * row_step + kk * k_step]: tiles packed K-major (row_step 1, k_step kMR), or rows read where they lie
+// ap[i * row_step + kk * k_step]: tiles packed K-major (row_step 1, k_step MR), or rows read where they lie
 // (row_step their stride, k_step 1).
+template <int MR>
 PRISM_PANELS void Tile(const float* ap, int64_t row_step, int64_t k_step, const float* w, int64_t kb,
                        float* y, int64_t ldy, bool first, const float* bias) {
-  __m512 acc[kMR][2];
+  __m512 acc[MR][2];
 #pragma GCC unroll 16
-  for (int i = 0; i < kMR; ++i) {
+  for (int i = 0; i < MR; ++i) {
     acc[i][0] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + i * ldy);
     acc[i][1] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + i * ldy + 16);
   }
   for (int64_t kk = 0; kk < kb; ++kk) {
     __m512 w0 = _mm512_load_ps(w + kk * kPanelCols), w1 = _mm512_load_ps(w + kk * kPanelCols + 16);
 #pragma GCC unroll 16
-    for (int i = 0; i < kMR; ++i) {
+    for (int i = 0; i < MR; ++i) {
       __m512 av = _mm512_set1_ps(ap[i * row_step + kk * k_step]);
       acc[i][0] = _mm512_fmadd_ps(av, w0, acc[i][0]);
       acc[i][1] = _mm512_fmadd_ps(av, w1, acc[i][1]);
@@ -80,48 +83,51 @@ PRISM_PANELS void Tile(const float* ap, int64_t row_step, int64_t k_step, const 
   if (bias) {
     const __m512 b0 = _mm512_loadu_ps(bias), b1 = _mm512_loadu_ps(bias + 16);
 #pragma GCC unroll 16
-    for (int i = 0; i < kMR; ++i) {
+    for (int i = 0; i < MR; ++i) {
       acc[i][0] = _mm512_add_ps(acc[i][0], b0);
       acc[i][1] = _mm512_add_ps(acc[i][1], b1);
     }
   }
 #pragma GCC unroll 16
-  for (int i = 0; i < kMR; ++i) {
+  for (int i = 0; i < MR; ++i) {
     _mm512_storeu_ps(y + i * ldy, acc[i][0]);
     _mm512_storeu_ps(y + i * ldy + 16, acc[i][1]);
   }
 }
 
-// The same tiles from a K-major A (PanelActivation): a tile's kMR rows within one group are kMR consecutive
+// The same tiles from a K-major A (PanelActivation): a tile's MR rows within one group are MR consecutive
 // values of each of its K rows.
+template <int MR>
 PRISM_PANELS void PackKMajor(const float* a, PanelActivation l, int64_t k, int64_t m0, int64_t m1, int64_t k0,
                              int64_t kb, float* ap) {
-  for (int64_t i0 = m0; i0 < m1; i0 += kMR, ap += kb * kMR) {
-    const int64_t r = l.first + i0, g = r / l.group, p = r % l.group, rows = std::min<int64_t>(kMR, m1 - i0);
+  for (int64_t i0 = m0; i0 < m1; i0 += MR, ap += kb * MR) {
+    const int64_t r = l.first + i0, g = r / l.group, p = r % l.group, rows = std::min<int64_t>(MR, m1 - i0);
     if (p + rows <= l.group) {
       const float* src = a + (g * k + k0) * l.group + p;
       const __mmask16 valid = (__mmask16)((1u << rows) - 1);
       for (int64_t kk = 0; kk < kb; ++kk)
-        _mm512_mask_storeu_ps(ap + kk * kMR, 0xFFF, _mm512_maskz_loadu_ps(valid, src + kk * l.group));
+        _mm512_mask_storeu_ps(ap + kk * MR, (__mmask16)((1u << MR) - 1),
+                              _mm512_maskz_loadu_ps(valid, src + kk * l.group));
       continue;
     }
-    for (int i = 0; i < kMR; ++i) {  // the tile crosses into the next group
+    for (int i = 0; i < MR; ++i) {  // the tile crosses into the next group
       const int64_t ri = r + i, gi = ri / l.group, pi = ri % l.group;
       const float* src = i < rows ? a + (gi * k + k0) * l.group + pi : nullptr;
-      for (int64_t kk = 0; kk < kb; ++kk) ap[kk * kMR + i] = src ? src[kk * l.group] : 0.0f;
+      for (int64_t kk = 0; kk < kb; ++kk) ap[kk * MR + i] = src ? src[kk * l.group] : 0.0f;
     }
   }
 }
 
-template <DType T>
+template <DType T, int MR>
 PRISM_PANELS void Gemm(const float* a, int64_t m, const PanelPackedWeight& w, float* y, int64_t n_total,
                        int64_t n_begin, int64_t n_end, PanelActivation layout, const float* bias) {
   const int64_t k = w.k, elem = T == DType::F32 ? 4 : 2, panel_bytes = k * kPanelCols * elem;
-  alignas(64) static thread_local float apack[kMaxMBlockTiles * kMR * kKBlock], wconv[kKBlock * kPanelCols];
-  alignas(64) float edge[kMR * kPanelCols];
+  // A row block is whole tiles: at most kMaxMBlock rows rounded up to MR.
+  alignas(64) static thread_local float apack[(kMaxMBlock + kMaxMR) * kKBlock], wconv[kKBlock * kPanelCols];
+  alignas(64) float edge[MR * kPanelCols];
   // Equal row blocks, whole tiles each.
   const int64_t blocks = (m + kMaxMBlock - 1) / kMaxMBlock;
-  const int64_t m_block = ((m + blocks - 1) / blocks + kMR - 1) / kMR * kMR;
+  const int64_t m_block = ((m + blocks - 1) / blocks + MR - 1) / MR * MR;
   for (int64_t m0 = 0; m0 < m; m0 += m_block) {
     const int64_t m1 = std::min(m, m0 + m_block);
     for (int64_t k0 = 0; k0 < k; k0 += kKBlock) {
@@ -130,11 +136,11 @@ PRISM_PANELS void Gemm(const float* a, int64_t m, const PanelPackedWeight& w, fl
       // Whole tiles of a row-major A are read where they lie (packing them cost as much as the products
       // over a short K, such as a convolution's 27 taps); a K-major A and a last partial tile are packed.
       const bool direct = layout.group == 0;
-      const int64_t m_whole = direct ? m0 + (m1 - m0) / kMR * kMR : m0;
+      const int64_t m_whole = direct ? m0 + (m1 - m0) / MR * MR : m0;
       if (!direct)
-        PackKMajor(a, layout, k, m0, m1, k0, kb, apack);
+        PackKMajor<MR>(a, layout, k, m0, m1, k0, kb, apack);
       else if (m_whole < m1)
-        PackActivationTiles<kMR>(a, k, m_whole, m1, k0, kb, apack + (m_whole - m0) * kb);
+        PackActivationTiles<MR>(a, k, m_whole, m1, k0, kb, apack + (m_whole - m0) * kb);
       for (int64_t p = n_begin / kPanelCols; p * kPanelCols < n_end; ++p) {
         const uint8_t* slice = w.data.get() + p * panel_bytes + k0 * kPanelCols * elem;
         const float* wf = reinterpret_cast<const float*>(slice);  // f32 weights are read in place
@@ -152,25 +158,39 @@ PRISM_PANELS void Gemm(const float* a, int64_t m, const PanelPackedWeight& w, fl
           std::memcpy(bias_edge + c0, pb + c0, (size_t)(c1 - c0) * sizeof(float));
           pb = bias_edge;
         }
-        for (int64_t i = m0; i < m1; i += kMR) {
+        for (int64_t i = m0; i < m1; i += MR) {
           const bool in_place = i < m_whole;
           const float* ap = in_place ? a + i * k + k0 : apack + (i - m0) * kb;
-          const int64_t row_step = in_place ? k : 1, k_step = in_place ? 1 : kMR;
+          const int64_t row_step = in_place ? k : 1, k_step = in_place ? 1 : MR;
           float* yt = y + i * n_total + p * kPanelCols;
-          const int64_t rows = std::min<int64_t>(kMR, m1 - i);
-          if (rows == kMR && c0 == 0 && c1 == kPanelCols) {
-            Tile(ap, row_step, k_step, wf, kb, yt, n_total, first, pb);
+          const int64_t rows = std::min<int64_t>(MR, m1 - i);
+          if (rows == MR && c0 == 0 && c1 == kPanelCols) {
+            Tile<MR>(ap, row_step, k_step, wf, kb, yt, n_total, first, pb);
             continue;
           }
           // A partial tile goes through a full-size buffer; only its valid part touches y.
           for (int64_t r = 0; r < rows && !first; ++r)
             std::memcpy(edge + r * kPanelCols + c0, yt + r * n_total + c0, (size_t)(c1 - c0) * sizeof(float));
-          Tile(ap, row_step, k_step, wf, kb, edge, kPanelCols, first, pb);
+          Tile<MR>(ap, row_step, k_step, wf, kb, edge, kPanelCols, first, pb);
           for (int64_t r = 0; r < rows; ++r)
             std::memcpy(yt + r * n_total + c0, edge + r * kPanelCols + c0, (size_t)(c1 - c0) * sizeof(float));
         }
       }
     }
+  }
+}
+
+template <DType T>
+void GemmFloat(const float* a, int64_t m, const PanelPackedWeight& w, float* y, int64_t n_total,
+               int64_t n_begin, int64_t n_end, PanelActivation layout, int64_t tile_rows, const float* bias) {
+  switch (tile_rows) {
+    case 0:
+    case kMR: return Gemm<T, kMR>(a, m, w, y, n_total, n_begin, n_end, layout, bias);
+    case 8: return Gemm<T, 8>(a, m, w, y, n_total, n_begin, n_end, layout, bias);
+    case kMaxMR: return Gemm<T, kMaxMR>(a, m, w, y, n_total, n_begin, n_end, layout, bias);
+    default:
+      throw Error("panel gemm: register tile of " + std::to_string(tile_rows) +
+                  " rows (8, 12 or 14 are built)");
   }
 }
 
@@ -210,18 +230,22 @@ PanelPackedWeight PackPanels(const void* w, DType wt, int64_t n, int64_t k) {
   return p;
 }
 
+std::vector<int64_t> PanelTileRowsChoices(DType wt) {
+  if (IsQuantized(wt) || !PanelGemmSupported(wt)) return {};
+  return {8, kMaxMR};
+}
+
 void GemmPanels(const float* a, int64_t m, const PanelPackedWeight& w, float* y, int64_t n_total,
-                int64_t n_begin, int64_t n_end, PanelActivation layout, int64_t slice_blocks,
-                const float* bias) {
+                int64_t n_begin, int64_t n_end, PanelActivation layout, int64_t param, const float* bias) {
   if (n_begin >= n_end || m <= 0) return;
   switch (w.type) {
-    case DType::F32: return Gemm<DType::F32>(a, m, w, y, n_total, n_begin, n_end, layout, bias);
-    case DType::F16: return Gemm<DType::F16>(a, m, w, y, n_total, n_begin, n_end, layout, bias);
-    case DType::BF16: return Gemm<DType::BF16>(a, m, w, y, n_total, n_begin, n_end, layout, bias);
+    case DType::F32: return GemmFloat<DType::F32>(a, m, w, y, n_total, n_begin, n_end, layout, param, bias);
+    case DType::F16: return GemmFloat<DType::F16>(a, m, w, y, n_total, n_begin, n_end, layout, param, bias);
+    case DType::BF16: return GemmFloat<DType::BF16>(a, m, w, y, n_total, n_begin, n_end, layout, param, bias);
     default:
       if (layout.group > 0) throw Error("panel gemm: a K-major activation with quantized weights");
       if (bias) throw Error("panel gemm: a bias with quantized weights");
-      return GemmPanelsInt8(a, m, w.data.get(), w.type, w.k, y, n_total, n_begin, n_end, slice_blocks);
+      return GemmPanelsInt8(a, m, w.data.get(), w.type, w.k, y, n_total, n_begin, n_end, param);
   }
 }
 

@@ -1,10 +1,12 @@
 // Template-tier CPU GEMM for many activation rows (prefill): weights repacked once into panels of
-// 32 output columns, K-major; activation rows are repacked in tiles of 12 per block of K and half-precision
-// panels widened to f32 once per block, so a 12 x 32 register tile does 24 FMAs per two weight loads.
+// 32 output columns, K-major; activation rows are repacked in tiles of 12 (or a searched 8 or 14) per block
+// of K and half-precision panels widened to f32 once per block, so a 12 x 32 register tile does 24 FMAs per
+// two weight loads.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "backends/cpu/weight_memory.h"
 #include "ir/dtype.h"
@@ -50,11 +52,14 @@ void PackActivationTiles(const float* a, int64_t lda, int64_t m0, int64_t m1, in
 // Y[m, n] = sum_k A[m, k] * W[n, k] for n in [n_begin, n_end), exactly as the reference (f32
 // products and sums) for float weights; quantized ones round the activations (Int8DotErrorBound).
 // Threads should split N at multiples of kPanelCols (quantized weights require it).
-// slice_blocks: for quantized weights, the K-slice of GemmPanelsInt8 (0: its default); floats ignore it.
+// param, a template parameter the search varies: for quantized weights the K-slice of GemmPanelsInt8, for
+// float ones the register tile's rows (PanelTileRowsChoices); 0: the default. It changes only the speed.
 // bias (float weights only; null: none): bias[n] added to each output as it is stored, after its sum (as
 // an epilogue adding it would).
 void GemmPanels(const float* a, int64_t m, const PanelPackedWeight& w, float* y, int64_t n_total,
-                int64_t n_begin, int64_t n_end, PanelActivation layout = {}, int64_t slice_blocks = 0,
+                int64_t n_begin, int64_t n_end, PanelActivation layout = {}, int64_t param = 0,
                 const float* bias = nullptr);
+// The register tile's rows offered besides the default (12) for float weights: {8, 14}; none for others.
+std::vector<int64_t> PanelTileRowsChoices(DType wt);
 
 }  // namespace prism
