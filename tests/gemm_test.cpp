@@ -1259,14 +1259,15 @@ TEST(Gemm, Bf16ActivationsRunOnBf16DotProductsUnsearched) {
 }
 
 // Quantized weights meet int8 dot products before any search, as llama.cpp's do: one row at a time for a
-// few rows, in panels over more (Q4_K and Q6_K against the activation rounded per 256 values; the rows
-// form's f32 products ran decode at half the bandwidth and 16 rows 3-4x slower). Every output stays within
+// few rows, in panels over more (AMX's int8 tiles from 32 rows of Q8_0 and Q4_0 where the CPU has them;
+// Q4_K and Q6_K against the activation rounded per 256 values; the rows form's f32 products ran decode at
+// half the bandwidth and 16 rows 3-4x slower). Every output stays within
 // the chosen form's rounding bound of the exact sum, as the search would check; float weights keep exact f32
 // products (the panels from 6 rows where N fills a panel, as here; the rows form below that).
 TEST(Gemm, QuantizedWeightsRunOnInt8DotProductsUnsearched) {
   const int rounded = GemmFormIndex("rounded"), panels = GemmFormIndex("panels"), q8k = GemmFormIndex("q8k"),
             slices = GemmFormIndex("slices"), int8_avx2 = GemmFormIndex("int8-avx2"),
-            q8k_panels = GemmFormIndex("q8k-panels");
+            q8k_panels = GemmFormIndex("q8k-panels"), amx = GemmFormIndex("amx");
   // Panels from 2 rows where they hold the weights as nibbles, from 6 where as bytes or floats.
   EXPECT_EQ(MinRows(GemmForms()[panels], DType::Q4_K), 2);
   EXPECT_EQ(MinRows(GemmForms()[panels], DType::Q4_0), 2);
@@ -1291,6 +1292,8 @@ TEST(Gemm, QuantizedWeightsRunOnInt8DotProductsUnsearched) {
       // Without AVX-512: the slices from 16 rows of quantized weights (f16's rows form stays ahead), but for
       // Q8_0, Q4_0, Q4_K and Q6_K at every row count: their int8 tiles.
       if (m >= 16 && wt != DType::F16 && GemmForms()[slices].offered(wt, k)) want = slices;
+      // With AMX: its int8 tiles for Q8_0 and Q4_0 from 32 rows.
+      if (m >= 32 && (wt == DType::Q8_0 || wt == DType::Q4_0) && GemmForms()[amx].offered(wt, k)) want = amx;
       if (GemmForms()[int8_avx2].offered(wt, k)) want = int8_avx2;
       const std::string what = std::string(DTypeName(wt)) + " m=" + std::to_string(m);
       for (size_t kk = 0; kk < prog->kernels().kernels.size(); ++kk) {

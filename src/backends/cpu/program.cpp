@@ -28,6 +28,7 @@ static const int kQ8KPanelsForm = GemmFormIndex("q8k-panels");
 static const int kRoundedForm = GemmFormIndex("rounded");
 static const int kQ8KForm = GemmFormIndex("q8k");
 static const int kSlicesForm = GemmFormIndex("slices");
+static const int kAmxForm = GemmFormIndex("amx");
 static const int kInt8Avx2Form = GemmFormIndex("int8-avx2");
 
 // Unsearched, a product of quantized weights takes the form a search picks for it on every CPU measured:
@@ -51,8 +52,14 @@ static const int kInt8Avx2Form = GemmFormIndex("int8-avx2");
 // other quantized types the slices from 16 rows, f32/bf16 the slices from 64 rows (1.1-1.3x the rows form at
 // 16 rows of quantized weights and 1.6-1.9x at 512, 1.2-1.3x for f32/bf16 from 64 rows); f16's rows form
 // stays ahead (1.05-1.2x the slices at 64-512 rows: its weights, half the bytes of f32's, stay in L1).
-static int DefaultForm(int64_t m, DType wt, int64_t n, int64_t k) {
+// With AMX, Q8_0 and Q4_0 over 32 rows or more take its int8 tiles (whole: the team shares one rounded
+// activation, so not an expert's slabs), which round the activation as the panels do: on an Intel Xeon with
+// AMX (bench/gemm_forms.cpp, 8192 x 2048, two threads) 1.14-1.25x the panels' GOP/s at 32 to 512 rows, 0.65x
+// at 16 (its tiles take 32 rows at a time), and the search's choice for the 1B shape's prompt products there.
+static int DefaultForm(int64_t m, DType wt, int64_t n, int64_t k, bool whole) {
   if (GemmForms()[kInt8Avx2Form].offered(wt, k)) return kInt8Avx2Form;
+  if (whole && (wt == DType::Q8_0 || wt == DType::Q4_0) && m >= 32 && GemmForms()[kAmxForm].offered(wt, k))
+    return kAmxForm;
   const bool many_rows = IsQuantized(wt) ? m >= 16 : wt != DType::F16 && m >= 64;
   if (many_rows && GemmForms()[kSlicesForm].offered(wt, k)) return kSlicesForm;
   const GemmForm& panels = GemmForms()[kPanelsForm];
@@ -352,7 +359,9 @@ KernelChoice Program::DefaultChoiceForRows(size_t k, int64_t m) const {
   if (!kn.gemm || c.form != 0 || exact_) return c;
   // An expert GEMM runs each slab over its own rows: about m / experts of them (one each in decode).
   if (kn.gemm->index_buffer >= 0) m = std::max<int64_t>(1, m / kn.gemm->experts);
-  if (const int f = DefaultForm(m, kp_.buffers[kn.gemm->w_buffer].dtype, kn.gemm->n, kn.gemm->k); f >= 0)
+  if (const int f = DefaultForm(m, kp_.buffers[kn.gemm->w_buffer].dtype, kn.gemm->n, kn.gemm->k,
+                                kn.gemm->index_buffer < 0);
+      f >= 0)
     c.form = f;
   return c;
 }
