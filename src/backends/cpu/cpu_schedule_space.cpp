@@ -253,18 +253,21 @@ class CpuScheduleSpace : public ScheduleSpace {
 
  private:
   // Repacked weights (of weight buffer w_buffer; -1: of every one, once the search is done) that no bucket's
-  // choice reads were made for candidates only: free them. While the search runs, also keep those the
-  // launches read: a decided kernel's launch goes back to its default form (Apply), which another
-  // candidate's run fits the team's activation to (an AMX default freed so had been read through null).
+  // choice reads were made for candidates only: free them. While the search runs, keep too those of a launch
+  // whose form fits the team's activation to its packed weights: a decided kernel's launch goes back to its
+  // default form (Apply), and every candidate's run fits the team's activations to every launch (an AMX
+  // default freed so had been read through null).
   void FreeUnusedPacks(int w_buffer) {
     std::set<std::pair<int, int>> used;
     for (const auto& [bucket, cs] : p_.choices_)
       for (size_t k = 0; k < cs.size() && k < p_.kp_.kernels.size(); ++k)
         if (p_.kp_.kernels[k].gemm && cs[k].use_template)
           used.insert({cs[k].form, p_.kp_.kernels[k].gemm->w_buffer});
-    for (size_t k = 0; k < p_.launches_.size() && k < p_.kp_.kernels.size() && w_buffer >= 0; ++k)
-      if (p_.kp_.kernels[k].gemm && p_.launches_[k].use_template)
-        used.insert({p_.launches_[k].form, p_.kp_.kernels[k].gemm->w_buffer});
+    for (size_t k = 0; k < p_.launches_.size() && k < p_.kp_.kernels.size() && w_buffer >= 0; ++k) {
+      const Program::KernelLaunch& l = p_.launches_[k];
+      if (p_.kp_.kernels[k].gemm && l.use_template && GemmForms()[l.form].fit_team)
+        used.insert({l.form, p_.kp_.kernels[k].gemm->w_buffer});
+    }
     std::erase_if(p_.packed_, [&](const auto& e) {
       return (w_buffer < 0 || e.first.second == w_buffer) && !used.count(e.first);
     });

@@ -54,7 +54,7 @@ static const int kInt8Avx2Form = GemmFormIndex("int8-avx2");
 // stays ahead (1.05-1.2x the slices at 64-512 rows: its weights, half the bytes of f32's, stay in L1).
 // With AMX, Q8_0 and Q4_0 over 32 rows or more take its int8 tiles (whole: the team shares one rounded
 // activation, so not an expert's slabs), which round the activation as the panels do: on an Intel Xeon with
-// AMX (bench/gemm_forms.cpp, 8192 x 2048, two threads) 1.14-1.25x the panels' GOP/s at 32 to 512 rows, 0.65x
+// AMX (bench/gemm_forms.cpp, 8192 x 2048, two threads) 1.14-1.27x the panels' GOP/s at 32 to 512 rows, 0.65x
 // at 16 (its tiles take 32 rows at a time), and the search's choice for the 1B shape's prompt products there.
 static int DefaultForm(int64_t m, DType wt, int64_t n, int64_t k, bool whole) {
   if (GemmForms()[kInt8Avx2Form].offered(wt, k)) return kInt8Avx2Form;
