@@ -675,6 +675,16 @@ TEST(Gemm, Int8DotOverKQuantsStaysWithinTheRoundingBound) {
   }
 }
 
+// Row-major activation a (m x k) K-major in groups of `group` rows, [m / group, k, group] with the last group
+// partial (zero-padded), as the float panels read a K-major activation; a itself where group is 0.
+static std::vector<float> KMajorGroups(const std::vector<float>& a, int64_t m, int64_t k, int64_t group) {
+  if (group == 0) return a;
+  std::vector<float> src((m + group - 1) / group * group * k, 0.0f);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t kk = 0; kk < k; ++kk) src[(r / group * k + kk) * group + r % group] = a[r * k + kk];
+  return src;
+}
+
 // The float panels add a bias as they store, after the last block of K: bit for bit the product stored and
 // then the bias added (as the epilogue does), over partial tiles and panels, K past a block, row-major and
 // K-major activations and column ranges split inside a panel.
@@ -690,11 +700,7 @@ TEST(Gemm, FloatPanelsAddTheBiasAsTheEpilogueWould) {
             std::vector<uint16_t> w16(n * k);
             for (int64_t i = 0; i < n * k; ++i) w16[i] = FloatToBF16(w[i]);
             PanelPackedWeight panels = PackPanels(wt == DType::F32 ? (const void*)w.data() : w16.data(), wt, n, k);
-            std::vector<float> src = a;  // K-major in groups of 7 rows: [m / 7, k, 7], the last group partial
-            if (group > 0) src.assign((m + group - 1) / group * group * k, 0.0f);
-            if (group > 0)
-              for (int64_t r = 0; r < m; ++r)
-                for (int64_t kk = 0; kk < k; ++kk) src[(r / group * k + kk) * group + r % group] = a[r * k + kk];
+            const std::vector<float> src = KMajorGroups(a, m, k, group);
             const PanelActivation layout{group, 0};
             std::vector<float> want(m * n, NAN), got(m * n, NAN);
             GemmPanels(src.data(), m, panels, want.data(), n, 0, n, layout);
@@ -722,11 +728,7 @@ TEST(Gemm, FloatPanelTileRowsChangeOnlyTheSpeedAndAreSearched) {
         auto a = testing::RandomFloats(m * k, 31), bias = testing::RandomFloats(n, 33);
         const HostTensor w = HostTensor::FromFloats({n, k}, testing::RandomFloats(n * k, 32), wt);
         PanelPackedWeight panels = PackPanels(w.data, wt, n, k);
-        std::vector<float> src = a;  // K-major in groups of 7 rows, as in the bias test above
-        if (group > 0) src.assign((m + group - 1) / group * group * k, 0.0f);
-        if (group > 0)
-          for (int64_t r = 0; r < m; ++r)
-            for (int64_t kk = 0; kk < k; ++kk) src[(r / group * k + kk) * group + r % group] = a[r * k + kk];
+        const std::vector<float> src = KMajorGroups(a, m, k, group);
         std::vector<float> want(m * n, NAN);
         GemmPanels(src.data(), m, panels, want.data(), n, 0, n, {group, 0}, 0, bias.data());
         for (int64_t rows : {8, 12, 14}) {
