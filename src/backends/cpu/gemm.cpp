@@ -147,14 +147,11 @@ PRISM_AVX512 void TileRows(int mr, const float* a, int64_t lda, const uint8_t* w
   }
 }
 
-// Which gemv_rows 0 means follows the CPU's maker, whose prefetchers differ: one row on AMD (below), four
-// on Intel, where on an Intel Xeon with AMX the four rows read 100-105% of a plain read of the same bytes
-// against the one row's 81-96% (`prism_gemm_bench 1 8192 2048 10 2 cold f16,bf16,f32`) and decoded the 1B
-// shape in bf16 and f16 5-15% faster (three alternations of `prism bench FILE -p 1 -n 32 -t 2 -r 2`).
-static bool FourGemvRowsByDefault() {
-  static const bool intel = __builtin_cpu_is("intel");
-  return intel;
-}
+// Which gemv_rows 0 means follows the CPU's maker: one row on AMD (below), four on Intel, where on an Intel
+// Xeon with AMX the four rows read 100-105% of a plain read of the same bytes against the one row's 81-96%
+// (`prism_gemm_bench 1 8192 2048 10 2 cold f16,bf16,f32`) and decoded the 1B shape in bf16 and f16 5-15%
+// faster (three alternations of `prism bench FILE -p 1 -n 32 -t 2 -r 2`).
+static bool FourGemvRowsByDefault() { return IntelPrefetchers(); }
 
 // One activation row (decode) against plain weights: one weight row at a time, read as a single
 // stream, 128 values (8 accumulators) per step, software prefetch 4 KiB ahead. Four rows at once (the
@@ -244,6 +241,11 @@ Isa ActiveIsa() {
 }
 
 }  // namespace
+
+bool IntelPrefetchers() {
+  static const bool intel = __builtin_cpu_is("intel");
+  return intel;
+}
 
 const char* GemmIsa() {
   switch (ActiveIsa()) {

@@ -27,6 +27,10 @@ void GemmRows(const float* a, int64_t m, int64_t k, const void* w, DType wt, flo
 // otherwise.
 std::vector<int64_t> GemvRowsChoices(DType wt, int64_t m);
 
+// True on an Intel CPU: the decode kernels' defaults follow the maker, whose hardware prefetchers differ (the
+// one-row gemv_rows here; the int8 rows' prefetch in gemm_int8.cpp).
+bool IntelPrefetchers();
+
 // Which instruction set the micro-kernels use on this CPU ("avx512", "avx2" or "scalar"): the best
 // it has, or a lower one named by the environment variable PRISM_GEMM_ISA (avx2, scalar).
 const char* GemmIsa();

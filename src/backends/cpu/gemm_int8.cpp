@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/cpu/gemm.h"
 #include "backends/cpu/weight_memory.h"
 #include "ir/error.h"
 #include "ir/quant_formats.h"
@@ -45,10 +46,7 @@ constexpr int64_t kTileRows = 4;
 struct Prefetch {
   int64_t near, far;
 };
-bool PrefetchToL2ByDefault() {
-  static const bool intel = __builtin_cpu_is("intel");
-  return intel;
-}
+bool PrefetchToL2ByDefault() { return IntelPrefetchers(); }
 Prefetch PrefetchOf(int64_t param) {
   if (param == 0) return PrefetchToL2ByDefault() ? Prefetch{4096, 16384} : Prefetch{6144, 0};
   if (param == kInt8NoPrefetch) return {0, 0};
