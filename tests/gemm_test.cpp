@@ -897,32 +897,49 @@ TEST(Gemm, Int8PrefetchDistancesChangeOnlyTheSpeedAndAreSearchedPerStep) {
   for (DType wt : {DType::Q8_0, DType::Q4_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K,
                   DType::IQ4_NL, DType::IQ4_XS}) {
     if (!HasAvx512Vnni()) break;
-    const int64_t n = 23, k = 1536, m = 3;
-    auto a = testing::RandomFloats(m * k, 43);
-    const HostTensor w = wt == DType::Q8_0 || wt == DType::Q4_0
-                             ? HostTensor::FromFloats({n, k}, testing::RandomFloats(n * k, 44), wt)
-                             : testing::RandomBlocks(wt, {n, k}, 44);
-    const Int8PackedWeight packed = PackForInt8Dot(w.data, wt, n, k);
-    std::vector<float> want(m * n, NAN);
-    GemmRowsInt8(a.data(), m, packed, want.data(), n, 0, n);
-    for (int64_t ahead : {kInt8NoPrefetch, (int64_t)64, (int64_t)1024, (int64_t)16384, (int64_t)1 << 24,
-                          4096 + kInt8PrefetchToL2}) {
-      std::vector<float> y(m * n, NAN);
-      GemmRowsInt8(a.data(), m, packed, y.data(), n, 0, 8, ahead);
-      GemmRowsInt8(a.data(), m, packed, y.data(), n, 8, n, ahead);
-      for (int64_t i = 0; i < m * n; ++i)
-        ASSERT_EQ(std::memcmp(&y[i], &want[i], sizeof(float)), 0)
-            << DTypeName(wt) << " prefetch " << ahead << " at " << i << ": " << y[i] << " vs " << want[i];
-    }
-    EXPECT_THROW(GemmRowsInt8(a.data(), m, packed, want.data(), n, 0, n, -64), Error);
-    EXPECT_THROW(GemmRowsInt8(a.data(), m, packed, want.data(), n, 0, n, 2 * kInt8PrefetchToL2), Error);
+    // One row reads two streams where asked: the whole tiles in two halves, the partial ones and an odd
+    // count's middle tile alone (rows 6-7, 28-31 and 52 of the second range), with and without a paired
+    // tail (k of 1280 ends in half a group; Q8_0's 1312 in a partial group of its own blocks).
+    for (const int64_t k : {(int64_t)1536, wt == DType::Q8_0 ? (int64_t)1312 : (int64_t)1280})
+      for (const int64_t m : {1, 3}) {
+        const int64_t n = m == 1 ? 53 : 23;
+        if (!Int8DotSupported(wt, k)) continue;
+        auto a = testing::RandomFloats(m * k, 43);
+        const HostTensor w = wt == DType::Q8_0 || wt == DType::Q4_0
+                                 ? HostTensor::FromFloats({n, k}, testing::RandomFloats(n * k, 44), wt)
+                                 : testing::RandomBlocks(wt, {n, k}, 44);
+        const Int8PackedWeight packed = PackForInt8Dot(w.data, wt, n, k);
+        std::vector<float> want(m * n, NAN);
+        GemmRowsInt8(a.data(), m, packed, want.data(), n, 0, n, 4096);
+        for (int64_t ahead : {(int64_t)0, kInt8NoPrefetch, (int64_t)64, (int64_t)1024, (int64_t)16384,
+                              (int64_t)1 << 24, 4096 + kInt8PrefetchToL2, 512 + kInt8TwoStreams,
+                              512 + kInt8PrefetchToL2 + kInt8TwoStreams}) {
+          std::vector<float> y(m * n, NAN);
+          GemmRowsInt8(a.data(), m, packed, y.data(), n, 0, 6, ahead);
+          GemmRowsInt8(a.data(), m, packed, y.data(), n, 6, n, ahead);
+          for (int64_t i = 0; i < m * n; ++i)
+            ASSERT_EQ(std::memcmp(&y[i], &want[i], sizeof(float)), 0)
+                << DTypeName(wt) << " k " << k << " prefetch " << Int8PrefetchName(ahead) << " at " << i << ": "
+                << y[i] << " vs " << want[i];
+        }
+        EXPECT_THROW(GemmRowsInt8(a.data(), m, packed, want.data(), n, 0, n, -64), Error);
+        EXPECT_THROW(GemmRowsInt8(a.data(), m, packed, want.data(), n, 0, n, 2 * kInt8TwoStreams), Error);
+      }
   }
   EXPECT_EQ(Int8PrefetchName(4096 + kInt8PrefetchToL2), "4096+l2");
   EXPECT_EQ(Int8PrefetchName(6144), "6144");
+  EXPECT_EQ(Int8PrefetchName(512 + kInt8PrefetchToL2 + kInt8TwoStreams), "512+l2+2streams");
+  for (int64_t ahead : {kInt8NoPrefetch, (int64_t)6144, 4096 + kInt8PrefetchToL2, 512 + kInt8TwoStreams,
+                        512 + kInt8PrefetchToL2 + kInt8TwoStreams})
+    EXPECT_EQ(Int8PrefetchFromName(Int8PrefetchName(ahead)), ahead);
+  for (const char* bad : {"", "-64", "64+l3", "64+2streams+l2", "l2"})
+    EXPECT_EQ(Int8PrefetchFromName(bad), std::nullopt) << bad;
   if (HasAvx512Vnni()) {  // the other maker's default is searched, this maker's is the default itself
     EXPECT_EQ(Int8PrefetchChoices(DType::Q4_K, 2048),
-              (std::vector<int64_t>{kInt8NoPrefetch, 3072, 12288,
-                                    IntelPrefetchers() ? 6144 : 4096 + kInt8PrefetchToL2}));
+              IntelPrefetchers()
+                  ? (std::vector<int64_t>{kInt8NoPrefetch, 3072, 12288, 6144, 4096 + kInt8PrefetchToL2})
+                  : (std::vector<int64_t>{kInt8NoPrefetch, 3072, 12288, 4096 + kInt8PrefetchToL2,
+                                          512 + kInt8PrefetchToL2 + kInt8TwoStreams}));
   }
   EXPECT_TRUE(Int8PrefetchChoices(DType::BF16, 4096).empty()) << "bf16's rounded rows take no prefetch";
   EXPECT_TRUE(Int8Avx2PrefetchChoices(DType::BF16, 4096).empty()) << "int8-avx2 takes no bf16";

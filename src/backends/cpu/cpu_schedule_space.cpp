@@ -1,7 +1,6 @@
 // The CPU's schedule space for the one search: per kernel, tier (a GEMM form's template, the fused
 // attention template, generated code) x loop order x threading, and the team's split of the whole step.
 #include <algorithm>
-#include <charconv>
 #include <numeric>
 #include <random>
 #include <set>
@@ -286,19 +285,16 @@ class CpuScheduleSpace : public ScheduleSpace {
   // GEMM whose form takes a step parameter at that value (the int8 GEMMs' prefetch distance in bytes, as
   // Int8PrefetchName writes it).
   std::vector<KernelChoice> Variant(const std::string& name, std::vector<KernelChoice> cs) const {
-    int64_t ahead = 0;  // a name the database holds that does not parse leaves the kernels' own
-    const std::string_view tail =
-        std::string_view(name).substr(std::min(name.size(), kPrefetchVariant.size()));
-    const auto [end, ec] = std::from_chars(tail.data(), tail.data() + tail.size(), ahead);
-    const std::string_view rest(end, tail.data() + tail.size());
-    if (rest == "+l2") ahead += kInt8PrefetchToL2;
-    const bool prefetch = name.starts_with(kPrefetchVariant) && ec == std::errc() && ahead >= 0 &&
-                          (rest.empty() || rest == "+l2");
+    // A name the database holds that does not parse leaves the kernels' own.
+    const std::optional<int64_t> ahead =
+        name.starts_with(kPrefetchVariant)
+            ? Int8PrefetchFromName(std::string_view(name).substr(kPrefetchVariant.size()))
+            : std::nullopt;
     for (size_t k = 0; k < cs.size() && k < p_.kp_.kernels.size(); ++k) {
       if (name == "one thread") cs[k].threading = Threading::OneThread;
       if (name == "team, every GEMM split" && p_.kp_.kernels[k].gemm && cs[k].use_template)
         cs[k].threading = Threading::Team;
-      if (prefetch && !PrefetchChoicesOf(k, cs[k]).empty()) cs[k].param = ahead;
+      if (ahead && !PrefetchChoicesOf(k, cs[k]).empty()) cs[k].param = *ahead;
     }
     return cs;
   }

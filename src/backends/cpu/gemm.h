@@ -10,7 +10,7 @@ namespace prism {
 
 // Revision of the template kernels, part of every tuning-database key: bump it when a template's
 // speed changes, so decisions measured against the old kernels are searched again.
-constexpr int kTemplateRevision = 18;
+constexpr int kTemplateRevision = 19;
 
 // Y[m, n] = sum_k A[m, k] * W[n, k] for n in [n_begin, n_end), all m < M.
 // A: M x K f32 row-major; W: N x K in dtype wt (f32, f16, bf16, q8_0, q4_0; K % 32 == 0 for

@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -34,24 +35,32 @@ constexpr int64_t kTileRows = 4;
 
 // How far ahead of the loads the kernel prefetches (a template parameter the search varies, see
 // Int8PrefetchChoices): into L1 `near` bytes ahead, into L2 `far` bytes ahead (none where 0); none at all
-// where near is 0. The default follows the CPU's maker, whose prefetchers differ. On AMD it fills L1 alone,
-// 6 KiB ahead: on Zen 5 (AMD EPYC, one thread, weights evicted, `prism_gemm_bench 1 8192 2048 30 1 cold`,
-// against a plain read of the same bytes beside each repeat) the kernels then read Q8_0, Q4_K and Q6_K at
-// 89-95% of the plain read's rate, against 78-84% with 4 KiB into L1 and 16 KiB into L2 and 76-86% with
-// 12-16 KiB into L1 alone. On Intel it fills both (4 KiB and 16 KiB ahead): on an Intel Xeon with AMX
+// where near is 0; and whether one activation row reads each thread's rows as two streams (GemvTwoStreams).
+// The default follows the CPU's maker, whose prefetchers differ. On AMD it fills L1 alone, 6 KiB ahead: on
+// Zen 5 (AMD EPYC, one thread, weights evicted, `prism_gemm_bench 1 8192 2048 30 1 cold`, against a plain
+// read of the same bytes beside each repeat) the kernels then read Q8_0, Q4_K and Q6_K at 89-95% of the plain
+// read's rate, against 78-84% with 4 KiB into L1 and 16 KiB into L2 and 76-86% with 12-16 KiB into L1 alone.
+// On Intel it fills both (4 KiB and 16 KiB ahead): on an Intel Xeon with AMX
 // (`prism_gemm_bench 1 N K 10 T cold`, N x K of 2048 x 2048 to 128256 x 2048, one and two threads) Q8_0,
 // Q4_0, Q4_K and Q6_K took 5-16% less time than with the L1 fill alone in all 32 cases (at 128256 x 2048 on
 // two threads 90-101% of the plain read against 63-94%), and an earlier Intel host's decode gained 12%.
-// The other maker's default stays a searched value.
+// Later on that Xeon, decode read two streams 512 bytes ahead into L1 and 2 KiB into L2 (kIntelDefault):
+// a plain read of 2 GiB there reached 29.8 GB/s as one stream per thread and 34.5 as two, 1 KiB ahead, and
+// 4 KiB ahead only 24-30 (prism_roofline_probe's variants); the 1B shape's decode, two threads, went from
+// 34.6-35.8 to 37.8-38.8 tokens/s in Q4_K_M (26.5-26.9 to 29.9-30.2 in Q6_K, 23.2 to 24.5-24.7 in Q8_0,
+// 41.9-42.5 to 47.2-47.8 in Q4_0; one thread, Q4_K_M, 18.3-18.7 to 20.3-21.0). The other maker's default
+// stays a searched value.
 struct Prefetch {
   int64_t near, far;
+  bool two_streams;
 };
+constexpr int64_t kIntelDefault = 512 + kInt8PrefetchToL2 + kInt8TwoStreams;
 bool PrefetchToL2ByDefault() { return IntelPrefetchers(); }
 Prefetch PrefetchOf(int64_t param) {
-  if (param == 0) return PrefetchToL2ByDefault() ? Prefetch{4096, 16384} : Prefetch{6144, 0};
-  if (param == kInt8NoPrefetch) return {0, 0};
+  if (param == 0) return PrefetchToL2ByDefault() ? PrefetchOf(kIntelDefault) : Prefetch{6144, 0, false};
+  if (param == kInt8NoPrefetch) return {0, 0, false};
   const int64_t near = param & (kInt8PrefetchToL2 - 1);
-  return {near, param & kInt8PrefetchToL2 ? 4 * near : 0};
+  return {near, param & kInt8PrefetchToL2 ? 4 * near : 0, (param & kInt8TwoStreams) != 0};
 }
 
 // A group's values: bytes (Q8_0), nibbles (Q4_0, Q4_K; IQ4_NL's and IQ4_XS's indices into their table), or
@@ -477,6 +486,13 @@ PRISM_VNNI __attribute__((always_inline)) inline void AddGroup(const uint8_t* ag
   }
 }
 
+// IQ4_NL/IQ4_XS: a nibble indexes the non-linear table (its values + 128), looked up by vpshufb.
+PRISM_VNNI inline __m512i Iq4Table() {
+  alignas(16) uint8_t t[16];
+  for (int i = 0; i < 16; ++i) t[i] = (uint8_t)(kIq4NlValues[i] + 128);
+  return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
+}
+
 // The last group shared by row pairs (PairedTail): NP pairs' groups at wt against the tile's rows from
 // position p0 (0..3) on; each row's share is its half of its pair's lanes, into out. Out of line, with its
 // own out: the tile's accumulators stay in registers (passed by reference, they had lived in memory: 9%
@@ -512,13 +528,8 @@ PRISM_VNNI void Tile(const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t 
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
-  // IQ4_NL/IQ4_XS: a nibble indexes the non-linear table (its values + 128), looked up by vpshufb.
   __m512i table = _mm512_setzero_si512();
-  if constexpr (T == DType::IQ4_NL || T == DType::IQ4_XS) {
-    alignas(16) uint8_t t[16];
-    for (int i = 0; i < 16; ++i) t[i] = (uint8_t)(kIq4NlValues[i] + 128);
-    table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
-  }
+  if constexpr (T == DType::IQ4_NL || T == DType::IQ4_XS) table = Iq4Table();
   const int64_t full = groups - (kPaired ? 1 : 0);
   for (int64_t g = 0; g < full; ++g)
     AddGroup<T, MR, NR>(a + g * kActGroupBytes, a_row, w + g * kTileRows * kGroup, acc, ahead, table);
@@ -539,6 +550,40 @@ PRISM_VNNI void Tile(const uint8_t* a, int64_t a_row, const uint8_t* w, int64_t 
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) y[i * ldy + j] = _mm512_reduce_add_ps(acc[i][j]);
+}
+
+// One activation row against two whole tiles (at w[0] and w[1], their sums to y[0] and y[1]) read in
+// lockstep, group by group: two streams, whose misses the core waits on together (a plain read as one stream
+// per thread reached 86% of two streams' rate, see Prefetch). Each tile's sums are Tile<T, 1, 4, kPaired>'s,
+// bit for bit.
+template <DType T, bool kPaired>
+PRISM_VNNI void TwoTiles(const uint8_t* a, const uint8_t* const (&w)[2], int64_t groups, float* const (&y)[2],
+                         Prefetch ahead) {
+  constexpr int64_t kGroup = GroupBytes(T);
+  __m512 acc[2][1][kTileRows];
+#pragma GCC unroll 2
+  for (int s = 0; s < 2; ++s)
+#pragma GCC unroll 4
+    for (int j = 0; j < kTileRows; ++j) acc[s][0][j] = _mm512_setzero_ps();
+  __m512i table = _mm512_setzero_si512();
+  if constexpr (T == DType::IQ4_NL || T == DType::IQ4_XS) table = Iq4Table();
+  const int64_t full = groups - (kPaired ? 1 : 0);
+  for (int64_t g = 0; g < full; ++g)
+#pragma GCC unroll 2
+    for (int s = 0; s < 2; ++s)
+      AddGroup<T, 1, kTileRows>(a + g * kActGroupBytes, 0, w[s] + g * kTileRows * kGroup, acc[s], ahead,
+                                table);
+  for (int s = 0; s < 2; ++s) {
+    if constexpr (kPaired) {
+      __m512 tail[1][kTileRows];
+      PairSums<T, 1, kTileRows, 2>(a + full * kActGroupBytes, 0, w[s] + full * kTileRows * kGroup, 0, tail,
+                                   ahead, table);
+#pragma GCC unroll 4
+      for (int j = 0; j < kTileRows; ++j) acc[s][0][j] = _mm512_add_ps(acc[s][0][j], tail[0][j]);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < kTileRows; ++j) y[s][j] = _mm512_reduce_add_ps(acc[s][0][j]);
+  }
 }
 
 template <DType T, int NR, bool kPaired>
@@ -577,9 +622,34 @@ PRISM_VNNI void GemmVnni(const uint8_t* a, int64_t m, const Int8PackedWeight& w,
   }
 }
 
+// One activation row against rows [n_begin, n_end) as two streams: the whole tiles cut in two halves, read
+// in lockstep a tile of each at a time (TwoTiles); partial tiles at either end, and the first half's extra
+// tile, one at a time.
+template <DType T, bool kPaired>
+PRISM_VNNI void GemvTwoStreams(const uint8_t* a, const Int8PackedWeight& w, float* y, int64_t n_begin,
+                               int64_t n_end, Prefetch ahead) {
+  const int64_t first = (n_begin + kTileRows - 1) / kTileRows, last = n_end / kTileRows;  // whole tiles
+  const int64_t pairs = (last - first) / 2, second = last - pairs;
+  ahead.two_streams = false;
+  if (pairs == 0) return GemmVnni<T, kPaired>(a, 1, w, y, 0, n_begin, n_end, ahead);
+  for (int64_t t = 0; t < pairs; ++t) {
+    const int64_t tiles[2] = {first + t, second + t};
+    const uint8_t* const wt[2] = {w.data.get() + tiles[0] * w.tile_bytes,
+                                  w.data.get() + tiles[1] * w.tile_bytes};
+    float* const yt[2] = {y + tiles[0] * kTileRows, y + tiles[1] * kTileRows};
+    TwoTiles<T, kPaired>(a, wt, w.groups, yt, ahead);
+  }
+  GemmVnni<T, kPaired>(a, 1, w, y, 0, n_begin, first * kTileRows, ahead);
+  GemmVnni<T, kPaired>(a, 1, w, y, 0, (first + pairs) * kTileRows, second * kTileRows, ahead);
+  GemmVnni<T, kPaired>(a, 1, w, y, 0, last * kTileRows, n_end, ahead);
+}
+
 template <DType T>
 void GemmVnniOf(const uint8_t* a, int64_t m, const Int8PackedWeight& w, float* y, int64_t n_total,
                 int64_t n_begin, int64_t n_end, Prefetch ahead) {
+  if (m == 1 && ahead.two_streams)
+    return w.paired_tail ? GemvTwoStreams<T, true>(a, w, y, n_begin, n_end, ahead)
+                         : GemvTwoStreams<T, false>(a, w, y, n_begin, n_end, ahead);
   if (w.paired_tail) return GemmVnni<T, true>(a, m, w, y, n_total, n_begin, n_end, ahead);
   GemmVnni<T, false>(a, m, w, y, n_total, n_begin, n_end, ahead);
 }
@@ -785,7 +855,7 @@ Int8PackedWeight PackForInt8Dot(const void* w, DType wt, int64_t n, int64_t k) {
 void GemmRowsInt8(const float* a, int64_t m, const Int8PackedWeight& w, float* y, int64_t n_total,
                   int64_t n_begin, int64_t n_end, int64_t prefetch) {
   if (n_begin >= n_end || m <= 0) return;
-  if (prefetch < 0 || prefetch >= 2 * kInt8PrefetchToL2)
+  if (prefetch < 0 || prefetch >= 2 * kInt8TwoStreams)
     throw Error("int8 rows: a prefetch distance of " + std::to_string(prefetch) + " bytes");
   const Prefetch ahead = PrefetchOf(prefetch);
   const uint8_t* act = QuantizeRows(a, m, w.k, w.paired_tail);
@@ -804,11 +874,25 @@ void GemmRowsInt8(const float* a, int64_t m, const Int8PackedWeight& w, float* y
 
 std::vector<int64_t> Int8PrefetchChoices(DType wt, int64_t k) {
   if (!Int8DotSupported(wt, k)) return {};
-  return {kInt8NoPrefetch, 3072, 12288, PrefetchToL2ByDefault() ? 6144 : 4096 + kInt8PrefetchToL2};
+  // The other maker's default, and on Intel its one stream 4 KiB + 16 KiB ahead (the default before).
+  if (PrefetchToL2ByDefault()) return {kInt8NoPrefetch, 3072, 12288, 6144, 4096 + kInt8PrefetchToL2};
+  return {kInt8NoPrefetch, 3072, 12288, 4096 + kInt8PrefetchToL2, kIntelDefault};
 }
 
 std::string Int8PrefetchName(int64_t prefetch) {
-  return std::to_string(prefetch & (kInt8PrefetchToL2 - 1)) + (prefetch & kInt8PrefetchToL2 ? "+l2" : "");
+  return std::to_string(prefetch & (kInt8PrefetchToL2 - 1)) + (prefetch & kInt8PrefetchToL2 ? "+l2" : "") +
+         (prefetch & kInt8TwoStreams ? "+2streams" : "");
+}
+
+std::optional<int64_t> Int8PrefetchFromName(std::string_view name) {
+  int64_t ahead = 0;
+  const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), ahead);
+  if (ec != std::errc() || ahead < 0 || ahead >= kInt8PrefetchToL2) return std::nullopt;
+  std::string_view rest(end, name.data() + name.size());
+  for (const auto& [suffix, flag] : {std::pair{"+l2", kInt8PrefetchToL2}, {"+2streams", kInt8TwoStreams}})
+    if (rest.starts_with(suffix)) ahead += flag, rest.remove_prefix(std::string_view(suffix).size());
+  if (!rest.empty()) return std::nullopt;
+  return ahead;
 }
 
 double Int8DotErrorBound(const float* a, const void* w, DType wt, int64_t k, int64_t n, int64_t block) {

@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backends/cpu/weight_memory.h"
@@ -46,14 +48,18 @@ Int8PackedWeight PackForInt8Dot(const void* w, DType wt, int64_t n, int64_t k);
 // the way in. Each row's error is bounded by the activation rounding: |dy| <= sum_k |W[n,k]| d_k / 2,
 // d_k = max|A| / 127 over the block holding k. `prefetch` is how far ahead of its loads the kernel
 // prefetches the weights, in bytes, into L1; with kInt8PrefetchToL2 added, also into L2 4 times as far: 0 for
-// the default (on AMD 6 KiB into L1, on Intel 4 KiB into L1 and 16 KiB into L2), kInt8NoPrefetch for none
-// (the hardware prefetcher alone). It changes the speed, never the sums.
+// the default (on AMD 6 KiB into L1; on Intel 512 bytes into L1 and 2 KiB into L2, two streams),
+// kInt8NoPrefetch for none (the hardware prefetcher alone); with kInt8TwoStreams added, one activation row
+// reads the rows in two halves at once. It changes the speed, never the sums.
 void GemmRowsInt8(const float* a, int64_t m, const Int8PackedWeight& w, float* y, int64_t n_total,
                   int64_t n_begin, int64_t n_end, int64_t prefetch = 0);
 constexpr int64_t kInt8NoPrefetch = 1;
 constexpr int64_t kInt8PrefetchToL2 = int64_t{1} << 32;
-// A prefetch parameter as the search's receipts name it: the distance, "+l2" where it also fills L2.
+constexpr int64_t kInt8TwoStreams = int64_t{1} << 33;
+// A prefetch parameter as the search's receipts name it: the distance, "+l2" where it also fills L2,
+// "+2streams" where one row reads two streams; and back (nullopt for a name it does not write).
 std::string Int8PrefetchName(int64_t prefetch);
+std::optional<int64_t> Int8PrefetchFromName(std::string_view name);
 
 // The prefetch distances the search times besides the default (none where GemmRowsInt8 does not take
 // weights of type wt over k values).
