@@ -147,11 +147,14 @@ PRISM_AVX512 void TileRows(int mr, const float* a, int64_t lda, const uint8_t* w
   }
 }
 
-// Which gemv_rows 0 means follows the CPU's maker: one row on AMD (below), four on Intel, where on an Intel
-// Xeon with AMX the four rows read 100-105% of a plain read of the same bytes against the one row's 81-96%
+// Which gemv_rows 0 means follows the CPU's maker: one row on AMD (below), two on Intel. On an Intel Xeon
+// with AMX the four rows had read 100-105% of a plain read of the same bytes against the one row's 81-96%
 // (`prism_gemm_bench 1 8192 2048 10 2 cold f16,bf16,f32`) and decoded the 1B shape in bf16 and f16 5-15%
-// faster (three alternations of `prism bench FILE -p 1 -n 32 -t 2 -r 2`).
-static bool FourGemvRowsByDefault() { return IntelPrefetchers(); }
+// faster (three alternations of `prism bench FILE -p 1 -n 32 -t 2 -r 2`); the two rows then decoded it
+// faster again (the same, the builds before and after alternated twice): f16 12.0-12.6 -> 13.5-13.7 tokens/s,
+// bf16 12.4-12.6 -> 13.5-13.7, f32 6.4 -> 6.7-6.8 (one thread, f16, 6.3 -> 6.9). A plain read there reached
+// 34.5 GB/s as two streams per thread 1 KiB ahead, 30 as one.
+static bool TwoGemvRowsByDefault() { return IntelPrefetchers(); }
 
 // One activation row (decode) against plain weights: one weight row at a time, read as a single
 // stream, 128 values (8 accumulators) per step, software prefetch 4 KiB ahead. Four rows at once (the
@@ -182,17 +185,63 @@ PRISM_AVX512 float DotRowPlain(const uint8_t* row, const float* a, int64_t k) {
   return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
 }
 
+// One activation row against two weight rows read in lockstep (gemv_rows 2): a thread's rows cut in two
+// halves, each a single sequential stream across its rows, 64 values of each per step, software prefetch
+// 1 KiB ahead in each. Two streams per thread are what a plain read needs for the memory's full rate on
+// Intel (TwoGemvRowsByDefault).
+template <DType T>
+PRISM_AVX512 void DotTwoRows(const uint8_t* const (&rows)[2], const float* a, int64_t k,
+                             float* const (&y)[2]) {
+  constexpr int64_t kAhead = 1024, elem = T == DType::F32 ? 4 : 2;
+  __m512 acc[2][4];
+#pragma GCC unroll 2
+  for (auto& row : acc)
+#pragma GCC unroll 4
+    for (auto& v : row) v = _mm512_setzero_ps();
+  int64_t kk = 0;
+  for (; kk + 64 <= k; kk += 64)
+#pragma GCC unroll 2
+    for (int s = 0; s < 2; ++s) {
+#pragma GCC unroll 4
+      for (int line = 0; line < elem; ++line)  // 64 values: elem cache lines
+        _mm_prefetch((const char*)rows[s] + kk * elem + kAhead + 64 * line, _MM_HINT_T0);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j)
+        acc[s][j] = _mm512_fmadd_ps(LoadW16<T>(rows[s], kk + 16 * j, 0xffff),
+                                    _mm512_loadu_ps(a + kk + 16 * j), acc[s][j]);
+    }
+  for (; kk < k; kk += 16) {
+    const __mmask16 mask = k - kk >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - kk)) - 1);
+#pragma GCC unroll 2
+    for (int s = 0; s < 2; ++s)
+      acc[s][0] =
+          _mm512_fmadd_ps(LoadW16<T>(rows[s], kk, mask), _mm512_maskz_loadu_ps(mask, a + kk), acc[s][0]);
+  }
+#pragma GCC unroll 2
+  for (int s = 0; s < 2; ++s)
+    *y[s] = _mm512_reduce_add_ps(
+        _mm512_add_ps(_mm512_add_ps(acc[s][0], acc[s][1]), _mm512_add_ps(acc[s][2], acc[s][3])));
+}
+
 template <DType T>
 PRISM_AVX512 void GemmAvx512(const float* a, int64_t m, int64_t k, const void* w, float* y, int64_t n_total,
                              int64_t n_begin, int64_t n_end, int64_t gemv_rows) {
   const uint8_t* wb = static_cast<const uint8_t*>(w);
   const int64_t rb = RowBytes(T, k);
   if constexpr (!IsQuantizedType(T)) {
-    // gemv_rows 4: the tiles below, four weight rows at once
-    if (m == 1 && (gemv_rows == 0 ? !FourGemvRowsByDefault() : gemv_rows == 1)) {
+    if (m == 1 && gemv_rows == 0) gemv_rows = TwoGemvRowsByDefault() ? 2 : 1;
+    if (m == 1 && gemv_rows == 2) {  // the halves' rows in pairs, an odd count's last row alone
+      const int64_t half = (n_end - n_begin) / 2;
+      for (int64_t n = n_begin; n < n_begin + half; ++n)
+        DotTwoRows<T>({wb + n * rb, wb + (n + half) * rb}, a, k, {y + n, y + n + half});
+      if ((n_end - n_begin) % 2) y[n_end - 1] = DotRowPlain<T>(wb + (n_end - 1) * rb, a, k);
+      return;
+    }
+    if (m == 1 && gemv_rows == 1) {
       for (int64_t n = n_begin; n < n_end; ++n) y[n] = DotRowPlain<T>(wb + n * rb, a, k);
       return;
     }
+    // gemv_rows 4: the tiles below, four weight rows at once
   }
   constexpr int64_t kMBlock = 64;  // activation rows kept hot in cache while weight tiles stream
   for (int64_t m0 = 0; m0 < m; m0 += kMBlock) {
@@ -270,8 +319,8 @@ bool GemmSupports(DType wt, int64_t k) {
 
 void GemmRows(const float* a, int64_t m, int64_t k, const void* w, DType wt, float* y, int64_t n_total,
               int64_t n_begin, int64_t n_end, int64_t gemv_rows) {
-  if (gemv_rows != 0 && gemv_rows != 1 && gemv_rows != 4)
-    throw Error("GemmRows: gemv_rows must be 0, 1 or 4, got " + std::to_string(gemv_rows));
+  if (gemv_rows != 0 && gemv_rows != 1 && gemv_rows != 2 && gemv_rows != 4)
+    throw Error("GemmRows: gemv_rows must be 0, 1, 2 or 4, got " + std::to_string(gemv_rows));
   if (n_begin >= n_end || m <= 0) return;
   if (IsBlockFormat(wt)) {  // K-quants, Q4_1/Q5_x, IQ4: the AVX2 kernels on any x86 with vectors
     if (ActiveIsa() != Isa::Scalar && GemmSupports(wt, k))
@@ -293,7 +342,7 @@ void GemmRows(const float* a, int64_t m, int64_t k, const void* w, DType wt, flo
 
 std::vector<int64_t> GemvRowsChoices(DType wt, int64_t m) {
   if (m != 1 || IsQuantized(wt) || ActiveIsa() != Isa::Avx512) return {};
-  return {FourGemvRowsByDefault() ? 1 : 4};
+  return TwoGemvRowsByDefault() ? std::vector<int64_t>{1, 4} : std::vector<int64_t>{4, 2};
 }
 
 bool RoundedActivationSupported(DType wt, int64_t k) {
