@@ -5,9 +5,8 @@
 // DTYPES: a comma-separated list of weight dtypes to time, e.g. q6_k,q4_k; default all). Cold, each repeat
 // also times a plain read of the same memory just after (the probe's read: 2 streams a thread, the faster of
 // prefetching 1 KiB and 4 KiB ahead, the same bytes a thread), and "of read" is the median over repeats of
-// the kernel's rate
-// over that read's: a fraction of the memory's speed that a change of the host's bandwidth between
-// repeats or runs does not move.
+// the kernel's rate over that read's: a fraction of the memory's speed that a change of the host's bandwidth
+// between repeats or runs does not move.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -47,7 +47,7 @@ constexpr int64_t kTileRows = 4;
 // Later on that Xeon, decode read two streams 512 bytes ahead into L1 and 2 KiB into L2 (kIntelDefault):
 // a plain read of 2 GiB there reached 29.8 GB/s as one stream per thread and 34.5 as two, 1 KiB ahead, and
 // 4 KiB ahead only 24-30 (prism_roofline_probe's variants); the 1B shape's decode, two threads, went from
-// 34.6-35.8 to 37.8-38.8 tokens/s in Q4_K_M (26.5-26.9 to 29.9-30.2 in Q6_K, 23.2 to 24.5-24.7 in Q8_0,
+// 34.6-35.8 to 37.8-38.8 tokens/s in Q4_K_M (26.5-26.9 to 29.1-30.2 in Q6_K, 23.2 to 24.5-24.7 in Q8_0,
 // 41.9-42.5 to 47.2-47.8 in Q4_0; one thread, Q4_K_M, 18.3-18.7 to 20.3-21.0). The other maker's default
 // stays a searched value.
 struct Prefetch {
@@ -630,7 +630,6 @@ PRISM_VNNI void GemvTwoStreams(const uint8_t* a, const Int8PackedWeight& w, floa
                                int64_t n_end, Prefetch ahead) {
   const int64_t first = (n_begin + kTileRows - 1) / kTileRows, last = n_end / kTileRows;  // whole tiles
   const int64_t pairs = (last - first) / 2, second = last - pairs;
-  ahead.two_streams = false;
   if (pairs == 0) return GemmVnni<T, kPaired>(a, 1, w, y, 0, n_begin, n_end, ahead);
   for (int64_t t = 0; t < pairs; ++t) {
     const int64_t tiles[2] = {first + t, second + t};
