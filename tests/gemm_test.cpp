@@ -1113,27 +1113,35 @@ TEST(Gemm, Bf16DotStaysWithinItsActivationRoundingBound) {
       }
 }
 
+// Few columns a thread (under 8 panels) read the activation's rows where they lie; many pack them into
+// tiles (n = 600 split at 200 and 300: 7 panels and 13, or 10 and 10), over two row blocks (m = 300) and
+// three blocks of K (k = 700), while the tiles prefetch the next slice of weights.
 TEST(Gemm, PanelsMatchExactProductsOverOddShapesAndSplits) {
   if (!PanelGemmSupported(DType::F32)) GTEST_SKIP() << "this CPU has no AVX-512";
-  for (DType wt : {DType::F32, DType::F16, DType::BF16})
-    for (int64_t m : {1, 5, 13, 100})  // 100: two row blocks, the last tile partial
+  auto check = [](DType wt, int64_t m, int64_t n, int64_t k, int64_t split) {
+    auto a = testing::RandomFloats(m * k, 7), wf = testing::RandomFloats(n * k, 8);
+    std::vector<uint8_t> w(StorageBytes(wt, n * k));
+    for (int64_t i = 0; i < n * k; ++i) StoreFromDouble(w.data(), wt, i, wf[i]);
+    PanelPackedWeight packed = PackPanels(w.data(), wt, n, k);
+    std::vector<float> y(m * n, NAN);
+    GemmPanels(a.data(), m, packed, y.data(), n, 0, split);
+    GemmPanels(a.data(), m, packed, y.data(), n, split, n);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        const Exact e = ExactDot(a.data(), k, w.data(), wt, i, j);
+        ASSERT_NEAR(y[i * n + j], e.sum, 1e-6 * e.magnitude + 1e-7)
+            << DTypeName(wt) << " m=" << m << " n=" << n << " k=" << k << " split=" << split << " at " << i
+            << "," << j;
+      }
+  };
+  for (DType wt : {DType::F32, DType::F16, DType::BF16}) {
+    for (int64_t m : {1, 5, 13, 100})  // 100: the last tile partial
       for (int64_t n : {1, 31, 33, 70})
-        for (int64_t k : {1, 17, 300}) {  // 300: two blocks of K
-          auto a = testing::RandomFloats(m * k, 7), wf = testing::RandomFloats(n * k, 8);
-          std::vector<uint8_t> w(StorageBytes(wt, n * k));
-          for (int64_t i = 0; i < n * k; ++i) StoreFromDouble(w.data(), wt, i, wf[i]);
-          PanelPackedWeight packed = PackPanels(w.data(), wt, n, k);
-          std::vector<float> y(m * n, NAN);
-          const int64_t split = n / 3;  // two ranges, the second starting inside a panel
-          GemmPanels(a.data(), m, packed, y.data(), n, 0, split);
-          GemmPanels(a.data(), m, packed, y.data(), n, split, n);
-          for (int64_t i = 0; i < m; ++i)
-            for (int64_t j = 0; j < n; ++j) {
-              const Exact e = ExactDot(a.data(), k, w.data(), wt, i, j);
-              ASSERT_NEAR(y[i * n + j], e.sum, 1e-6 * e.magnitude + 1e-7)
-                  << DTypeName(wt) << " m=" << m << " n=" << n << " k=" << k << " at " << i << "," << j;
-            }
-        }
+        for (int64_t k : {1, 17, 300})  // 300: two blocks of K
+          check(wt, m, n, k, n / 3);    // two ranges, the second starting inside a panel
+    for (int64_t m : {13, 300})
+      for (int64_t split : {200, 300}) check(wt, m, 600, 700, split);
+  }
 }
 
 TEST(Gemm, AmxAgreesWithTheRoundedFormsOverOddShapes) {

@@ -46,11 +46,19 @@ PRISM_PANELS inline __m512 Load16(const uint8_t* p) {
 // another of PanelTileRowsChoices (a template parameter the search times; 14 leaves one of the 32 vector
 // registers for the activation's broadcast past the two weight vectors).
 constexpr int kMR = 12, kMaxMR = 14;
-// Blocks: a block of activation rows (at most kMaxMBlock rows x kKBlock values of K, repacked tile by
-// tile) stays in L2, and each panel's kKBlock x 32 slice (converted to f32) stays in L1 while every
-// tile of the row block passes over it. Weights are so read from memory, and converted, once per row
-// block: a 512-token prompt is one block (with 96-row blocks, weights were streamed 6 times).
-constexpr int64_t kMaxMBlock = 516, kKBlock = 256;
+// Blocks: a block of activation rows (at most kMaxMBlock rows x kKBlock values of K, packed tile by tile)
+// stays in L2, and each panel's kKBlock x 32 slice (converted to f32) stays in L1 while every tile of the
+// row block passes over it; those tiles meanwhile prefetch the next slice into L2 (the hardware prefetcher,
+// which follows a stream within one 4 KiB page, left the first tile of each slice waiting on memory).
+// Weights are so read from memory, and converted, once per row block: twice for a 512-token prompt. On an
+// Intel Xeon with AMX, two threads, the 1B shape's products at 512 rows (`prism_gemm_bench 512 N K 5 2
+// warm f32`) ran at 59-65% of the f32 FMA peak with 516-row blocks, no prefetch and the rows read where
+// they lie, and at 71-82% so (one thread 73-80%); the tile alone, its data in L1, at 92%.
+constexpr int64_t kMaxMBlock = 256, kKBlock = 256;
+// A row-major activation is packed into tiles where K is longer than kPackFromK and the thread's columns
+// span at least kPackFromPanels panels; else its rows are read where they lie (packing them cost as much as
+// the products over a convolution's 27 taps, and each thread packs the whole block for its own panels).
+constexpr int64_t kPackFromK = 64, kPackFromPanels = 8;
 // Weights of a panel slice as f32, 16 at a time.
 template <DType T>
 PRISM_PANELS void ToF32(const uint8_t* src, int64_t count, float* dst) {
@@ -59,12 +67,15 @@ PRISM_PANELS void ToF32(const uint8_t* src, int64_t count, float* dst) {
 }
 
 // MR activation rows x 32 weight columns (f32, K-major) over kb values of K, stored into y (rows ldy apart)
-// when first, else added to it; the 32 values of `bias` (if any) added as it is stored. Row i's value kk is
-// ap[i * row_step + kk * k_step]: tiles packed K-major (row_step 1, k_step MR), or rows read where they lie
-// (row_step their stride, k_step 1).
-template <int MR>
+// when first, else added to it; the 32 values of `bias` (if any) added as it is stored. While it runs it
+// prefetches `ahead_lines` (at most 2 kb) lines from `ahead` into L2, one or two a step. Row i's value kk is
+// ap[i * row_step + kk * k_step]: tiles packed K-major (kPacked: row_step 1 and k_step MR known here, so
+// that each broadcast is one load at a fixed offset), or rows read where they lie (row_step their stride,
+// k_step 1).
+template <int MR, bool kPacked>
 PRISM_PANELS void Tile(const float* ap, int64_t row_step, int64_t k_step, const float* w, int64_t kb,
-                       float* y, int64_t ldy, bool first, const float* bias) {
+                       float* y, int64_t ldy, bool first, const float* bias, const uint8_t* ahead,
+                       int64_t ahead_lines) {
   __m512 acc[MR][2];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) {
@@ -72,10 +83,15 @@ PRISM_PANELS void Tile(const float* ap, int64_t row_step, int64_t k_step, const 
     acc[i][1] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + i * ldy + 16);
   }
   for (int64_t kk = 0; kk < kb; ++kk) {
+    if (kk < ahead_lines) {
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + kk * 64), _MM_HINT_T1);
+      if (kk + kb < ahead_lines)
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + (kk + kb) * 64), _MM_HINT_T1);
+    }
     __m512 w0 = _mm512_load_ps(w + kk * kPanelCols), w1 = _mm512_load_ps(w + kk * kPanelCols + 16);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
-      __m512 av = _mm512_set1_ps(ap[i * row_step + kk * k_step]);
+      __m512 av = _mm512_set1_ps(kPacked ? ap[kk * MR + i] : ap[i * row_step + kk * k_step]);
       acc[i][0] = _mm512_fmadd_ps(av, w0, acc[i][0]);
       acc[i][1] = _mm512_fmadd_ps(av, w1, acc[i][1]);
     }
@@ -125,6 +141,10 @@ PRISM_PANELS void Gemm(const float* a, int64_t m, const PanelPackedWeight& w, fl
   // A row block is whole tiles: at most kMaxMBlock rows rounded up to MR.
   alignas(64) static thread_local float apack[(kMaxMBlock + kMaxMR) * kKBlock], wconv[kKBlock * kPanelCols];
   alignas(64) float edge[MR * kPanelCols];
+  const int64_t p_first = n_begin / kPanelCols, p_last = (n_end - 1) / kPanelCols,
+                panels = p_last - p_first + 1;
+  // Whole tiles of a row-major A over a short K or few panels are read where they lie; the rest is packed.
+  const bool direct = layout.group == 0 && (k <= kPackFromK || panels < kPackFromPanels);
   // Equal row blocks, whole tiles each.
   const int64_t blocks = (m + kMaxMBlock - 1) / kMaxMBlock;
   const int64_t m_block = ((m + blocks - 1) / blocks + MR - 1) / MR * MR;
@@ -133,16 +153,21 @@ PRISM_PANELS void Gemm(const float* a, int64_t m, const PanelPackedWeight& w, fl
     for (int64_t k0 = 0; k0 < k; k0 += kKBlock) {
       const int64_t kb = std::min(kKBlock, k - k0);
       const bool first = k0 == 0;
-      // Whole tiles of a row-major A are read where they lie (packing them cost as much as the products
-      // over a short K, such as a convolution's 27 taps); a K-major A and a last partial tile are packed.
-      const bool direct = layout.group == 0;
       const int64_t m_whole = direct ? m0 + (m1 - m0) / MR * MR : m0;
-      if (!direct)
+      if (layout.group > 0)
         PackKMajor<MR>(a, layout, k, m0, m1, k0, kb, apack);
       else if (m_whole < m1)
         PackActivationTiles<MR>(a, k, m_whole, m1, k0, kb, apack + (m_whole - m0) * kb);
-      for (int64_t p = n_begin / kPanelCols; p * kPanelCols < n_end; ++p) {
+      const int64_t tiles = (m1 - m0 + MR - 1) / MR;
+      for (int64_t p = p_first; p <= p_last; ++p) {
         const uint8_t* slice = w.data.get() + p * panel_bytes + k0 * kPanelCols * elem;
+        // The slice met next (the next panel's, else the first panel's at the next block of K, else the
+        // first block's), prefetched into L2 a share at a time by the tiles passing over this one.
+        const int64_t next_k0 = p < p_last ? k0 : k0 + kb < k ? k0 + kb : 0;
+        const uint8_t* ahead =
+            w.data.get() + (p < p_last ? p + 1 : p_first) * panel_bytes + next_k0 * kPanelCols * elem;
+        const int64_t ahead_lines = std::min(kKBlock, k - next_k0) * kPanelCols * elem / 64,
+                      share = std::min(2 * kb, (ahead_lines + tiles - 1) / tiles);
         const float* wf = reinterpret_cast<const float*>(slice);  // f32 weights are read in place
         if constexpr (T != DType::F32) {
           ToF32<T>(slice, kb * kPanelCols, wconv);
@@ -160,18 +185,26 @@ PRISM_PANELS void Gemm(const float* a, int64_t m, const PanelPackedWeight& w, fl
         }
         for (int64_t i = m0; i < m1; i += MR) {
           const bool in_place = i < m_whole;
+          const int64_t done = (i - m0) / MR * share,
+                        lines = std::clamp<int64_t>(ahead_lines - done, 0, share);
           const float* ap = in_place ? a + i * k + k0 : apack + (i - m0) * kb;
           const int64_t row_step = in_place ? k : 1, k_step = in_place ? 1 : MR;
           float* yt = y + i * n_total + p * kPanelCols;
           const int64_t rows = std::min<int64_t>(MR, m1 - i);
+          auto tile = [&](float* out, int64_t ld) {
+            if (in_place)
+              Tile<MR, false>(ap, row_step, k_step, wf, kb, out, ld, first, pb, ahead + done * 64, lines);
+            else
+              Tile<MR, true>(ap, row_step, k_step, wf, kb, out, ld, first, pb, ahead + done * 64, lines);
+          };
           if (rows == MR && c0 == 0 && c1 == kPanelCols) {
-            Tile<MR>(ap, row_step, k_step, wf, kb, yt, n_total, first, pb);
+            tile(yt, n_total);
             continue;
           }
           // A partial tile goes through a full-size buffer; only its valid part touches y.
           for (int64_t r = 0; r < rows && !first; ++r)
             std::memcpy(edge + r * kPanelCols + c0, yt + r * n_total + c0, (size_t)(c1 - c0) * sizeof(float));
-          Tile<MR>(ap, row_step, k_step, wf, kb, edge, kPanelCols, first, pb);
+          tile(edge, kPanelCols);
           for (int64_t r = 0; r < rows; ++r)
             std::memcpy(yt + r * n_total + c0, edge + r * kPanelCols + c0, (size_t)(c1 - c0) * sizeof(float));
         }
