@@ -185,8 +185,9 @@ PRISM_PANELS void Gemm(const float* a, int64_t m, const PanelPackedWeight& w, fl
         }
         for (int64_t i = m0; i < m1; i += MR) {
           const bool in_place = i < m_whole;
-          const int64_t done = (i - m0) / MR * share,
-                        lines = std::clamp<int64_t>(ahead_lines - done, 0, share);
+          // This tile's share of the next slice (none once the earlier tiles have covered it).
+          const int64_t done = std::min(ahead_lines, (i - m0) / MR * share),
+                        lines = std::min(share, ahead_lines - done);
           const float* ap = in_place ? a + i * k + k0 : apack + (i - m0) * kb;
           const int64_t row_step = in_place ? k : 1, k_step = in_place ? 1 : MR;
           float* yt = y + i * n_total + p * kPanelCols;
