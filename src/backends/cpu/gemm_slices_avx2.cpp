@@ -214,8 +214,25 @@ PRISM_AVX2 void Run(const float* a, int64_t m, int64_t k, const uint8_t* w, DTyp
         apack.resize((size_t)((m1 - m0 + kMR - 1) / kMR * kMR * kb));
         PackTiles(a, layout, k, m0, m1, k0, kb, apack.data());
       }
+      const int64_t tiles = (m1 - m0 + kMR - 1) / kMR;
       for (int64_t n = n_begin; n < n_end; n += kSliceCols) {
         const int64_t cols = std::min(kSliceCols, n_end - n);
+        // The slice met next (the next columns, else the first at the next block of K, else at the next row
+        // block) is fetched into L2 a share at a time by the tiles passing over this one: its rows' K block
+        // lie a row apart (1 KiB each of f32), too short for the hardware prefetcher, and DecodeRow had
+        // waited on memory for 13% of an f32 prompt's time on Zen 3.
+        const bool last_n = n + kSliceCols >= n_end;
+        const int64_t next_n = last_n ? n_begin : n + kSliceCols;
+        const int64_t next_k0 = !last_n ? k0 : k0 + kb < k ? k0 + kb : 0;
+        const bool has_next = !last_n || k0 + kb < k || m1 < m;
+        const int64_t next_bytes = StorageBytes(wt, std::min(kKBlock, k - next_k0)),
+                      next_offset = StorageBytes(wt, next_k0);
+        const uint8_t* next_row0 = w + next_n * rb + next_offset;
+        // Lines of a row's block (one more where rows do not start on a line: the last is its last byte).
+        const bool aligned = reinterpret_cast<uintptr_t>(next_row0) % 64 == 0 && rb % 64 == 0;
+        const int64_t row_lines = (next_bytes + 63) / 64 + (aligned ? 0 : 1),
+                      next_lines = has_next ? std::min(kSliceCols, n_end - next_n) * row_lines : 0,
+                      share = (next_lines + tiles - 1) / tiles;
         for (int64_t j = 0; j < kSliceCols; ++j) {  // the slice's rows, then K-major (zero past its ends)
           float* r = rows + j * kKBlock;
           if (j < cols) DecodeRow(w + (n + j) * rb, wt, k0, kb, r);
@@ -227,6 +244,23 @@ PRISM_AVX2 void Run(const float* a, int64_t m, int64_t k, const uint8_t* w, DTyp
         }
         for (int64_t i = m0; i < m1; i += kMR) {
           const int mr = (int)std::min<int64_t>(kMR, m1 - i);
+          for (int64_t l = (i - m0) / kMR * share, e = std::min(next_lines, l + share); l < e; ++l)
+            _mm_prefetch(reinterpret_cast<const char*>(next_row0 + l / row_lines * rb +
+                                                       std::min(l % row_lines * 64, next_bytes - 1)),
+                         _MM_HINT_T1);
+          // The next tile's rows of y, which it adds to (out of L2 once a row block's columns outgrow it),
+          // into L1: each tile otherwise began waiting on them. (Spread over the tile's steps of K, these
+          // and the weights' prefetches came too late: f32 pp512 of the 1B shape on Zen 3 40 against 50.)
+          const bool next_here = i + kMR < m1;
+          if (!first && (next_here || !last_n)) {
+            const int64_t ni = next_here ? i + kMR : m0, nn = next_here ? n : n + kSliceCols,
+                          nr = std::min<int64_t>(kMR, m1 - ni), nc = std::min(kSliceCols, n_end - nn);
+            for (int64_t r = 0; r < nr; ++r) {
+              const float* yr = y + (ni + r) * n_total + nn;
+              _mm_prefetch(reinterpret_cast<const char*>(yr), _MM_HINT_T0);
+              _mm_prefetch(reinterpret_cast<const char*>(yr + nc - 1), _MM_HINT_T0);
+            }
+          }
           const float* ai = pack ? apack.data() + (i - m0) * kb : a + i * k + k0;
           const int64_t row_step = pack ? 1 : k, k_step = pack ? kMR : 1;
           float* yi = y + i * n_total + n;
