@@ -33,9 +33,12 @@ ninja -C build-asan -j"$(nproc)" expr_test errors_test thread_pool_test gemm_tes
   batching_test egraph_test prism
 cd build-asan
 # Its own kernel cache and tuning database: the release run's decisions (AMX's split products among them)
-# are not this build's, and tests asserting the program as compiled must not inherit them.
+# are not this build's, and tests asserting the program as compiled must not inherit them. Stories260K on
+# the interpreter device is left to the release run (instrumented, it took 493 s of this ctest's 650 s on
+# a 2-core Zen 3 host): every op it runs is the reference of the DeviceOps cases here, which run on that
+# device too.
 PRISM_CACHE_DIR=$(mktemp -d) PRISM_FUZZ_COUNT=100 UBSAN_OPTIONS=halt_on_error=1 \
-  ctest --output-on-failure -j2 --timeout 1500 -R '^((Expr|Errors|ThreadPool|Gemm|PrimitiveOps|NnOps|Stories260K|Fuzz|Attention.*|MemoryPlan|GraphRewrites|EGraph|Rules|Rewrites|KvBlockPool|BatchScheduler|Batching)\.|All/DeviceOps\.MatchInterpreter/cpu_)'
+  ctest --output-on-failure -j2 --timeout 1500 -E '^Stories260K\.GreedyTextMatchesReferenceOnTheInterpreterDevice$' -R '^((Expr|Errors|ThreadPool|Gemm|PrimitiveOps|NnOps|Stories260K|Fuzz|Attention.*|MemoryPlan|GraphRewrites|EGraph|Rules|Rewrites|KvBlockPool|BatchScheduler|Batching)\.|All/DeviceOps\.MatchInterpreter/(cpu|interp)_)'
 # The server under many concurrent clients, instrumented: a memory error aborts it and fails the test.
 cd ..
 PRISM_BIN=build-asan/prism ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1 \
