@@ -9,11 +9,11 @@ export PRISM_CACHE_DIR="${PRISM_CACHE_DIR:-$(mktemp -d)}"
 cd build
 ctest --output-on-failure -j2 --timeout 1500 "$@"
 
-# `pip install .` as a user runs it: a fresh virtual environment (sharing this machine's torch),
-# scikit-build-core configuring, building and installing the wheel, then the command, the package and its
-# torch.compile entry point used from outside the source tree. The wheel is built in build/, as tested
-# above, so its objects are reused (30 s here; the Release build a user's `pip install .` makes compiles
-# the tree again, 6 min 41 s on a 2-core Zen 3 host). Afterwards build/ forgets the wheel's Python, so
+# `pip install .` into a fresh virtual environment (sharing this machine's torch): scikit-build-core
+# configuring, building and installing the wheel, then the command, the package and its torch.compile
+# entry point used from outside the source tree. Unlike a user's install, the wheel is built in build/, as
+# tested above, so its objects are reused (28 s on a 2-core Zen 3 host; the Release build a user's
+# `pip install .` makes compiles the tree again, 6 min 41 s there). Afterwards build/ forgets the wheel's Python, so
 # scripts/build.sh configures it as before.
 cd ..
 venv=$(mktemp -d)
