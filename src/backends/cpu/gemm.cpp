@@ -147,15 +147,6 @@ PRISM_AVX512 void TileRows(int mr, const float* a, int64_t lda, const uint8_t* w
   }
 }
 
-// Which gemv_rows 0 means follows the CPU's maker: one row on AMD (below), two on Intel. On an Intel Xeon
-// with AMX the four rows had read 100-105% of a plain read of the same bytes against the one row's 81-96%
-// (`prism_gemm_bench 1 8192 2048 10 2 cold f16,bf16,f32`) and decoded the 1B shape in bf16 and f16 5-15%
-// faster (three alternations of `prism bench FILE -p 1 -n 32 -t 2 -r 2`); the two rows then decoded it
-// faster again (the same, the builds before and after alternated twice): f16 12.0-12.6 -> 13.5-13.7 tokens/s,
-// bf16 12.4-12.6 -> 13.5-13.7, f32 6.4 -> 6.7-6.8 (one thread, f16, 6.3 -> 6.9). A plain read there reached
-// 34.5 GB/s as two streams per thread 1 KiB ahead, 30 as one.
-static bool TwoGemvRowsByDefault() { return IntelPrefetchers(); }
-
 // One activation row (decode) against plain weights: one weight row at a time, read as a single
 // stream, 128 values (8 accumulators) per step, software prefetch 4 KiB ahead. Four rows at once (the
 // tiles above) gave the hardware prefetcher four short streams per thread: from DRAM, on a Zen 5 EPYC,
@@ -188,7 +179,7 @@ PRISM_AVX512 float DotRowPlain(const uint8_t* row, const float* a, int64_t k) {
 // One activation row against two weight rows read in lockstep (gemv_rows 2): a thread's rows cut in two
 // halves, each a single sequential stream across its rows, 64 values of each per step, software prefetch
 // 1 KiB ahead in each. Two streams per thread are what a plain read needs for the memory's full rate on
-// Intel (TwoGemvRowsByDefault).
+// Intel (DefaultGemvRows).
 template <DType T>
 PRISM_AVX512 void DotTwoRows(const uint8_t* const (&rows)[2], const float* a, int64_t k,
                              float* const (&y)[2]) {
@@ -229,7 +220,6 @@ PRISM_AVX512 void GemmAvx512(const float* a, int64_t m, int64_t k, const void* w
   const uint8_t* wb = static_cast<const uint8_t*>(w);
   const int64_t rb = RowBytes(T, k);
   if constexpr (!IsQuantizedType(T)) {
-    if (m == 1 && gemv_rows == 0) gemv_rows = TwoGemvRowsByDefault() ? 2 : 1;
     if (m == 1 && gemv_rows == 2) {  // the halves' rows in pairs, an odd count's last row alone
       const int64_t half = (n_end - n_begin) / 2;
       for (int64_t n = n_begin; n < n_begin + half; ++n)
@@ -296,6 +286,23 @@ bool IntelPrefetchers() {
   return intel;
 }
 
+// Which gemv_rows 0 means. With the AVX-512 kernels it follows the CPU's maker: one row on AMD (the
+// one-row form's comment), two on Intel. On an Intel Xeon
+// with AMX the four rows had read 100-105% of a plain read of the same bytes against the one row's 81-96%
+// (`prism_gemm_bench 1 8192 2048 10 2 cold f16,bf16,f32`) and decoded the 1B shape in bf16 and f16 5-15%
+// faster (three alternations of `prism bench FILE -p 1 -n 32 -t 2 -r 2`); the two rows then decoded it
+// faster again (the same, the builds before and after alternated twice): f16 12.0-12.6 -> 13.5-13.7 tokens/s,
+// bf16 12.4-12.6 -> 13.5-13.7, f32 6.4 -> 6.7-6.8 (one thread, f16, 6.3 -> 6.9). A plain read there reached
+// 34.5 GB/s as two streams per thread 1 KiB ahead, 30 as one.
+// With the AVX2 kernels (Zen 3, 2 threads, `prism_gemm_bench 1 8192 2048 10 2 cold f32,f16,bf16` and
+// `1 2048 8192 20 2`, five runs on a noisy host) the one row was the slowest form in every dtype and run; the
+// two rows read f16 and bf16 weights fastest in 8 of 10 runs (f16 14.2-21.8 GB/s against the four rows'
+// 10.2-16.6), the four rows f32 in 4 of 5 (13.1-20.3 against 12.2-19.2).
+int64_t DefaultGemvRows(DType wt) {
+  if (ActiveIsa() == Isa::Avx2) return wt == DType::F32 ? 4 : 2;
+  return IntelPrefetchers() ? 2 : 1;
+}
+
 const char* GemmIsa() {
   switch (ActiveIsa()) {
     case Isa::Avx512: return "avx512";
@@ -327,8 +334,9 @@ void GemmRows(const float* a, int64_t m, int64_t k, const void* w, DType wt, flo
       return GemmRowsBlockFormat(a, m, k, w, wt, y, n_total, n_begin, n_end);
     return GemmScalar(a, m, k, w, wt, y, n_total, n_begin, n_end);
   }
+  if (gemv_rows == 0) gemv_rows = DefaultGemvRows(wt);
   if (ActiveIsa() == Isa::Avx2 && GemmSupports(wt, k))
-    return GemmRowsAvx2(a, m, k, w, wt, y, n_total, n_begin, n_end);
+    return GemmRowsAvx2(a, m, k, w, wt, y, n_total, n_begin, n_end, gemv_rows);
   if (ActiveIsa() != Isa::Avx512) return GemmScalar(a, m, k, w, wt, y, n_total, n_begin, n_end);
   switch (wt) {
     case DType::F32: return GemmAvx512<DType::F32>(a, m, k, w, y, n_total, n_begin, n_end, gemv_rows);
@@ -341,8 +349,11 @@ void GemmRows(const float* a, int64_t m, int64_t k, const void* w, DType wt, flo
 }
 
 std::vector<int64_t> GemvRowsChoices(DType wt, int64_t m) {
-  if (m != 1 || IsQuantized(wt) || ActiveIsa() != Isa::Avx512) return {};
-  return TwoGemvRowsByDefault() ? std::vector<int64_t>{1, 4} : std::vector<int64_t>{4, 2};
+  if (m != 1 || IsQuantized(wt) || ActiveIsa() == Isa::Scalar) return {};
+  std::vector<int64_t> out;
+  for (int64_t rows : {4, 2, 1})
+    if (rows != DefaultGemvRows(wt)) out.push_back(rows);
+  return out;
 }
 
 bool RoundedActivationSupported(DType wt, int64_t k) {

@@ -1,5 +1,6 @@
 // Template-tier CPU micro-kernels for AVX2 machines: register tiles of 2 activation rows x 4 weight
-// rows in 8-wide vectors, weights widened to f32 in registers (the AVX-512 kernels' rows form).
+// rows in 8-wide vectors, weights widened to f32 in registers, and the one-row product's one- and two-stream
+// forms (the AVX-512 kernels' rows form and gemv_rows).
 #include "backends/cpu/gemm_avx2.h"
 
 #include <immintrin.h>
@@ -103,6 +104,68 @@ PRISM_AVX2 void Tile(const float* a, int64_t lda, const uint8_t* w, int64_t rb, 
     }
 }
 
+// One activation row (decode) against one row of plain weights read as a single stream: 64 values (8
+// accumulators) per step, software prefetch 4 KiB ahead (the AVX-512 kernels' one-row form). The four-row
+// tiles gave each thread four streams that restart at every row: a row of 2-byte weights is often one 4 KiB
+// page, where the hardware prefetcher stops.
+template <DType T>
+PRISM_AVX2 float DotRow(const uint8_t* row, const float* a, int64_t k) {
+  constexpr int64_t kAhead = 4096, elem = T == DType::F32 ? 4 : 2;
+  __m256 acc[8];
+#pragma GCC unroll 8
+  for (auto& v : acc) v = _mm256_setzero_ps();
+  int64_t kk = 0;
+  for (; kk + 64 <= k; kk += 64) {
+#pragma GCC unroll 4
+    for (int line = 0; line < elem; ++line)  // 64 values: elem cache lines
+      _mm_prefetch((const char*)row + kk * elem + kAhead + 64 * line, _MM_HINT_T0);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j)
+      acc[j] = _mm256_fmadd_ps(Load8<T>(row, kk + 8 * j), _mm256_loadu_ps(a + kk + 8 * j), acc[j]);
+  }
+  for (; kk + 8 <= k; kk += 8) acc[0] = _mm256_fmadd_ps(Load8<T>(row, kk), _mm256_loadu_ps(a + kk), acc[0]);
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) acc[j] = _mm256_add_ps(acc[j], acc[j + 4]);
+  float s = Hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  for (; kk < k; ++kk) s += a[kk] * (float)LoadAsDouble(row, T, kk);
+  return s;
+}
+
+// One activation row against two weight rows read in lockstep: a thread's rows cut in two halves, each a
+// single sequential stream across its rows, 32 values of each per step, software prefetch 1 KiB ahead in
+// each (the AVX-512 kernels' two-row form).
+template <DType T>
+PRISM_AVX2 void DotTwoRows(const uint8_t* const (&rows)[2], const float* a, int64_t k, float* const (&y)[2]) {
+  constexpr int64_t kAhead = 1024, elem = T == DType::F32 ? 4 : 2;
+  __m256 acc[2][4];
+#pragma GCC unroll 2
+  for (auto& row : acc)
+#pragma GCC unroll 4
+    for (auto& v : row) v = _mm256_setzero_ps();
+  int64_t kk = 0;
+  for (; kk + 32 <= k; kk += 32)
+#pragma GCC unroll 2
+    for (int s = 0; s < 2; ++s) {
+#pragma GCC unroll 2
+      for (int line = 0; line < elem / 2; ++line)  // 32 values: elem / 2 cache lines
+        _mm_prefetch((const char*)rows[s] + kk * elem + kAhead + 64 * line, _MM_HINT_T0);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j)
+        acc[s][j] =
+            _mm256_fmadd_ps(Load8<T>(rows[s], kk + 8 * j), _mm256_loadu_ps(a + kk + 8 * j), acc[s][j]);
+    }
+  for (; kk + 8 <= k; kk += 8)
+#pragma GCC unroll 2
+    for (int s = 0; s < 2; ++s)
+      acc[s][0] = _mm256_fmadd_ps(Load8<T>(rows[s], kk), _mm256_loadu_ps(a + kk), acc[s][0]);
+#pragma GCC unroll 2
+  for (int s = 0; s < 2; ++s) {
+    float sum = Hsum(_mm256_add_ps(_mm256_add_ps(acc[s][0], acc[s][1]), _mm256_add_ps(acc[s][2], acc[s][3])));
+    for (int64_t t = kk; t < k; ++t) sum += a[t] * (float)LoadAsDouble(rows[s], T, t);
+    *y[s] = sum;
+  }
+}
+
 template <DType T, int NR>
 PRISM_AVX2 void TileRows(int mr, const float* a, int64_t lda, const uint8_t* w, int64_t rb, int64_t k,
                          float* y, int64_t ldy) {
@@ -112,9 +175,22 @@ PRISM_AVX2 void TileRows(int mr, const float* a, int64_t lda, const uint8_t* w, 
 
 template <DType T>
 PRISM_AVX2 void Gemm(const float* a, int64_t m, int64_t k, const void* w, float* y, int64_t n_total,
-                     int64_t n_begin, int64_t n_end) {
+                     int64_t n_begin, int64_t n_end, int64_t gemv_rows) {
   const uint8_t* wb = static_cast<const uint8_t*>(w);
   const int64_t rb = StorageBytes(T, k);
+  if constexpr (T == DType::F32 || T == DType::F16 || T == DType::BF16) {
+    if (m == 1 && gemv_rows == 2) {  // the halves' rows in pairs, an odd count's last row alone
+      const int64_t half = (n_end - n_begin) / 2;
+      for (int64_t n = n_begin; n < n_begin + half; ++n)
+        DotTwoRows<T>({wb + n * rb, wb + (n + half) * rb}, a, k, {y + n, y + n + half});
+      if ((n_end - n_begin) % 2) y[n_end - 1] = DotRow<T>(wb + (n_end - 1) * rb, a, k);
+      return;
+    }
+    if (m == 1 && gemv_rows == 1) {
+      for (int64_t n = n_begin; n < n_end; ++n) y[n] = DotRow<T>(wb + n * rb, a, k);
+      return;
+    }
+  }
   constexpr int64_t kMBlock = 64;  // activation rows kept hot in cache while weight tiles stream
   for (int64_t m0 = 0; m0 < m; m0 += kMBlock) {
     const int64_t m1 = std::min(m, m0 + kMBlock);
@@ -145,14 +221,14 @@ bool GemmAvx2Supported() {
 }
 
 void GemmRowsAvx2(const float* a, int64_t m, int64_t k, const void* w, DType wt, float* y, int64_t n_total,
-                  int64_t n_begin, int64_t n_end) {
+                  int64_t n_begin, int64_t n_end, int64_t gemv_rows) {
   if (n_begin >= n_end || m <= 0) return;
   switch (wt) {
-    case DType::F32: return Gemm<DType::F32>(a, m, k, w, y, n_total, n_begin, n_end);
-    case DType::F16: return Gemm<DType::F16>(a, m, k, w, y, n_total, n_begin, n_end);
-    case DType::BF16: return Gemm<DType::BF16>(a, m, k, w, y, n_total, n_begin, n_end);
-    case DType::Q8_0: return Gemm<DType::Q8_0>(a, m, k, w, y, n_total, n_begin, n_end);
-    case DType::Q4_0: return Gemm<DType::Q4_0>(a, m, k, w, y, n_total, n_begin, n_end);
+    case DType::F32: return Gemm<DType::F32>(a, m, k, w, y, n_total, n_begin, n_end, gemv_rows);
+    case DType::F16: return Gemm<DType::F16>(a, m, k, w, y, n_total, n_begin, n_end, gemv_rows);
+    case DType::BF16: return Gemm<DType::BF16>(a, m, k, w, y, n_total, n_begin, n_end, gemv_rows);
+    case DType::Q8_0: return Gemm<DType::Q8_0>(a, m, k, w, y, n_total, n_begin, n_end, gemv_rows);
+    case DType::Q4_0: return Gemm<DType::Q4_0>(a, m, k, w, y, n_total, n_begin, n_end, gemv_rows);
     default: break;
   }
 }
