@@ -295,9 +295,9 @@ bool IntelPrefetchers() {
 // bf16 12.4-12.6 -> 13.5-13.7, f32 6.4 -> 6.7-6.8 (one thread, f16, 6.3 -> 6.9). A plain read there reached
 // 34.5 GB/s as two streams per thread 1 KiB ahead, 30 as one.
 // With the AVX2 kernels (Zen 3, 2 threads, `prism_gemm_bench 1 8192 2048 10 2 cold f32,f16,bf16` and
-// `1 2048 8192 20 2`, five runs on a noisy host) the one row was the slowest form in every dtype and run; the
-// two rows read f16 and bf16 weights fastest in 8 of 10 runs (f16 14.2-21.8 GB/s against the four rows'
-// 10.2-16.6), the four rows f32 in 4 of 5 (13.1-20.3 against 12.2-19.2).
+// `1 2048 8192 20 2`, five runs on a noisy host) the one row was the slowest form in all runs but one (a
+// tie); the two rows read f16 and bf16 weights fastest in 9 of 10 (f16 12.2-21.8 GB/s against the four
+// rows' 10.2-16.6), the four rows f32 in 4 of 5 (13.1-20.3 against 12.2-19.2).
 int64_t DefaultGemvRows(DType wt) {
   if (ActiveIsa() == Isa::Avx2) return wt == DType::F32 ? 4 : 2;
   return IntelPrefetchers() ? 2 : 1;
