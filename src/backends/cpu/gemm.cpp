@@ -287,8 +287,8 @@ bool IntelPrefetchers() {
 }
 
 // Which gemv_rows 0 means. With the AVX-512 kernels it follows the CPU's maker: one row on AMD (the
-// one-row form's comment), two on Intel. On an Intel Xeon
-// with AMX the four rows had read 100-105% of a plain read of the same bytes against the one row's 81-96%
+// one-row form's comment), two on Intel. On an Intel Xeon with AMX the four rows had read 100-105% of
+// a plain read of the same bytes against the one row's 81-96%
 // (`prism_gemm_bench 1 8192 2048 10 2 cold f16,bf16,f32`) and decoded the 1B shape in bf16 and f16 5-15%
 // faster (three alternations of `prism bench FILE -p 1 -n 32 -t 2 -r 2`); the two rows then decoded it
 // faster again (the same, the builds before and after alternated twice): f16 12.0-12.6 -> 13.5-13.7 tokens/s,
